@@ -1,0 +1,553 @@
+"""The load generator: worker processes driving keep-alive connections.
+
+Two modes:
+
+* open loop (``rate > 0``): request *i* is due at ``start + i / rate`` no matter
+  how slow the server is.  Its latency is measured from that intended send
+  time, so time spent queued behind a slow server is counted (no coordinated
+  omission, as in wrk2).  Processes interleave: process *k* sends requests
+  ``k, k+P, k+2P, ...``.
+* closed loop (``rate == 0``): every connection sends its next request as soon
+  as the previous answer arrives; this finds maximum throughput, and latency
+  is measured from the actual send.
+
+Each process runs its own event loop (uvloop when available), records into
+HDR histograms per outcome kind and ships them, encoded, to the parent, which
+merges them and drives the progress bar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event as MpEvent
+from typing import Any
+
+from bench.client import ClientConn, Response, classify
+from bench.hist import LatencyHistogram
+
+__all__ = ["LoadResult", "LoadRun", "LoadSpec", "run_load"]
+
+_PROGRESS_EVERY_S = 0.25
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What to send, how fast, from how many processes and connections."""
+
+    host: str
+    port: int
+    requests: tuple[bytes, ...]  # full HTTP requests, used round-robin by sequence number
+    duration_s: float
+    rate: float = 0.0  # total arrivals per second; 0 = closed loop
+    connections: int = 32  # total, split across processes
+    processes: int = 1
+    timeout_s: float = 10.0
+    drain_s: float = 2.0  # after the end, wait this long for answers in flight
+    keys_of: tuple[int, ...] = ()  # key index per request template (for per-key counts)
+    timeline_step_s: float = 0.1
+    cpus: tuple[int, ...] | None = None  # pin worker processes to these CPUs
+
+    def __post_init__(self) -> None:
+        if not self.requests:
+            raise ValueError("no requests to send")
+        if self.processes < 1 or self.connections < self.processes:
+            raise ValueError("need processes >= 1 and connections >= processes")
+        if self.rate < 0 or self.duration_s <= 0:
+            raise ValueError("rate must be >= 0 and duration > 0")
+
+
+def intended_times(start: float, rate: float, index: int, processes: int, end: float) -> list[float]:
+    """Intended send times of one process's share of an open-loop schedule.
+
+    Exposed for tests: the union over all processes is exactly
+    ``start + i / rate`` for every ``i`` with a time before ``end``.
+    """
+    out: list[float] = []
+    i = index
+    while (t := start + i / rate) < end:
+        out.append(t)
+        i += processes
+    return out
+
+
+@dataclass
+class WorkerStats:
+    """What one process measured; plain data so it pickles cheaply."""
+
+    start: float = 0.0
+    end: float = 0.0
+    sent: int = 0
+    kinds: collections.Counter[str] = field(default_factory=collections.Counter)
+    hists: dict[str, bytes] = field(default_factory=dict)
+    first_done: dict[str, float] = field(default_factory=dict)
+    last_done: dict[str, float] = field(default_factory=dict)
+    first_sent: dict[str, float] = field(default_factory=dict)
+    last_sent: dict[str, float] = field(default_factory=dict)
+    timeline: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)
+    per_key: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)
+    retry_after: int = 0  # 429 answers that carried Retry-After
+    lag_hist: bytes = b""  # dispatcher lateness (open loop), seconds recorded
+    cpu_s: float = 0.0
+
+
+class _Worker:
+    """One process's share of the load: its connections, schedule and records."""
+
+    def __init__(self, spec: LoadSpec, index: int, n_conns: int) -> None:
+        self.spec = spec
+        self.index = index
+        self.n_conns = n_conns
+        self.stats = WorkerStats()
+        self.hists: dict[str, LatencyHistogram] = {}
+        self.lag = LatencyHistogram()
+        self.idle: collections.deque[ClientConn] = collections.deque()
+        self.busy: set[ClientConn] = set()
+        self.backlog: collections.deque[tuple[int, float]] = collections.deque()
+        self.slots_down = 0  # connections lost and not yet re-established
+        self.open_loop = spec.rate > 0
+        self.seq = index  # closed loop: next sequence number
+        self.start = 0.0
+        self.end = math.inf
+        self.stopping = False
+        self.reconnects: set[asyncio.Task[None]] = set()
+
+    # ---- connections -------------------------------------------------------
+
+    async def _open(self) -> ClientConn:
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(
+            lambda: ClientConn(self._on_response, self._on_lost), self.spec.host, self.spec.port
+        )
+        return conn
+
+    async def connect_all(self) -> None:
+        conns = await asyncio.gather(*(self._open() for _ in range(self.n_conns)))
+        self.idle.extend(conns)
+
+    def _on_lost(self, conn: ClientConn) -> None:
+        self.busy.discard(conn)
+        with contextlib.suppress(ValueError):
+            self.idle.remove(conn)
+        if conn.inflight is not None:
+            seq, intended, sent = conn.inflight
+            conn.inflight = None
+            self._record_failure("conn_error", seq, sent)
+        self.slots_down += 1
+        if not self.stopping:
+            self._spawn_reconnect(0.0)
+
+    def _spawn_reconnect(self, delay: float) -> None:
+        task = asyncio.ensure_future(self._reconnect(delay))
+        self.reconnects.add(task)
+        task.add_done_callback(self.reconnects.discard)
+
+    async def _reconnect(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self.stopping:
+            return
+        try:
+            conn = await self._open()
+        except OSError:
+            # The server refuses: in the open loop the oldest waiting request
+            # fails now (it would have failed in a real client too).
+            now = time.monotonic()
+            if self.open_loop and self.backlog:
+                seq, _ = self.backlog.popleft()
+                self._record_failure("conn_error", seq, now)
+            elif not self.open_loop and now < self.end:
+                self._record_failure("conn_error", self._next_seq(), now)
+            self._spawn_reconnect(0.01)
+            return
+        self.slots_down -= 1
+        self._release(conn)
+
+    # ---- sending -----------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        seq = self.seq
+        self.seq += self.spec.processes
+        return seq
+
+    def _send(self, conn: ClientConn, seq: int, intended: float) -> None:
+        now = time.monotonic()
+        conn.inflight = (seq, intended, now)
+        self.busy.add(conn)
+        self.stats.sent += 1
+        conn.send(self.spec.requests[seq % len(self.spec.requests)])
+
+    def _release(self, conn: ClientConn) -> None:
+        """A connection became free: give it the next piece of work."""
+        if self.open_loop:
+            if self.backlog:
+                seq, intended = self.backlog.popleft()
+                self._send(conn, seq, intended)
+                return
+        elif time.monotonic() < self.end and not self.stopping:
+            self._send(conn, self._next_seq(), 0.0)
+            return
+        self.idle.append(conn)
+
+    def _on_response(self, conn: ClientConn, resp: Response) -> None:
+        now = time.monotonic()
+        if conn.inflight is None:
+            return
+        seq, intended, sent = conn.inflight
+        conn.inflight = None
+        self.busy.discard(conn)
+        kind = classify(resp)
+        if resp.status == 429 and resp.retry_after:
+            self.stats.retry_after += 1
+        self._record(kind, seq, intended if self.open_loop else sent, sent, now)
+        if resp.close:
+            conn.closed = True
+            conn.abort()
+            self.slots_down += 1
+            if not self.stopping:
+                self._spawn_reconnect(0.0)
+        else:
+            self._release(conn)
+
+    # ---- recording ---------------------------------------------------------
+
+    def _record(self, kind: str, seq: int, t0: float, sent: float, now: float) -> None:
+        st = self.stats
+        st.kinds[kind] += 1
+        hist = self.hists.get(kind)
+        if hist is None:
+            hist = self.hists[kind] = LatencyHistogram()
+        hist.record(now - t0)
+        self._mark(kind, seq, sent, now)
+
+    def _record_failure(self, kind: str, seq: int, sent: float) -> None:
+        self.stats.kinds[kind] += 1
+        self._mark(kind, seq, sent, time.monotonic())
+
+    def _mark(self, kind: str, seq: int, sent: float, now: float) -> None:
+        st = self.stats
+        if kind not in st.first_done:
+            st.first_done[kind] = now
+            st.first_sent[kind] = sent
+        st.last_done[kind] = now
+        st.last_sent[kind] = sent
+        st.timeline[(int((now - self.start) / self.spec.timeline_step_s), kind)] += 1
+        if self.spec.keys_of:
+            st.per_key[(self.spec.keys_of[seq % len(self.spec.keys_of)], kind)] += 1
+
+    # ---- running -----------------------------------------------------------
+
+    async def run(self, start: float, progress: Callable[[WorkerStats], None]) -> WorkerStats:
+        self.start = start
+        self.end = start + self.spec.duration_s
+        self.stats.start = start
+        self.stats.end = self.end
+        cpu0 = time.process_time()
+        sweeper = asyncio.ensure_future(self._sweep(progress))
+        await asyncio.sleep(max(0.0, start - time.monotonic()))
+        if self.open_loop:
+            await self._open_loop()
+        else:
+            while self.idle:
+                self._send(self.idle.popleft(), self._next_seq(), 0.0)
+            await asyncio.sleep(max(0.0, self.end - time.monotonic()))
+        await self._drain()
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+        self.stats.cpu_s = time.process_time() - cpu0
+        self.stats.hists = {k: h.encode() for k, h in self.hists.items()}
+        self.stats.lag_hist = self.lag.encode()
+        progress(self.stats)
+        return self.stats
+
+    async def _open_loop(self) -> None:
+        spec = self.spec
+        i = self.index
+        start, end, rate, step = self.start, self.end, spec.rate, spec.processes
+        t_next = start + i / rate
+        while t_next < end:
+            now = time.monotonic()
+            while t_next <= now:
+                self.lag.record(now - t_next)
+                if self.idle:
+                    self._send(self.idle.popleft(), i, t_next)
+                else:
+                    self.backlog.append((i, t_next))
+                i += step
+                t_next = start + i / rate
+                if t_next >= end:
+                    break
+            await asyncio.sleep(max(0.0, min(t_next, end) - time.monotonic()))
+        # Requests still queued were offered but never sent.
+        now = time.monotonic()
+        while self.backlog:
+            seq, _ = self.backlog.popleft()
+            self._record_failure("not_sent", seq, now)
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + self.spec.drain_s
+        while self.busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.stopping = True
+        for conn in list(self.busy):
+            if conn.inflight is not None:
+                seq, _, sent = conn.inflight
+                conn.inflight = None
+                self._record_failure("unfinished", seq, sent)
+        for task in list(self.reconnects):
+            task.cancel()
+        for conn in list(self.busy) + list(self.idle):
+            conn.closed = True
+            if conn.transport is not None:
+                conn.transport.close()
+        await asyncio.sleep(0)
+
+    async def _sweep(self, progress: Callable[[WorkerStats], None]) -> None:
+        """Time out stuck requests and report progress, a few times a second."""
+        timeout = self.spec.timeout_s
+        last_progress = 0.0
+        while True:
+            await asyncio.sleep(min(0.05, timeout / 4))
+            now = time.monotonic()
+            for conn in list(self.busy):
+                if conn.inflight is not None and now - conn.inflight[2] > timeout:
+                    seq, _, sent = conn.inflight
+                    conn.inflight = None
+                    self._record_failure("timeout", seq, sent)
+                    conn.abort()
+            if now - last_progress >= _PROGRESS_EVERY_S:
+                last_progress = now
+                progress(self.stats)
+
+
+# ---- process plumbing ------------------------------------------------------
+
+
+def _split(total: int, parts: int, index: int) -> int:
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def _worker_main(
+    spec: LoadSpec, index: int, out: Any, go: MpEvent, start_at: Any
+) -> None:  # pragma: no cover - runs in a child process, covered by test_bench_loadgen
+    if spec.cpus is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, spec.cpus)
+    try:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    worker = _Worker(spec, index, _split(spec.connections, spec.processes, index))
+
+    def progress(st: WorkerStats) -> None:
+        out.put(("progress", index, st.sent, sum(st.kinds.values()), _errors(st.kinds)))
+
+    try:
+        try:
+            loop.run_until_complete(worker.connect_all())
+        except OSError as exc:
+            out.put(("error", index, f"cannot connect to {spec.host}:{spec.port}: {exc}"))
+            return
+        out.put(("ready", index))
+        go.wait()
+        stats = loop.run_until_complete(worker.run(start_at.value, progress))
+        out.put(("result", index, stats))
+    finally:
+        loop.close()
+
+
+def _errors(kinds: collections.Counter[str]) -> int:
+    return sum(n for k, n in kinds.items() if k != "ok")
+
+
+@dataclass
+class LoadResult:
+    """Merged measurements of all processes."""
+
+    spec: LoadSpec
+    start: float
+    end: float
+    sent: int
+    kinds: collections.Counter[str]
+    hists: dict[str, LatencyHistogram]
+    first_done: dict[str, float]
+    last_done: dict[str, float]
+    first_sent: dict[str, float]
+    last_sent: dict[str, float]
+    timeline: collections.Counter[tuple[int, str]]
+    per_key: collections.Counter[tuple[int, str]]
+    retry_after: int
+    lag: LatencyHistogram
+    cpu_s: list[float]
+
+    @classmethod
+    def merge(cls, spec: LoadSpec, parts: list[WorkerStats]) -> LoadResult:
+        res = cls(
+            spec=spec,
+            start=min(p.start for p in parts),
+            end=max(p.end for p in parts),
+            sent=sum(p.sent for p in parts),
+            kinds=collections.Counter(),
+            hists={},
+            first_done={},
+            last_done={},
+            first_sent={},
+            last_sent={},
+            timeline=collections.Counter(),
+            per_key=collections.Counter(),
+            retry_after=sum(p.retry_after for p in parts),
+            lag=LatencyHistogram.merged([p.lag_hist for p in parts]),
+            cpu_s=[p.cpu_s for p in parts],
+        )
+        for p in parts:
+            res.kinds.update(p.kinds)
+            res.timeline.update(p.timeline)
+            res.per_key.update(p.per_key)
+            for kind, payload in p.hists.items():
+                res.hists.setdefault(kind, LatencyHistogram()).merge(
+                    LatencyHistogram.decode(payload)
+                )
+            for src, dst, pick in (
+                (p.first_done, res.first_done, min),
+                (p.first_sent, res.first_sent, min),
+                (p.last_done, res.last_done, max),
+                (p.last_sent, res.last_sent, max),
+            ):
+                for kind, t in src.items():
+                    dst[kind] = pick(dst[kind], t) if kind in dst else t
+        return res
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    @property
+    def completed(self) -> int:
+        return sum(h.count for h in self.hists.values())
+
+    def latency(self, kinds: tuple[str, ...] | None = None) -> LatencyHistogram:
+        """Merged histogram of the given kinds (all answered kinds by default)."""
+        out = LatencyHistogram()
+        for kind, hist in self.hists.items():
+            if kinds is None or kind in kinds:
+                out.merge(hist)
+        return out
+
+    def rate_of(self, kind: str) -> float:
+        return self.kinds.get(kind, 0) / self.duration_s
+
+
+class LoadRun:
+    """A load run in flight; ``started`` resolves to its start (monotonic s)."""
+
+    def __init__(self, spec: LoadSpec, *, progress: bool = True, label: str = "") -> None:
+        self.spec = spec
+        self.started: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._progress = progress
+        self._label = label
+
+    async def run(self) -> LoadResult:
+        spec = self.spec
+        ctx = mp.get_context("spawn")
+        out: Any = ctx.Queue()
+        go = ctx.Event()
+        start_at = ctx.Value("d", 0.0)
+        procs = [
+            ctx.Process(target=_worker_main, args=(spec, i, out, go, start_at), daemon=True)
+            for i in range(spec.processes)
+        ]
+        for proc in procs:
+            proc.start()
+        bar = _Bar(spec, self._label) if self._progress else None
+        try:
+            ready = 0
+            while ready < spec.processes:
+                msg = await _get(out, procs)
+                if msg[0] == "error":
+                    raise ConnectionError(msg[2])
+                ready += msg[0] == "ready"
+            start_at.value = time.monotonic() + 0.05
+            go.set()
+            self.started.set_result(start_at.value)
+            done: dict[int, tuple[int, int, int]] = {}
+            results: list[WorkerStats] = []
+            while len(results) < spec.processes:
+                msg = await _get(out, procs)
+                if msg[0] == "progress":
+                    done[msg[1]] = msg[2:]
+                    if bar is not None:
+                        bar.update(start_at.value, done)
+                elif msg[0] == "result":
+                    results.append(msg[2])
+            return LoadResult.merge(spec, results)
+        finally:
+            if not self.started.done():
+                self.started.cancel()
+            if bar is not None:
+                bar.close()
+            for proc in procs:
+                proc.join(timeout=2)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+            out.close()
+            out.join_thread()
+
+
+async def _get(out: Any, procs: list[Any]) -> Any:
+    """Next message from the workers without blocking the event loop."""
+    while True:
+        try:
+            return out.get_nowait()
+        except queue_mod.Empty:
+            dead = [p for p in procs if not p.is_alive()]
+            if len(dead) == len(procs) or any(p.exitcode for p in dead):
+                try:  # a last message may still be in the pipe
+                    return out.get(timeout=1.0)
+                except queue_mod.Empty:
+                    raise RuntimeError("a load-generator process died") from None
+            await asyncio.sleep(0.02)
+
+
+class _Bar:
+    """tqdm progress bar on stderr: elapsed seconds, with req/s and errors."""
+
+    def __init__(self, spec: LoadSpec, label: str) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(
+            total=round(spec.duration_s, 1),
+            unit="s",
+            desc=label or ("open-loop" if spec.rate else "closed-loop"),
+            file=sys.stderr,
+            leave=False,
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total}s {postfix}",
+            dynamic_ncols=True,
+        )
+
+    def update(self, start: float, done: dict[int, tuple[int, int, int]]) -> None:
+        elapsed = min(max(0.0, time.monotonic() - start), float(self._bar.total))
+        completed = sum(d[1] for d in done.values())
+        errors = sum(d[2] for d in done.values())
+        rps = completed / elapsed if elapsed > 0 else 0.0
+        self._bar.set_postfix_str(f"{completed} done, {rps:,.0f} req/s, {errors} errors")
+        self._bar.update(round(elapsed - self._bar.n, 2))
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+async def run_load(spec: LoadSpec, *, progress: bool = True, label: str = "") -> LoadResult:
+    """Run one load to completion (use :class:`LoadRun` to act while it runs)."""
+    return await LoadRun(spec, progress=progress, label=label).run()

@@ -1,0 +1,125 @@
+"""``create_app(config)``: wires the parts; each resource has one cleanup_ctx.
+
+Also the gunicorn entry point: ``gunicorn gateway.app:create_app
+--worker-class aiohttp.GunicornUVLoopWebWorker`` calls ``create_app()``
+with no argument, which loads the config from ``GATEWAY_CONFIG`` / env.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gateway import typedefs as T
+from gateway.accesslog import AccessLogger
+from gateway.accounts import Store
+from gateway.config import Config, data_dir, load_config
+from gateway.embedded import ensure_embedded
+from gateway.handlers import RpcHandler
+from gateway.limiter import RedisLimiter
+from gateway.metrics import Metrics
+from gateway.ops import setup_ops_routes
+from gateway.redisconn import admin_connect, connect
+from gateway.upstream import NodePool
+from gateway.usage import ErrorCounter
+
+
+def create_app(config: Config | None = None) -> web.Application:
+    """The whole gateway as one aiohttp application."""
+    cfg = config if config is not None else load_config()
+    app = web.Application(client_max_size=cfg.limits.max_body_bytes,
+                          handler_args={"access_log_class": AccessLogger})
+    app[T.CONFIG] = cfg
+    app[T.METRICS] = Metrics()
+    app.cleanup_ctx.append(_redis_ctx)
+    app.cleanup_ctx.append(_pools_ctx)
+    app.cleanup_ctx.append(_errors_ctx)
+    handlers = [RpcHandler(cfg, net, app[T.METRICS]) for net in cfg.networks]
+    for handler in handlers:
+        app.router.add_route("*", handler.network.prefix, handler.handle)
+        app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
+    app[T.HANDLERS] = handlers
+    app.on_startup.append(_bind_handlers)
+    setup_ops_routes(app)
+    if cfg.dashboard.enabled:
+        with contextlib.suppress(ImportError):
+            from gateway.dashboard import setup_dashboard
+
+            setup_dashboard(app, cfg)
+    return app
+
+
+async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
+    cfg = app[T.CONFIG]
+    url, embedded = cfg.redis.url, None
+    if not url:
+        url, embedded = await asyncio.to_thread(ensure_embedded, data_dir(cfg))
+    redis = connect(cfg.redis, url)
+    admin = admin_connect(cfg.redis, url)
+    app[T.REDIS] = redis
+    app[T.ADMIN_REDIS] = admin
+    app[T.LIMITER] = RedisLimiter(redis, cfg.plans, cfg.redis.prefix)
+    app[T.STORE] = Store(admin, prefix=cfg.redis.prefix, plans=[p.name for p in cfg.plans],
+                         default_plan=cfg.default_plan)
+    try:
+        yield
+    finally:
+        await redis.aclose()
+        await admin.aclose()
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+
+
+async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
+    cfg = app[T.CONFIG]
+    metrics = app[T.METRICS]
+    pools: dict[str, NodePool] = {}
+    for net in cfg.networks:
+        pool = NodePool(net, cfg.upstream, cfg.limits.upstream_connect_timeout_s,
+                        cfg.limits.upstream_timeout_s)
+        pool.on_result = _result_counter(metrics, net.name)
+        await pool.start()
+        pools[net.name] = pool
+    app[T.POOLS] = pools
+    probes = [asyncio.create_task(p.probe_forever(), name=f"probe-{n}")
+              for n, p in pools.items()]
+    try:
+        yield
+    finally:
+        for task in probes:
+            task.cancel()
+        for task in probes:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for pool in pools.values():
+            await pool.close()
+
+
+def _result_counter(metrics: Metrics, network: str):  # type: ignore[no-untyped-def]
+    counter = metrics.upstream_results
+
+    def on_result(node, result):  # type: ignore[no-untyped-def]
+        counter.labels(network, node.name, result).inc()
+
+    return on_result
+
+
+async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:
+    counter = ErrorCounter(app[T.STORE])
+    app[T.ERRORS] = counter
+    task = asyncio.create_task(counter.run(), name="error-flush")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _bind_handlers(app: web.Application) -> None:
+    """Give the handlers the limiter and pools, which exist once cleanup_ctx ran."""
+    for handler in app[T.HANDLERS]:
+        handler.bind(app[T.LIMITER], app[T.POOLS][handler.network.name], app[T.ERRORS])

@@ -1,0 +1,157 @@
+"""The admission check: key lookup + quota + token bucket + usage, one round trip.
+
+``RedisLimiter`` is the Python face of ``lua/admit.lua``. Over the limit is a
+result (``Decision.status``), not an exception; only "Redis could not be
+asked" raises, as ``LimiterUnavailable``, so the handler can apply the
+fail-open / fail-closed policy in one place.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError
+
+from gateway.config import PlanConfig
+
+ADMIT_LUA = resources.files("gateway").joinpath("lua/admit.lua").read_text()
+
+
+class Status(IntEnum):
+    ADMITTED = 0
+    UNAUTHORIZED = 1
+    FORBIDDEN = 2
+    RATE_LIMITED = 3
+    QUOTA_EXCEEDED = 4
+    TOO_EXPENSIVE = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    status: Status
+    key_id: str
+    limit: int = 0
+    remaining: int = 0
+    reset_s: int = 0
+    retry_ms: int = 0
+    plan: str = ""
+
+
+class LimiterUnavailable(Exception):
+    """Redis could not answer in time; the caller applies the failure policy."""
+
+
+class Limiter(Protocol):
+    async def admit(self, khash: str, calls: int, methods: Mapping[str, int],
+                    origin: str = "", ip_bits: str = "",
+                    now_ms: int | None = None) -> Decision: ...
+
+
+def record_key(prefix: str, khash: str) -> str:
+    return f"{prefix}:{{{khash}}}:k"
+
+
+def bucket_key(prefix: str, khash: str) -> str:
+    return f"{prefix}:{{{khash}}}:b"
+
+
+def usage_prefix(prefix: str, khash: str) -> str:
+    return f"{prefix}:{{{khash}}}:"
+
+
+@lru_cache(maxsize=4096)
+def ip_bits(address: str) -> str:
+    """A client IP as 128 bits ('0'/'1'), IPv4 mapped into IPv6, for Lua prefix match."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return ""
+    if isinstance(ip, ipaddress.IPv4Address):
+        ip = ipaddress.IPv6Address(b"\x00" * 10 + b"\xff\xff" + ip.packed)
+    return format(int(ip), "0128b")
+
+
+def cidr_bits(cidr: str) -> str:
+    """The network prefix of a CIDR as bits, in the same mapping as ``ip_bits``.
+
+    Raises ``ValueError`` for anything that is not an IP network.
+    """
+    net = ipaddress.ip_network(cidr.strip(), strict=False)
+    if isinstance(net, ipaddress.IPv4Network):
+        return ip_bits(str(net.network_address))[: 96 + net.prefixlen]
+    return format(int(net.network_address), "0128b")[: net.prefixlen]
+
+
+class PlanTable:
+    """Plans rendered once as ARGV strings; only the per-request cost varies."""
+
+    def __init__(self, plans: Sequence[PlanConfig]) -> None:
+        self._plans = tuple(plans)
+        self._fixed = [(p.name, _num(p.rate), str(p.burst), str(p.daily_quota)) for p in plans]
+        self._single: dict[str, list[str]] = {}
+
+    def args(self, methods: Mapping[str, int]) -> list[str]:
+        """ARGV[5...]: plan count, the plans with this request's cost each, methods."""
+        if len(methods) == 1:
+            ((method, count),) = methods.items()
+            if count == 1:
+                cached = self._single.get(method)
+                if cached is None:
+                    cached = self._build(methods)
+                    if len(self._single) < 1024:
+                        self._single[method] = cached
+                return cached
+        return self._build(methods)
+
+    def _build(self, methods: Mapping[str, int]) -> list[str]:
+        out = [str(len(self._plans))]
+        for plan, fixed in zip(self._plans, self._fixed, strict=True):
+            cost = sum(plan.cost(m) * n for m, n in methods.items())
+            out.extend(fixed)
+            out.append(str(cost))
+        for method, count in methods.items():
+            out.append(method)
+            out.append(str(count))
+        return out
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+class RedisLimiter:
+    """Runs ``admit.lua`` with EVALSHA (redis-py reloads it on NOSCRIPT)."""
+
+    def __init__(self, redis: Redis | RedisCluster, plans: Sequence[PlanConfig],
+                 prefix: str = "gw") -> None:
+        self._script = redis.register_script(ADMIT_LUA)
+        self._plans = PlanTable(plans)
+        self._prefix = prefix
+
+    async def admit(self, khash: str, calls: int, methods: Mapping[str, int],
+                    origin: str = "", ip_bits: str = "",
+                    now_ms: int | None = None) -> Decision:
+        p = self._prefix
+        keys = [f"{p}:{{{khash}}}:k", f"{p}:{{{khash}}}:b", f"{p}:{{{khash}}}:"]
+        args: list[Any] = ["" if now_ms is None else str(now_ms), calls, origin, ip_bits]
+        args.extend(self._plans.args(methods))
+        try:
+            res = await self._script(keys=keys, args=args)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise LimiterUnavailable(str(exc)) from exc
+        return decision_from_reply(res)
+
+
+def decision_from_reply(res: Sequence[Any]) -> Decision:
+    key_id = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
+    plan = res[6].decode() if isinstance(res[6], bytes) else str(res[6])
+    return Decision(Status(int(res[0])), key_id, int(res[2]), int(res[3]), int(res[4]),
+                    int(res[5]), plan)

@@ -1,0 +1,175 @@
+-- admit.lua: the whole per-request decision in one round trip.
+--
+-- Resolves the key record, checks state, expiry and allowlists, applies the
+-- plan's daily quota and token bucket (using Redis TIME unless a time is
+-- injected for tests), and bumps the usage counters.
+--
+-- Every key touched shares the hash tag {<sha256 of the api key>} so the
+-- script runs on one Cluster slot. KEYS[3] is that tag's prefix; the
+-- time-bucketed usage keys are built from it (same slot by construction).
+--
+-- KEYS[1] key record hash   <p>:{H}:k
+-- KEYS[2] token bucket hash <p>:{H}:b
+-- KEYS[3] usage key prefix  <p>:{H}:
+-- ARGV[1] now in ms, or "" to use redis TIME
+-- ARGV[2] number of calls in the request (usage "requests")
+-- ARGV[3] Origin header, or ""
+-- ARGV[4] client IP as a 128-char bit string (IPv4 mapped into IPv6), or ""
+-- ARGV[5] P = number of plans, then P groups of 5:
+--         name, rate (units/s), burst, daily quota (0 = none), cost of this request
+-- then    M method/count pairs (the distinct methods of the request)
+--
+-- returns {status, key_id, limit, remaining, reset_s, retry_ms, plan}
+--   status 0 admitted, 1 unknown/expired/revoked, 2 not allowed by an
+--   allowlist, 3 over the token bucket, 4 over the daily quota,
+--   5 costs more than the bucket can ever hold
+
+local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth')
+local key_id = rec[1]
+if not key_id then
+  return {1, '', 0, 0, 0, 0, ''}
+end
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+if rec[4] and rec[4] ~= '' then
+  return {1, key_id, 0, 0, 0, 0, ''}
+end
+if rec[3] and rec[3] ~= '' and now >= tonumber(rec[3]) then
+  return {1, key_id, 0, 0, 0, 0, ''}
+end
+
+local prefix = KEYS[3]
+local day = math.floor(now / 86400000)
+local day_key = prefix .. 'd:' .. day
+local nplans = tonumber(ARGV[5])
+local mstart = 6 + nplans * 5
+
+-- allowlists: entries of one list are ORed, lists are ANDed
+local allowed = true
+local origins = rec[5]
+if origins and origins ~= '' then
+  local origin = ARGV[3]
+  local ok = false
+  if origin ~= '' then
+    if string.find(origins, '\n' .. origin .. '\n', 1, true) then
+      ok = true
+    else
+      for entry in string.gmatch(origins, '[^\n]+') do
+        if string.sub(entry, 1, 1) == '*' then
+          local suffix = string.sub(entry, 2)
+          if #origin > #suffix and string.sub(origin, -#suffix) == suffix then
+            ok = true
+            break
+          end
+        end
+      end
+    end
+  end
+  allowed = ok
+end
+local ips = rec[6]
+if allowed and ips and ips ~= '' then
+  local bits = ARGV[4]
+  local ok = false
+  if bits ~= '' then
+    for entry in string.gmatch(ips, '[^\n]+') do
+      if entry == '*' or string.sub(bits, 1, #entry) == entry then
+        ok = true
+        break
+      end
+    end
+  end
+  allowed = ok
+end
+local methods = rec[7]
+if allowed and methods and methods ~= '' then
+  for i = mstart, #ARGV, 2 do
+    if not string.find(methods, '\n' .. ARGV[i] .. '\n', 1, true) then
+      allowed = false
+      break
+    end
+  end
+end
+if not allowed then
+  redis.call('HINCRBY', day_key, 'den', 1)
+  redis.call('PEXPIRE', day_key, 7862400000)
+  return {2, key_id, 0, 0, 0, 0, ''}
+end
+
+-- the plan of this key (unknown plan names fall back to the first plan)
+local plan = rec[2] or ''
+local base = 6
+for p = 0, nplans - 1 do
+  if ARGV[6 + p * 5] == plan then
+    base = 6 + p * 5
+    break
+  end
+end
+plan = ARGV[base]
+local rate = tonumber(ARGV[base + 1])
+local burst = tonumber(ARGV[base + 2])
+local quota = tonumber(ARGV[base + 3])
+local cost = tonumber(ARGV[base + 4])
+local ncalls = tonumber(ARGV[2])
+
+if cost > burst then
+  redis.call('HINCRBY', day_key, 'lim', ncalls)
+  redis.call('PEXPIRE', day_key, 7862400000)
+  return {5, key_id, burst, 0, 0, 0, plan}
+end
+
+if quota > 0 then
+  local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
+  if used + cost > quota then
+    redis.call('HINCRBY', day_key, 'lim', ncalls)
+    redis.call('PEXPIRE', day_key, 7862400000)
+    local retry = (day + 1) * 86400000 - now
+    return {4, key_id, burst, 0, math.ceil(retry / 1000), retry, plan}
+  end
+end
+
+-- token bucket, refilled continuously at `rate` units per second
+local b = redis.call('HMGET', KEYS[2], 't', 'ts')
+local tokens = tonumber(b[1])
+local ts = tonumber(b[2])
+if not tokens or not ts then
+  tokens = burst
+  ts = now
+end
+if now > ts then
+  tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
+  ts = now
+end
+if tokens > burst then
+  tokens = burst
+end
+if cost > tokens then
+  redis.call('HINCRBY', day_key, 'lim', ncalls)
+  redis.call('PEXPIRE', day_key, 7862400000)
+  local retry = math.ceil((cost - tokens) * 1000 / rate)
+  return {3, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), retry, plan}
+end
+tokens = tokens - cost
+redis.call('HSET', KEYS[2], 't', tostring(tokens), 'ts', ts)
+redis.call('PEXPIRE', KEYS[2], math.ceil((burst - tokens) * 1000 / rate) + 1000)
+
+-- usage: per minute (kept 48 h, in hour hashes), per day (90 days), per method
+local hour = math.floor(now / 3600000)
+local hour_key = prefix .. 'h:' .. hour
+redis.call('HINCRBY', hour_key, math.floor(now / 60000) % 60, ncalls)
+redis.call('PEXPIRE', hour_key, 176400000)
+redis.call('HINCRBY', day_key, 'req', ncalls)
+redis.call('HINCRBY', day_key, 'cu', cost)
+for i = mstart, #ARGV, 2 do
+  redis.call('HINCRBY', day_key, 'm:' .. ARGV[i], ARGV[i + 1])
+end
+redis.call('PEXPIRE', day_key, 7862400000)
+redis.call('HSET', KEYS[1], 'used', now)
+return {0, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), 0, plan}
