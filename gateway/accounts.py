@@ -190,7 +190,9 @@ class Store:
     def __init__(self, redis: RedisClient, *, prefix: str = "gw",
                  plans: Sequence[str] = ("free", "payg"), default_plan: str = "free",
                  hasher: PasswordHasher | None = None) -> None:
-        self.redis = redis
+        # redis-py's annotations do not model decode_responses=True (every
+        # reply here is str), so the client is typed loosely on purpose.
+        self.redis: Any = redis
         self.prefix = prefix
         self.plans = tuple(plans)
         self.default_plan = default_plan
@@ -277,7 +279,9 @@ class Store:
         for key_id in await self.redis.smembers(self._acct_keys_key(account_id)):
             khash = await self.redis.get(self._kid_key(key_id))
             if khash:
+                # A fresh bucket under the new plan's burst, from the next request.
                 await self.redis.hset(record_key(self.prefix, khash), "plan", plan)
+                await self.redis.delete(bucket_key(self.prefix, khash))
         return Account(account.id, account.email, plan, account.created_at)
 
     # -- keys ----------------------------------------------------------------

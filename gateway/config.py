@@ -318,7 +318,8 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
     if origin is tuple:
         if not isinstance(value, list):
             raise ConfigError(f"{path}: expected a list")
-        return tuple(_coerce(v, typing.get_args(hint)[0], f"{path}[{i}]") for i, v in enumerate(value))
+        item = typing.get_args(hint)[0]
+        return tuple(_coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value))
     if origin is types.UnionType:  # pragma: no cover - no optional fields yet
         return value
     raise ConfigError(f"{path}: unsupported value")  # pragma: no cover

@@ -151,7 +151,7 @@ async def _demo_key(app: web.Application) -> None:
     cfg = app[T.CONFIG]
     store = app[T.STORE]
     acct = await store.create_account(DEMO_EMAIL, DEMO_PASSWORD, "free")
-    key, rec = await store.create_key(acct.id, name="demo", env="development")
+    key, _ = await store.create_key(acct.id, name="demo", env="development")
     base = f"http://{cfg.server.host}:{cfg.server.port}"
     print(_demo_banner(base, key, cfg.networks), flush=True)
 

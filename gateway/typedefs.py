@@ -15,10 +15,10 @@ from gateway.upstream import NodePool
 from gateway.usage import ErrorCounter
 
 CONFIG = web.AppKey("config", Config)
-REDIS = web.AppKey("redis", RedisClient)  # type: ignore[arg-type]
-ADMIN_REDIS = web.AppKey("admin_redis", RedisClient)  # type: ignore[arg-type]
+REDIS: web.AppKey[RedisClient] = web.AppKey("redis")
+ADMIN_REDIS: web.AppKey[RedisClient] = web.AppKey("admin_redis")
 STORE = web.AppKey("store", Store)
-LIMITER = web.AppKey("limiter", Limiter)  # type: ignore[type-abstract]
+LIMITER: web.AppKey[Limiter] = web.AppKey("limiter")
 POOLS = web.AppKey("pools", dict[str, NodePool])
 METRICS = web.AppKey("metrics", Metrics)
 ERRORS = web.AppKey("errors", ErrorCounter)

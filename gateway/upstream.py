@@ -153,7 +153,7 @@ class NodePool:
                 ) as resp:
                     sent = True
                     payload = await resp.read()
-                    if resp.status == 200:
+                    if 200 <= resp.status < 300:
                         self._ok(node)
                         return payload
                     last = UpstreamError(f"{node.name} answered HTTP {resp.status}")

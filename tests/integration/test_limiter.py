@@ -1,0 +1,158 @@
+"""admit.lua against a real Redis: bucket maths with injected time, no sleeps."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.accounts import Store
+from gateway.auth import key_hash
+from gateway.config import PlanConfig, config_from_dict
+from gateway.limiter import RedisLimiter, Status, cidr_bits, ip_bits, record_key
+
+T0 = 1_700_000_000_000  # an injected "now" in ms
+
+
+def plans(**over: dict[str, object]) -> tuple[PlanConfig, ...]:
+    raw = {"free": {"rate": 10, "burst": 20, "weights": {"eth_getLogs": 5}},
+           "payg": {"rate": 100, "burst": 200}}
+    for name, table in over.items():
+        raw[name] = {**raw.get(name, {}), **table}
+    return config_from_dict({"plans": raw}).plans
+
+
+@pytest.fixture
+def limiter(redis: Redis, prefix: str) -> RedisLimiter:
+    return RedisLimiter(redis, plans(), prefix)
+
+
+async def admit(limiter: RedisLimiter, key: str, now: int, method: str = "eth_call",
+                n: int = 1, **kw: str) -> Status:
+    d = await limiter.admit(key_hash(key), n, {method: n}, now_ms=now, **kw)
+    return d.status
+
+
+async def test_unknown_key_is_unauthorized(limiter: RedisLimiter) -> None:
+    d = await limiter.admit(key_hash("x" * 32), 1, {"eth_call": 1}, now_ms=T0)
+    assert d.status is Status.UNAUTHORIZED
+
+
+async def test_bucket_admits_burst_then_refills_at_rate(limiter: RedisLimiter,
+                                                        api_key: str) -> None:
+    statuses = [await admit(limiter, api_key, T0) for _ in range(25)]
+    assert statuses.count(Status.ADMITTED) == 20  # burst
+    assert statuses[20:] == [Status.RATE_LIMITED] * 5
+    # 10 rps: after 350 ms, 3 tokens are back (3.5 -> floor 3 admits)
+    later = [await admit(limiter, api_key, T0 + 350) for _ in range(5)]
+    assert later.count(Status.ADMITTED) == 3
+    # a full refill after burst/rate seconds, never above burst
+    full = [await admit(limiter, api_key, T0 + 60_000) for _ in range(25)]
+    assert full.count(Status.ADMITTED) == 20
+
+
+async def test_limited_answer_says_when_to_retry(limiter: RedisLimiter, api_key: str) -> None:
+    for _ in range(20):
+        await admit(limiter, api_key, T0)
+    d = await limiter.admit(key_hash(api_key), 1, {"eth_call": 1}, now_ms=T0)
+    assert d.status is Status.RATE_LIMITED
+    assert d.retry_ms == 100  # one token at 10/s
+    assert d.limit == 20 and d.remaining == 0
+
+
+async def test_weights_and_batch_cost_are_charged_as_a_whole(limiter: RedisLimiter,
+                                                             api_key: str) -> None:
+    khash = key_hash(api_key)
+    d = await limiter.admit(khash, 4, {"eth_getLogs": 3, "eth_call": 1}, now_ms=T0)  # 16 units
+    assert d.status is Status.ADMITTED and d.remaining == 4
+    d = await limiter.admit(khash, 2, {"eth_getLogs": 1, "eth_call": 1}, now_ms=T0)  # 6 > 4
+    assert d.status is Status.RATE_LIMITED and d.remaining == 4  # nothing was taken
+    d = await limiter.admit(khash, 30, {"eth_call": 30}, now_ms=T0 + 10_000)  # 30 > burst 20
+    assert d.status is Status.TOO_EXPENSIVE
+
+
+async def test_daily_quota(redis: Redis, prefix: str, store: Store, account: str) -> None:
+    limiter = RedisLimiter(redis, plans(free={"daily_quota": 3}), prefix)
+    key, _ = await store.create_key(account)
+    day_start = (T0 // 86_400_000 + 1) * 86_400_000
+    now = day_start - 10_000
+    got = [await admit(limiter, key, now + i * 1000) for i in range(5)]
+    assert got == [Status.ADMITTED] * 3 + [Status.QUOTA_EXCEEDED] * 2
+    d = await limiter.admit(key_hash(key), 1, {"eth_call": 1}, now_ms=now + 5000)
+    assert d.retry_ms == day_start - (now + 5000)
+    assert await admit(limiter, key, day_start + 1) is Status.ADMITTED  # new UTC day
+
+
+async def test_revoked_and_expired_keys(limiter: RedisLimiter, store: Store,
+                                        account: str) -> None:
+    key, rec = await store.create_key(account, expires_in_ms=60_000)
+    now = await store.now_ms()
+    assert await admit(limiter, key, now) is Status.ADMITTED
+    assert await admit(limiter, key, now + 61_000) is Status.UNAUTHORIZED
+    await store.revoke_key(rec.id)
+    assert await admit(limiter, key, now) is Status.UNAUTHORIZED
+
+
+async def test_plan_switch_applies_on_next_request(limiter: RedisLimiter, store: Store,
+                                                   account: str, api_key: str) -> None:
+    got = [await admit(limiter, api_key, T0) for _ in range(21)]
+    assert got[-1] is Status.RATE_LIMITED
+    await store.set_plan(account, "payg")
+    d = await limiter.admit(key_hash(api_key), 1, {"eth_call": 1}, now_ms=T0)
+    assert d.status is Status.ADMITTED and d.plan == "payg" and d.limit == 200
+
+
+async def test_allowlists_are_anded_entries_ored(limiter: RedisLimiter, store: Store,
+                                                 account: str) -> None:
+    key, _ = await store.create_key(
+        account, origins=["https://app.example.com", "*.dapp.io"],
+        ips=["10.0.0.0/8", "2001:db8::/32"], methods=["eth_call", "eth_getBalance"])
+    ok = {"origin": "https://app.example.com", "ip_bits": ip_bits("10.1.2.3")}
+    assert await admit(limiter, key, T0, **ok) is Status.ADMITTED
+    assert await admit(limiter, key, T0, origin="https://x.dapp.io",
+                       ip_bits=ip_bits("2001:db8::1")) is Status.ADMITTED
+    assert await admit(limiter, key, T0, origin="https://evil.com",
+                       ip_bits=ok["ip_bits"]) is Status.FORBIDDEN
+    assert await admit(limiter, key, T0, origin="", ip_bits=ok["ip_bits"]) is Status.FORBIDDEN
+    assert await admit(limiter, key, T0, origin=ok["origin"],
+                       ip_bits=ip_bits("11.0.0.1")) is Status.FORBIDDEN
+    assert await admit(limiter, key, T0, "eth_blockNumber", **ok) is Status.FORBIDDEN
+
+
+def test_ip_bits_map_ipv4_into_ipv6() -> None:
+    assert ip_bits("10.1.2.3").startswith(cidr_bits("10.0.0.0/8"))
+    assert not ip_bits("11.1.2.3").startswith(cidr_bits("10.0.0.0/8"))
+    assert ip_bits("::ffff:10.1.2.3") == ip_bits("10.1.2.3")
+    assert ip_bits("not an ip") == ""
+    assert len(cidr_bits("0.0.0.0/0")) == 96
+
+
+async def test_usage_counters_in_the_same_call(limiter: RedisLimiter, store: Store,
+                                               account: str) -> None:
+    key, rec = await store.create_key(account)
+    now = await store.now_ms()
+    khash = key_hash(key)
+    await limiter.admit(khash, 3, {"eth_call": 2, "eth_chainId": 1}, now_ms=now)
+    for _ in range(30):
+        await limiter.admit(khash, 1, {"eth_call": 1}, now_ms=now)
+    usage = await store.usage(rec.id)
+    assert usage.total == 3 + 17  # 20 burst units, 3 + 17 admitted
+    assert usage.limited == 13
+    assert usage.methods == {"eth_call": 19, "eth_chainId": 1}
+    assert (await store.get_key(rec.id)).last_used_at == now
+
+
+async def test_noscript_after_script_flush_is_reloaded(limiter: RedisLimiter, redis: Redis,
+                                                       api_key: str) -> None:
+    assert await admit(limiter, api_key, T0) is Status.ADMITTED
+    await redis.script_flush()
+    assert await admit(limiter, api_key, T0) is Status.ADMITTED
+
+
+async def test_key_record_holds_only_the_hash(redis: Redis, prefix: str, api_key: str) -> None:
+    keys = [k async for k in redis.scan_iter(match=f"{prefix}:*")]
+    assert keys and not any(api_key in k for k in keys)
+    for k in keys:
+        if await redis.type(k) == "hash":
+            values = await redis.hgetall(k)
+            assert not any(api_key in str(v) for v in values.values())
+    assert await redis.exists(record_key(prefix, key_hash(api_key)))

@@ -1,0 +1,78 @@
+"""Config loading: TOML + env, unknown keys and bad values named by their path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, config_from_dict, load_config
+
+EXAMPLE = Path(__file__).parents[2] / "gateway.example.toml"
+
+
+def test_defaults_match_the_spec() -> None:
+    cfg = config_from_dict({})
+    assert [(n.name, n.prefix, n.chain_id) for n in cfg.networks] == [
+        ("bsc", "/bsc", 56), ("opbnb", "/opbnb", 204)]
+    free, payg = cfg.plan("free"), cfg.plan("payg")
+    assert (free.rate, free.burst, payg.rate, payg.burst) == (25, 50, 300, 600)
+    assert free.cost("eth_getLogs") == 50 and free.cost("eth_call") == 1
+    assert cfg.limits.max_body_bytes == 1_048_576 and cfg.limits.max_batch == 100
+    assert cfg.redis.fail_open is False
+    methods = cfg.network("bsc").methods
+    assert "eth_sendRawTransaction" in methods and "eth_call" in methods
+    assert not any(m.startswith(("admin_", "debug_", "personal_", "eth_sign")) for m in methods)
+
+
+def test_the_example_file_loads() -> None:
+    cfg = load_config(EXAMPLE, env={})
+    assert cfg.network("bsc").chain_id == 56
+
+
+def test_env_overrides() -> None:
+    cfg = config_from_dict({}, env={
+        "GATEWAY_REDIS_URL": "redis://r:6379/0",
+        "GATEWAY_UPSTREAM_BSC": "http://a:8545, http://b:8545",
+        "GATEWAY_UPSTREAM_OPBNB": "http://c:8545"})
+    assert cfg.redis.url == "redis://r:6379/0"
+    assert cfg.network("bsc").upstreams == ("http://a:8545", "http://b:8545")
+    assert cfg.network("opbnb").upstreams == ("http://c:8545",)
+
+
+def test_config_file_from_env(tmp_path: Path) -> None:
+    path = tmp_path / "g.toml"
+    path.write_text("[limits]\nmax_batch = 5\n")
+    assert load_config(env={"GATEWAY_CONFIG": str(path)}).limits.max_batch == 5
+
+
+@pytest.mark.parametrize("raw,path", [
+    ({"nope": 1}, "nope"),
+    ({"limits": {"max_bodyy": 1}}, "limits.max_bodyy"),
+    ({"limits": {"max_batch": "ten"}}, "limits.max_batch"),
+    ({"limits": {"max_batch": -1}}, "limits.max_batch"),
+    ({"redis": {"fail_open": "yes"}}, "redis.fail_open"),
+    ({"networks": {"bsc": {"upstreams": ["ftp://x"]}}}, "networks.bsc.upstreams[0]"),
+    ({"networks": {"bsc": {"upstreams": []}}}, "networks.bsc.upstreams"),
+    ({"networks": {"bsc": {"prefix": "bsc"}}}, "networks.bsc.prefix"),
+    ({"networks": {"bsc": {"chainid": 56}}}, "networks.bsc.chainid"),
+    ({"networks": {"bsc": {"extra_methods": ["debug_traceCall"]}}}, "networks.bsc.methods"),
+    ({"networks": {"x": {"upstreams": ["http://a"]}}}, "networks.x.chain_id"),
+    ({"plans": {"free": {"rate": 0}}}, "plans.free.rate"),
+    ({"plans": {"free": {"weights": {"eth_getLogs": -1}}}}, "plans.free.weights.eth_getLogs"),
+    ({"plans": {"free": {"colour": "red"}}}, "plans.free.colour"),
+    ({"default_plan": "gold"}, "default_plan"),
+])
+def test_errors_name_the_config_path(raw: dict[str, object], path: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict(raw)
+    assert str(exc.value).startswith(path + ":"), str(exc.value)
+
+
+def test_missing_or_broken_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "absent.toml", env={})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[limits\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad, env={})
