@@ -52,6 +52,15 @@ class LatencyHistogram:
     def min_ms(self) -> float:
         return float(self._h.get_min_value()) / 1000.0 if self.count else 0.0
 
+    def count_above_ms(self, ms: float) -> int:
+        """How many recorded values exceed ``ms`` (within histogram precision)."""
+        limit = ms * 1000.0
+        return sum(
+            int(item.count_added_in_this_iter_step)
+            for item in self._h.get_recorded_iterator()
+            if item.value_iterated_to > limit
+        )
+
     def summary(self) -> dict[str, float]:
         """count, mean, min, max and the report percentiles, all in ms."""
         out: dict[str, float] = {"count": float(self.count), "mean_ms": self.mean_ms()}

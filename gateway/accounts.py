@@ -19,6 +19,7 @@ Times are Redis ``TIME`` in ms, the same clock admit.lua uses.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
 
 from gateway.auth import generate_key, key_hash, key_hint
 from gateway.limiter import bucket_key, cidr_bits, record_key, usage_prefix
@@ -197,6 +199,7 @@ class Store:
         self.plans = tuple(plans)
         self.default_plan = default_plan
         self._hasher = hasher or PasswordHasher()
+        self._hit_script: AsyncScript | None = None  # dashboard support
 
     # -- helpers -------------------------------------------------------------
     async def now_ms(self) -> int:
@@ -291,11 +294,9 @@ class Store:
                          max_keys: int | None = None) -> tuple[str, KeyRecord]:
         """Make a key; returns the key itself (shown once) and its record."""
         account = await self.account(account_id)
-        if max_keys is not None:
-            count = await self.redis.scard(self._acct_keys_key(account_id))
-            if count >= max_keys:
-                raise StoreError(f"this account already has {count} keys, the most a plan "
-                                 "allows; revoke one you no longer use")
+        if max_keys is not None and await self.active_key_count(account_id) >= max_keys:
+            raise StoreError(f"you already have {max_keys} active keys, the most an account "
+                             "may have; revoke one you no longer use first")
         origins_n = normalize_origins(origins)
         ips_shown, ips_bits = normalize_ips(ips)
         methods_n = normalize_methods(methods)
@@ -444,3 +445,81 @@ class Store:
             pipe.hincrby(day_key, "err", count)
             pipe.pexpire(day_key, 91 * DAY_MS)
         await pipe.execute()
+
+    # -- dashboard support -----------------------------------------------------
+    # Server-side sessions and failure counters for the dashboard. They live
+    # here so that every Redis key layout stays in this one module:
+    #
+    #     p:s:<sha256(session id)>   session hash: acct, csrf, created (TTL = max age)
+    #     p:t:<name>                 fixed-window failure counter (TTL = window)
+    #
+    # Only the SHA-256 of a session id is stored, as for API keys: a Redis
+    # dump does not hand out live sessions.
+
+    def _session_key(self, session_id: str) -> str:
+        return f"{self.prefix}:s:{hashlib.sha256(session_id.encode()).hexdigest()}"
+
+    def _counter_key(self, name: str) -> str:
+        return f"{self.prefix}:t:{name}"
+
+    async def create_session(self, account_id: str, max_age_s: int) -> tuple[str, str]:
+        """A new session for the account: (session id for the cookie, CSRF token)."""
+        session_id = secrets.token_urlsafe(32)
+        csrf = secrets.token_urlsafe(32)
+        key = self._session_key(session_id)
+        now = await self.now_ms()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(key, mapping={"acct": account_id, "csrf": csrf, "created": now})
+        pipe.expire(key, max(1, max_age_s))
+        await pipe.execute()
+        return session_id, csrf
+
+    async def session(self, session_id: str) -> tuple[str, str] | None:
+        """(account id, CSRF token) of a live session, or None."""
+        if not session_id or len(session_id) > 128 or not session_id.isprintable():
+            return None
+        data = await self.redis.hgetall(self._session_key(session_id))
+        if not data.get("acct") or not data.get("csrf"):
+            return None
+        return data["acct"], data["csrf"]
+
+    async def end_session(self, session_id: str) -> None:
+        """Forget a session server-side: its cookie is worthless from now on."""
+        if session_id:
+            await self.redis.delete(self._session_key(session_id))
+
+    async def count_failure(self, name: str, window_ms: int) -> tuple[int, int]:
+        """Add one to counter ``name``: (count in this window, ms until it resets)."""
+        if self._hit_script is None:
+            self._hit_script = self.redis.register_script(_HIT_LUA)
+        count, ttl = await self._hit_script(keys=[self._counter_key(name)], args=[window_ms])
+        return int(count), int(ttl)
+
+    async def failures(self, name: str) -> tuple[int, int]:
+        """(count, ms until reset) of counter ``name`` without changing it."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self._counter_key(name))
+        pipe.pttl(self._counter_key(name))
+        count, ttl = await pipe.execute()
+        return int(count or 0), max(0, int(ttl))
+
+    async def clear_failures(self, name: str) -> None:
+        await self.redis.delete(self._counter_key(name))
+
+    async def active_key_count(self, account_id: str) -> int:
+        """Keys of the account that work now and were not rotated away."""
+        now = await self.now_ms()
+        return sum(1 for r in await self.list_keys(account_id)
+                   if r.status(now) == "active" and r.rotated_to is None)
+
+
+# KEYS[1] counter   ARGV[1] window in ms
+# returns {count, ms until the window resets}
+# INCR and PEXPIRE in one script: a counter can never be left without a TTL.
+_HIT_LUA = """
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return {n, redis.call('PTTL', KEYS[1])}
+"""

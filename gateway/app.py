@@ -16,13 +16,16 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.accesslog import AccessLogger
 from gateway.accounts import Store
+from gateway.clientip import ClientIP
 from gateway.config import Config, data_dir, load_config
+from gateway.dashboard import setup_dashboard
 from gateway.embedded import ensure_embedded
 from gateway.handlers import RpcHandler
-from gateway.limiter import RedisLimiter
+from gateway.limiter import MuxLimiter, RedisLimiter
 from gateway.metrics import Metrics
 from gateway.ops import setup_ops_routes
 from gateway.redisconn import admin_connect, connect
+from gateway.redismux import MuxRedis
 from gateway.upstream import NodePool
 from gateway.usage import ErrorCounter
 
@@ -34,10 +37,12 @@ def create_app(config: Config | None = None) -> web.Application:
                           handler_args={"access_log_class": AccessLogger})
     app[T.CONFIG] = cfg
     app[T.METRICS] = Metrics()
+    app[T.CLIENT_IP] = ClientIP(cfg.server.trusted_proxies)
     app.cleanup_ctx.append(_redis_ctx)
     app.cleanup_ctx.append(_pools_ctx)
     app.cleanup_ctx.append(_errors_ctx)
-    handlers = [RpcHandler(cfg, net, app[T.METRICS]) for net in cfg.networks]
+    slots = asyncio.Semaphore(cfg.limits.max_in_flight)
+    handlers = [RpcHandler(cfg, net, app[T.METRICS], slots) for net in cfg.networks]
     for handler in handlers:
         app.router.add_route("*", handler.network.prefix, handler.handle)
         app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
@@ -45,10 +50,7 @@ def create_app(config: Config | None = None) -> web.Application:
     app.on_startup.append(_bind_handlers)
     setup_ops_routes(app)
     if cfg.dashboard.enabled:
-        with contextlib.suppress(ImportError):
-            from gateway.dashboard import setup_dashboard
-
-            setup_dashboard(app, cfg)
+        setup_dashboard(app, cfg)
     return app
 
 
@@ -61,12 +63,20 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     admin = admin_connect(cfg.redis, url)
     app[T.REDIS] = redis
     app[T.ADMIN_REDIS] = admin
-    app[T.LIMITER] = RedisLimiter(redis, cfg.plans, cfg.redis.prefix)
+    mux: MuxRedis | None = None
+    if cfg.redis.cluster:
+        app[T.LIMITER] = RedisLimiter(redis, cfg.plans, cfg.redis.prefix)
+    else:
+        mux = MuxRedis(url, timeout_s=cfg.redis.timeout_ms / 1000,
+                       connect_timeout_s=cfg.redis.connect_timeout_ms / 1000)
+        app[T.LIMITER] = MuxLimiter(mux, cfg.plans, cfg.redis.prefix)
     app[T.STORE] = Store(admin, prefix=cfg.redis.prefix, plans=[p.name for p in cfg.plans],
                          default_plan=cfg.default_plan)
     try:
         yield
     finally:
+        if mux is not None:
+            await mux.close()
         await redis.aclose()
         await admin.aclose()
         if embedded is not None:
@@ -79,8 +89,7 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
     pools: dict[str, NodePool] = {}
     for net in cfg.networks:
         pool = NodePool(net, cfg.upstream, cfg.limits.upstream_connect_timeout_s,
-                        cfg.limits.upstream_timeout_s)
-        pool.on_result = _result_counter(metrics, net.name)
+                        cfg.limits.upstream_timeout_s, metrics=metrics)
         await pool.start()
         pools[net.name] = pool
     app[T.POOLS] = pools
@@ -96,15 +105,6 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
                 await task
         for pool in pools.values():
             await pool.close()
-
-
-def _result_counter(metrics: Metrics, network: str):  # type: ignore[no-untyped-def]
-    counter = metrics.upstream_results
-
-    def on_result(node, result):  # type: ignore[no-untyped-def]
-        counter.labels(network, node.name, result).inc()
-
-    return on_result
 
 
 async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:

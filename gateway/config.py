@@ -10,6 +10,7 @@ passes pieces of it down.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import tomllib
 import types
@@ -83,12 +84,14 @@ class ServerConfig:
     port: int = 8545
     workers: int = 1
     access_log: bool = True
-    # Seconds a client may take to send request headers / stay idle on
-    # keep-alive; aiohttp has no header-read timeout of its own.
+    # aiohttp has no header-read timeout of its own (gateway/server.py adds it).
+    # Seconds a client may take to send request headers (from connection open
+    # or its first byte) and then its body; 0 turns a check off.
     header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
     keepalive_timeout_s: float = 75.0
-    max_connections: int = 10_000
-    drain_timeout_s: float = 15.0
+    max_connections: int = 10_000  # per process; 0 = no cap
+    drain_timeout_s: float = 15.0  # SIGTERM: in-flight calls get this long to finish
     # Trust X-Forwarded-For from these proxies (CIDRs) for the IP allowlist.
     trusted_proxies: tuple[str, ...] = ()
 
@@ -147,6 +150,12 @@ class UpstreamConfig:
     retry_budget: float = 0.2
     max_attempts: int = 3
     connections_per_node: int = 256
+    # One attempt's cap inside limits.upstream_timeout_s, so a slow node
+    # leaves time to fail over; 0 = the whole deadline.
+    attempt_timeout_s: float = 5.0
+    probe_timeout_s: float = 2.0
+    client: str = "lean"  # "lean" (gateway.nodeclient) or "aiohttp" (ClientSession)
+    keepalive_s: float = 15.0  # idle pooled connections to a node are closed after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +254,14 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         if name == "redis" and env.get("GATEWAY_REDIS_URL"):
             table["url"] = env["GATEWAY_REDIS_URL"]
         sections[name] = _build(cls, table, name)
+
+    if sections["upstream"].client not in ("lean", "aiohttp"):
+        raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
+    for i, cidr in enumerate(sections["server"].trusted_proxies):
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise ConfigError(f"server.trusted_proxies[{i}]: not an IP network") from None
 
     nets_raw = {k: dict(v) for k, v in DEFAULT_NETWORKS.items()}
     for name, table in _table(raw, "networks").items():

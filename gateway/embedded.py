@@ -102,6 +102,8 @@ class RedisProcess:
                 try:
                     if client.ping():
                         return True
+                except (redis.AuthenticationError, redis.ResponseError):
+                    return True  # it answers; it just wants a password
                 except redis.RedisError:
                     time.sleep(0.02)
             return False

@@ -7,6 +7,7 @@ bytes; only a batch with calls we must answer ourselves is re-encoded.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -21,7 +22,8 @@ from gateway.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.config import Config, NetworkConfig
 from gateway.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
 from gateway.metrics import Metrics
-from gateway.typedefs import KEY_ID, RPC_METHOD
+from gateway.clientip import ClientIP
+from gateway.typedefs import CLIENT_IP, KEY_ID, RPC_METHOD
 from gateway.upstream import NodePool, UpstreamError
 from gateway.usage import ErrorCounter
 
@@ -30,6 +32,7 @@ log = logging.getLogger("gateway.rpc")
 JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
 NON_IDEMPOTENT = frozenset({"eth_sendRawTransaction"})
 _PARSE_FAILED = object()
+_TOO_DEEP = object()
 
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
@@ -57,15 +60,21 @@ class RpcHandler:
     pool: NodePool
     errors: ErrorCounter
 
-    def __init__(self, cfg: Config, network: NetworkConfig, metrics: Metrics) -> None:
+    def __init__(self, cfg: Config, network: NetworkConfig, metrics: Metrics,
+                 slots: asyncio.Semaphore | None = None) -> None:
         self.network = network
+        # Shared by every network's handler: at most limits.max_in_flight calls
+        # are worked on at once per worker; the rest wait in arrival order, so
+        # CPU per call does not balloon with concurrency.
+        self.slots = slots or asyncio.Semaphore(cfg.limits.max_in_flight)
         self.methods = network.methods
         self.metrics = metrics
         self.fail_open = cfg.redis.fail_open
         self.max_body = cfg.limits.max_body_bytes
         self.max_batch = cfg.limits.max_batch
-        self._requests = metrics.requests
-        self._latency = metrics.latency.labels(network.name)
+        self.max_depth = cfg.limits.max_json_depth
+        self.client_ip = ClientIP(cfg.server.trusted_proxies)
+        self._net_metrics = metrics.network(network.name)
         self._limited = metrics.rate_limited.labels(network.name)
         self._policies = {p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}"
                           for p in cfg.plans}
@@ -79,13 +88,13 @@ class RpcHandler:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
-            response = await self._handle(request)
+            async with self.slots:
+                response = await self._handle(request)
         except Exception:  # never a traceback to the client
             log.exception("internal error network=%s", self.network.name)
             response = _reply(rpc.error_body(rpc.INTERNAL_ERROR), 500)
-        self._latency.observe(time.perf_counter() - started)
-        self._requests.labels(self.network.name, request.get(RPC_METHOD, "-"),
-                              str(response.status)).inc()
+        self._net_metrics.answered(request.get(RPC_METHOD, "-"), response.status,
+                                   time.perf_counter() - started)
         return response
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -109,6 +118,8 @@ class RpcHandler:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._too_large()
+        except ConnectionError:  # client gone, or too slow (server.body_timeout_s)
+            return _reply(rpc.error_body(rpc.INVALID_REQUEST, None, "body incomplete"), 408)
         if len(body) > self.max_body:
             return self._too_large()
 
@@ -119,11 +130,17 @@ class RpcHandler:
                 parsed = rpc.loads_exact(body)
         except rpc.ParseError:
             parsed = _PARSE_FAILED
+        if body.count(b"[") + body.count(b"{") > self.max_depth and json_too_deep(
+                parsed, self.max_depth):  # the count is a cheap upper bound of the depth
+            parsed = _TOO_DEEP
         calls: list[rpc.Call] = []
         request_error: tuple[rpc.ErrorKind, str | None] | None = None
         is_batch = type(parsed) is list
         if parsed is _PARSE_FAILED:
             request_error = (rpc.PARSE_ERROR, None)
+        elif parsed is _TOO_DEEP:
+            is_batch = False
+            request_error = (rpc.INVALID_REQUEST, f"JSON nested deeper than {self.max_depth}")
         elif is_batch:
             if not parsed:
                 request_error = (rpc.INVALID_REQUEST, "empty batch")
@@ -154,7 +171,7 @@ class RpcHandler:
         try:
             decision = await self.limiter.admit(
                 khash, max(1, len(calls)), counts, request.headers.get(hdrs.ORIGIN, ""),
-                ip_bits(client_ip(request)))
+                ip_bits(self.client_ip(request)))
         except LimiterUnavailable:
             self.metrics.redis_errors.labels("open" if self.fail_open else "closed").inc()
             if not self.fail_open:
@@ -307,4 +324,26 @@ def rpc_key(request: web.Request) -> str | None:
 
 
 def client_ip(request: web.Request) -> str:
-    return request.remote or ""
+    """The client's address as the app's trusted-proxy rules see it."""
+    return request.config_dict[CLIENT_IP](request)
+
+
+def json_too_deep(parsed: Any, limit: int) -> bool:
+    """Whether ``parsed`` nests containers deeper than ``limit`` (no recursion)."""
+    level = [parsed]
+    depth = 1
+    while level:
+        if depth > limit:
+            return True
+        deeper: list[Any] = []
+        add = deeper.append
+        for obj in level:
+            kind = type(obj)
+            if kind is not dict and kind is not list:
+                continue
+            for value in obj.values() if kind is dict else obj:
+                if type(value) is dict or type(value) is list:
+                    add(value)
+        level = deeper
+        depth += 1
+    return False

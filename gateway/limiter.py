@@ -8,6 +8,7 @@ fail-open / fail-closed policy in one place.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,11 +19,13 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import PlanConfig
+from gateway.redismux import MuxRedis, RedisUnavailable
 
 ADMIT_LUA = resources.files("gateway").joinpath("lua/admit.lua").read_text()
+ADMIT_SHA = hashlib.sha1(ADMIT_LUA.encode()).hexdigest()
 
 
 class Status(IntEnum):
@@ -128,7 +131,11 @@ def _num(value: float) -> str:
 
 
 class RedisLimiter:
-    """Runs ``admit.lua`` with EVALSHA (redis-py reloads it on NOSCRIPT)."""
+    """Runs ``admit.lua`` with EVALSHA (redis-py reloads it on NOSCRIPT).
+
+    The general implementation: works on a single Redis and on a Cluster
+    (redis-py routes by the first key; all keys share one hash tag).
+    """
 
     def __init__(self, redis: Redis | RedisCluster, plans: Sequence[PlanConfig],
                  prefix: str = "gw") -> None:
@@ -145,7 +152,9 @@ class RedisLimiter:
         args.extend(self._plans.args(methods))
         try:
             res = await self._script(keys=keys, args=args)
-        except (RedisError, OSError, TimeoutError) as exc:
+        # RedisClusterException (no node reachable, slot not covered) is not a
+        # RedisError, yet it means the same: Redis could not be asked.
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
             raise LimiterUnavailable(str(exc)) from exc
         return decision_from_reply(res)
 
@@ -155,3 +164,29 @@ def decision_from_reply(res: Sequence[Any]) -> Decision:
     plan = res[6].decode() if isinstance(res[6], bytes) else str(res[6])
     return Decision(Status(int(res[0])), key_id, int(res[2]), int(res[3]), int(res[4]),
                     int(res[5]), plan)
+
+
+class MuxLimiter:
+    """``admit.lua`` over one multiplexed connection: the fast path for one Redis.
+
+    Same script, same arguments as ``RedisLimiter``; all checks issued in one
+    event-loop tick leave in one write (see ``gateway.redismux``).
+    """
+
+    def __init__(self, mux: MuxRedis, plans: Sequence[PlanConfig], prefix: str = "gw") -> None:
+        self._mux = mux
+        self._plans = PlanTable(plans)
+        self._prefix = prefix
+
+    async def admit(self, khash: str, calls: int, methods: Mapping[str, int],
+                    origin: str = "", ip_bits: str = "",
+                    now_ms: int | None = None) -> Decision:
+        p = self._prefix
+        tag = f"{p}:{{{khash}}}:"
+        args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits]
+        args.extend(self._plans.args(methods))
+        try:
+            res = await self._mux.evalsha(ADMIT_SHA, ADMIT_LUA, (tag + "k", tag + "b", tag), args)
+        except RedisUnavailable as exc:
+            raise LimiterUnavailable(str(exc)) from exc
+        return decision_from_reply(res)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from gateway.accounts import Store
+from gateway.clientip import ClientIP
 from gateway.config import Config
 from gateway.limiter import Limiter
 from gateway.metrics import Metrics
@@ -31,3 +32,4 @@ HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
 # Per-request values the access log reads (never the key itself).
 RPC_METHOD = web.RequestKey("rpc_method", str)
 KEY_ID = web.RequestKey("key_id", str)
+CLIENT_IP = web.AppKey("client_ip", ClientIP)

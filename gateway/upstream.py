@@ -1,10 +1,37 @@
 """Upstream node pools: pooled sessions, health probes, retries, timeouts.
 
-One ``NodePool`` per network. Calls go to healthy, fresh nodes in turn; a
-failed idempotent call is retried on another node while the deadline and
-the retry budget allow; a node that fails ``fail_threshold`` times in a row
-is taken out for ``cooldown_s`` and probed back in. Bodies travel as bytes:
-the pool never parses what it forwards.
+One ``NodePool`` per network, one ``aiohttp.ClientSession`` per pool (a
+per-node connection limit, keep-alive, connect and total timeouts).
+
+Routing: each call goes to the best node by tier, then by fewest calls in
+flight, round robin among equals. Tier 0 is "in rotation and fresh"; tier 1
+"in rotation but lagging" (more than ``max_lag_blocks`` behind the best
+head the probe saw); tier 2 "out of rotation" (probe failed, or taken out
+after ``fail_threshold`` failures in a row for ``cooldown_s``), tried only
+when nothing better is left, so a pool whose every node looks down still
+tries instead of failing without asking anyone.
+
+Retries: a failed call is retried on a *different* node while the deadline
+(``limits.upstream_timeout_s``, one for all attempts) and the retry budget
+(``retry_budget`` extra attempts per first attempt, e.g. 0.2 = at most 20 %
+extra load) allow. Each attempt is capped at ``attempt_timeout_s`` so a slow
+node leaves time for another. A call that is not idempotent
+(``eth_sendRawTransaction``) is retried only when it certainly never reached
+the node (connect refused or timed out) or the node refused it with 429;
+once it may have been received it is never sent again.
+
+Health: a background probe asks every node for ``eth_blockNumber`` each
+``probe_interval_s``. A node whose probe fails leaves the rotation until a
+probe succeeds; a node taken out by failures comes back only after its
+cooldown *and* a successful probe. Bodies travel as bytes: the pool never
+parses what it forwards. Node URLs may hold a provider's secret, so logs and
+metrics name nodes ``<network>-<index>``, never by URL.
+
+Transport: ``upstream.client = "lean"`` (default) sends calls through
+``gateway.nodeclient`` (keep-alive connections + aiohttp's C response
+parser; ~35 µs of CPU per call against ~140 µs through a ClientSession, see
+docs/PERFORMANCE.md); ``"aiohttp"`` uses the pooled ``ClientSession``.
+Probes always use the session.
 """
 
 from __future__ import annotations
@@ -14,17 +41,21 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import Final
 
 import aiohttp
 import orjson
 
 from gateway.config import NetworkConfig, UpstreamConfig
+from gateway.metrics import Metrics, NodeMetrics
+from gateway.nodeclient import NodeClient, NodeRequestError
 
 log = logging.getLogger("gateway.upstream")
 
-PROBE_BODY = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
-_JSON_HEADERS = {"Content-Type": "application/json"}
+PROBE_BODY: Final = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+_JSON_HEADERS: Final = {"Content-Type": "application/json"}
+# A node's 4xx answer that judges the request, not the node: relayed when JSON.
+_RELAYED_4XX: Final = frozenset({400, 413, 422})
 
 
 class UpstreamError(Exception):
@@ -35,32 +66,46 @@ class UpstreamError(Exception):
         self.timeout = timeout
 
 
-@dataclass(slots=True)
 class Node:
-    url: str
-    name: str
-    healthy: bool = True
-    head: int = 0
-    lagging: bool = False
-    consecutive_failures: int = 0
-    down_until: float = 0.0
-    requests: int = 0
-    failures: int = 0
+    """One upstream node and what the pool knows about it."""
+
+    __slots__ = ("client", "consecutive_failures", "down_until", "failures", "head", "healthy",
+                 "in_flight", "lagging", "metrics", "name", "requests", "url")
+
+    def __init__(self, url: str, name: str, metrics: NodeMetrics | None = None) -> None:
+        self.url = url
+        self.name = name
+        self.healthy = True  # last probe answered (optimistic until the first probe)
+        self.head = 0
+        self.lagging = False
+        self.consecutive_failures = 0
+        self.down_until = 0.0  # taken out until this monotonic time
+        self.in_flight = 0
+        self.requests = 0
+        self.failures = 0
+        self.metrics = metrics
+        self.client: NodeClient | None = None
 
     def usable(self, now: float) -> bool:
         return self.healthy and now >= self.down_until
 
+    def __repr__(self) -> str:  # never the URL: it may carry a provider key
+        return f"<Node {self.name} healthy={self.healthy} head={self.head}>"
 
-@dataclass(slots=True)
+
 class _Budget:
-    """Retries allowed as a fraction of recent first attempts (token bucket)."""
+    """Retries allowed as a fraction of first attempts (a token bucket)."""
 
-    ratio: float
-    tokens: float = 10.0
-    cap: float = 100.0
+    __slots__ = ("cap", "ratio", "tokens")
+
+    def __init__(self, ratio: float, tokens: float = 10.0, cap: float = 100.0) -> None:
+        self.ratio = ratio
+        self.tokens = tokens
+        self.cap = cap
 
     def on_attempt(self) -> None:
-        self.tokens = min(self.cap, self.tokens + self.ratio)
+        tokens = self.tokens + self.ratio
+        self.tokens = tokens if tokens < self.cap else self.cap
 
     def take(self) -> bool:
         if self.tokens >= 1.0:
@@ -69,165 +114,268 @@ class _Budget:
         return False
 
 
-OnResult = Callable[[Node, str], None]  # (node, "ok" | "error" | "timeout" | "retry")
+class _Failed(Exception):
+    """One attempt failed: ``sent`` if the node may have received the call."""
+
+    def __init__(self, message: str, *, timeout: bool = False, sent: bool = True,
+                 node_fault: bool = True, resend_ok: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+        self.sent = sent
+        self.node_fault = node_fault
+        self.resend_ok = resend_ok
 
 
-@dataclass(slots=True)
 class NodePool:
-    network: NetworkConfig
-    cfg: UpstreamConfig
-    connect_timeout_s: float
-    total_timeout_s: float
-    session: aiohttp.ClientSession | None = None
-    nodes: list[Node] = field(default_factory=list)
-    on_result: OnResult | None = None
-    _next: int = 0
-    _budget: _Budget = field(default_factory=lambda: _Budget(0.2))
+    """The nodes of one network; ``forward`` is the only hot-path entry."""
 
-    def __post_init__(self) -> None:
-        self.nodes = [Node(url, f"{self.network.name}-{i}")
-                      for i, url in enumerate(self.network.upstreams)]
-        self._budget = _Budget(self.cfg.retry_budget)
+    def __init__(self, network: NetworkConfig, cfg: UpstreamConfig, connect_timeout_s: float,
+                 total_timeout_s: float, *, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.network = network
+        self.clock = clock  # injectable for tests; monotonic seconds
+        self.cfg = cfg
+        self.connect_timeout_s = connect_timeout_s
+        self.total_timeout_s = total_timeout_s
+        attempt = cfg.attempt_timeout_s
+        self.attempt_timeout_s = min(attempt, total_timeout_s) if attempt > 0 else total_timeout_s
+        self.max_attempts = max(1, cfg.max_attempts)
+        self.session: aiohttp.ClientSession | None = None
+        self.nodes = [Node(url, f"{network.name}-{i}",
+                           metrics.node(network.name, f"{network.name}-{i}") if metrics else None)
+                      for i, url in enumerate(network.upstreams)]
+        self._next = 0
+        self._budget = _Budget(cfg.retry_budget)
+        self._attempt_timeout = aiohttp.ClientTimeout(total=self.attempt_timeout_s,
+                                                      sock_connect=connect_timeout_s)
+        probe_s = cfg.probe_timeout_s or self.attempt_timeout_s
+        self._probe_timeout = aiohttp.ClientTimeout(total=probe_s,
+                                                    sock_connect=min(connect_timeout_s, probe_s))
+        for node in self.nodes:
+            if node.metrics is not None:
+                node.metrics.healthy.set(1)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.cfg.connections_per_node,
-                                         keepalive_timeout=30, ttl_dns_cache=300)
+                                         keepalive_timeout=self.cfg.keepalive_s,
+                                         ttl_dns_cache=300)
         self.session = aiohttp.ClientSession(
             connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
-            skip_auto_headers=("Accept-Encoding", "User-Agent"), json_serialize=_dumps,
+            skip_auto_headers=("Accept-Encoding", "User-Agent"),
             timeout=aiohttp.ClientTimeout(total=self.total_timeout_s,
                                           sock_connect=self.connect_timeout_s))
+        if self.cfg.client == "lean":
+            for node in self.nodes:
+                node.client = NodeClient(node.url, max_connections=self.cfg.connections_per_node,
+                                         connect_timeout_s=self.connect_timeout_s)
 
     async def close(self) -> None:
+        for node in self.nodes:
+            if node.client is not None:
+                await node.client.close()
+                node.client = None
         if self.session is not None:
             await self.session.close()
             self.session = None
 
     # -- routing -------------------------------------------------------------
     def pick(self, exclude: tuple[Node, ...] = ()) -> Node | None:
-        """Next usable, fresh node (round robin); stale or cooling nodes as a last resort."""
-        now = time.monotonic()
-        n = len(self.nodes)
-        for strict in (True, False):
-            for i in range(n):
-                node = self.nodes[(self._next + i) % n]
-                if node in exclude:
-                    continue
-                if strict and (not node.usable(now) or node.lagging):
-                    continue
-                self._next = (self._next + i + 1) % n
-                return node
-        return None
+        """The best node not in ``exclude``: tier, then fewest in flight, round robin."""
+        nodes = self.nodes
+        n = len(nodes)
+        start = self._next
+        if not exclude:  # a retry does not move the rotation on
+            self._next = start + 1 if start + 1 < n else 0
+        now = self.clock()
+        best: Node | None = None
+        best_rank = 0
+        for i in range(n):
+            node = nodes[(start + i) % n]
+            if exclude and node in exclude:
+                continue
+            if node.healthy and now >= node.down_until:
+                rank = node.in_flight + (1 << 20 if node.lagging else 0)
+            else:
+                rank = node.in_flight + (1 << 40)
+            if best is None or rank < best_rank:
+                best, best_rank = node, rank
+        return best
 
     def healthy_count(self) -> int:
-        now = time.monotonic()
+        now = self.clock()
         return sum(1 for node in self.nodes if node.usable(now))
+
+    def summary(self) -> dict[str, int]:
+        """Node counts for /readyz: configured, in rotation, in rotation and fresh."""
+        now = self.clock()
+        usable = [node for node in self.nodes if node.usable(now)]
+        return {"nodes": len(self.nodes), "healthy": len(usable),
+                "fresh": sum(1 for node in usable if not node.lagging)}
 
     # -- forwarding ----------------------------------------------------------
     async def forward(self, body: bytes, *, idempotent: bool = True) -> bytes:
-        """POST ``body`` to a node and return its answer bytes.
+        """POST ``body`` to a node and return its answer bytes (any 2xx).
 
-        Retries go to a different node and only for idempotent calls, or for
-        any call whose connection failed before the request was sent.
+        Raises ``UpstreamError`` once the attempts, the deadline or the retry
+        budget run out; see the module docstring for the retry rules.
         """
-        assert self.session is not None, "NodePool.start() was not awaited"
-        deadline = time.monotonic() + self.total_timeout_s
-        tried: tuple[Node, ...] = ()
+        session = self.session
+        assert session is not None, "NodePool.start() was not awaited"
+        deadline = self.clock() + self.total_timeout_s
         self._budget.on_attempt()
-        last: UpstreamError = UpstreamError("no upstream node configured")
-        for attempt in range(max(1, self.cfg.max_attempts)):
+        tried: tuple[Node, ...] = ()
+        last = UpstreamError(f"{self.network.name}: no upstream node configured")
+        for attempt in range(self.max_attempts):
             node = self.pick(tried)
-            remaining = deadline - time.monotonic()
-            if node is None or remaining <= 0:
+            if node is None:
                 break
-            if attempt and not self._budget.take():
+            remaining = deadline - self.clock()
+            if remaining <= 0.001:
+                last = UpstreamError(f"{self.network.name}: deadline reached", timeout=True)
                 break
+            if attempt:
+                if not self._budget.take():
+                    break
+                prev = tried[-1]
+                if prev.metrics is not None:
+                    prev.metrics.retry.inc()
             tried += (node,)
             node.requests += 1
-            sent = False
+            node.in_flight += 1
             try:
-                async with self.session.post(
-                        node.url, data=body, headers=_JSON_HEADERS,
-                        timeout=aiohttp.ClientTimeout(total=remaining,
-                                                      sock_connect=self.connect_timeout_s)
-                ) as resp:
-                    sent = True
-                    payload = await resp.read()
-                    if 200 <= resp.status < 300:
-                        self._ok(node)
-                        return payload
-                    last = UpstreamError(f"{node.name} answered HTTP {resp.status}")
-            except TimeoutError:
-                sent = True
-                last = UpstreamError(f"{node.name} timed out", timeout=True)
-            except aiohttp.ClientConnectorError as exc:
-                last = UpstreamError(f"{node.name} unreachable: {exc}")
-            except (aiohttp.ClientError, OSError) as exc:
-                sent = True
-                last = UpstreamError(f"{node.name} failed: {exc}")
-            self._failed(node, "timeout" if last.timeout else "error")
-            if sent and not idempotent:
-                break
-            if self.on_result is not None and attempt + 1 < self.cfg.max_attempts:
-                self.on_result(node, "retry")
+                if node.client is not None:
+                    payload = await _lean_attempt(node, node.client, body,
+                                                  min(remaining, self.attempt_timeout_s))
+                else:
+                    timeout = (self._attempt_timeout if remaining >= self.attempt_timeout_s
+                               else aiohttp.ClientTimeout(total=remaining,
+                                                          sock_connect=self.connect_timeout_s))
+                    payload = await self._attempt(session, node, body, timeout)
+            except _Failed as exc:
+                self._failed(node, exc)
+                last = UpstreamError(str(exc), timeout=exc.timeout)
+                if exc.sent and not idempotent and not exc.resend_ok:
+                    break
+                continue
+            finally:
+                node.in_flight -= 1
+            node.consecutive_failures = 0
+            if node.metrics is not None:
+                node.metrics.ok.inc()
+            return payload
         raise last
 
-    def _ok(self, node: Node) -> None:
-        node.consecutive_failures = 0
-        if self.on_result is not None:
-            self.on_result(node, "ok")
+    @staticmethod
+    async def _attempt(session: aiohttp.ClientSession, node: Node, body: bytes,
+                       limit: aiohttp.ClientTimeout) -> bytes:
+        try:
+            async with session.post(node.url, data=body, headers=_JSON_HEADERS,
+                                    timeout=limit) as resp:
+                payload = await resp.read()
+                status = resp.status
+        except aiohttp.ConnectionTimeoutError:
+            raise _Failed(f"{node.name}: connect timed out", timeout=True, sent=False) from None
+        except TimeoutError:
+            raise _Failed(f"{node.name}: timed out", timeout=True) from None
+        except aiohttp.ClientConnectorError as exc:
+            raise _Failed(f"{node.name}: unreachable ({exc.os_error.__class__.__name__})",
+                          sent=False) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise _Failed(f"{node.name}: failed ({exc.__class__.__name__})") from None
+        return _judge(node, status, payload)
 
-    def _failed(self, node: Node, kind: str) -> None:
+    def _failed(self, node: Node, exc: _Failed) -> None:
         node.failures += 1
+        metrics = node.metrics
+        if metrics is not None:
+            (metrics.timeout if exc.timeout else metrics.error).inc()
+        if not exc.node_fault:
+            return
         node.consecutive_failures += 1
         if node.consecutive_failures >= self.cfg.fail_threshold:
-            node.down_until = time.monotonic() + self.cfg.cooldown_s
-            node.healthy = False
-            log.warning("node taken out node=%s for_s=%s", node.name, self.cfg.cooldown_s)
-        if self.on_result is not None:
-            self.on_result(node, kind)
+            now = self.clock()
+            if now >= node.down_until:
+                node.down_until = now + self.cfg.cooldown_s
+                node.consecutive_failures = 0
+                if metrics is not None:
+                    metrics.healthy.set(0)
+                log.warning("node taken out node=%s for_s=%s last_error=%s", node.name,
+                            self.cfg.cooldown_s, exc)
 
     # -- health --------------------------------------------------------------
     async def probe_once(self) -> None:
-        """Ask every node for its head; mark down, lagging or healthy."""
+        """Ask every node for its head; mark down, lagging, or back in rotation."""
         results = await asyncio.gather(*(self._probe(node) for node in self.nodes))
-        heads = [h for h in results if h is not None]
-        best = max(heads, default=0)
-        now = time.monotonic()
+        best = max((h for h in results if h is not None), default=0)
+        now = self.clock()
         for node, head in zip(self.nodes, results, strict=True):
+            was_in = node.usable(now) and not node.lagging
             if head is None:
+                if node.healthy:
+                    log.warning("node probe failed node=%s", node.name)
                 node.healthy = False
-                continue
-            node.head = head
-            node.lagging = best - head > self.cfg.max_lag_blocks
-            if not node.healthy or now >= node.down_until:
-                if not node.healthy:
+            else:
+                node.head = head
+                node.lagging = best - head > self.cfg.max_lag_blocks
+                if not node.healthy or (node.down_until and now >= node.down_until):
                     log.info("node back node=%s head=%s", node.name, head)
+                    node.down_until = 0.0
+                    node.consecutive_failures = 0
                 node.healthy = True
-                node.down_until = 0.0
-                node.consecutive_failures = 0
+            is_in = node.usable(now) and not node.lagging
+            if node.lagging and was_in:
+                log.warning("node lagging node=%s head=%s best=%s", node.name, head, best)
+            if node.metrics is not None:
+                node.metrics.healthy.set(1 if is_in else 0)
+                if head is not None:
+                    node.metrics.head.set(head)
 
     async def _probe(self, node: Node) -> int | None:
-        assert self.session is not None
+        session = self.session
+        assert session is not None
         try:
-            async with self.session.post(
-                    node.url, data=PROBE_BODY, headers=_JSON_HEADERS,
-                    timeout=aiohttp.ClientTimeout(total=min(self.total_timeout_s, 5.0),
-                                                  sock_connect=self.connect_timeout_s)) as resp:
+            async with session.post(node.url, data=PROBE_BODY, headers=_JSON_HEADERS,
+                                    timeout=self._probe_timeout) as resp:
                 if resp.status != 200:
                     return None
                 reply = orjson.loads(await resp.read())
                 return int(reply["result"], 16)
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError, TypeError,
-                orjson.JSONDecodeError):
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError, TypeError):
             return None
 
     async def probe_forever(self) -> None:
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 await self.probe_once()
+            except Exception:  # a probe bug must not end health checking
+                log.exception("probe failed network=%s", self.network.name)
             await asyncio.sleep(self.cfg.probe_interval_s)
 
+    async def __aenter__(self) -> NodePool:
+        await self.start()
+        return self
 
-def _dumps(obj: object) -> str:
-    return orjson.dumps(obj).decode()
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self.close()
+
+
+def _judge(node: Node, status: int, payload: bytes) -> bytes:
+    """The answer bytes to relay, or ``_Failed`` saying whose fault it was."""
+    if 200 <= status < 300:
+        return payload
+    if status in _RELAYED_4XX and payload[:1] in (b"{", b"["):
+        return payload  # a JSON-RPC answer about the request itself
+    if status == 429:
+        raise _Failed(f"{node.name}: HTTP 429", resend_ok=True)
+    raise _Failed(f"{node.name}: HTTP {status}",
+                  node_fault=status >= 500 or status in (401, 403, 404, 405, 408))
+
+
+async def _lean_attempt(node: Node, client: NodeClient, body: bytes,
+                        timeout_s: float) -> bytes:
+    try:
+        status, payload = await client.post(body, timeout_s)
+    except NodeRequestError as exc:
+        raise _Failed(f"{node.name}: {exc}", timeout=exc.timeout, sent=exc.sent) from None
+    return _judge(node, status, payload)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 from redis.asyncio import Redis
 
 from gateway.accounts import Store
 from gateway.auth import key_hash
 from gateway.config import PlanConfig, config_from_dict
-from gateway.limiter import RedisLimiter, Status, cidr_bits, ip_bits, record_key
+from gateway.limiter import (
+    Limiter,
+    MuxLimiter,
+    RedisLimiter,
+    Status,
+    cidr_bits,
+    ip_bits,
+    record_key,
+)
+from gateway.redismux import MuxRedis
 
 T0 = 1_700_000_000_000  # an injected "now" in ms
 
@@ -21,23 +32,30 @@ def plans(**over: dict[str, object]) -> tuple[PlanConfig, ...]:
     return config_from_dict({"plans": raw}).plans
 
 
-@pytest.fixture
-def limiter(redis: Redis, prefix: str) -> RedisLimiter:
-    return RedisLimiter(redis, plans(), prefix)
+@pytest.fixture(params=["redis-py", "mux"])
+async def limiter(request: pytest.FixtureRequest, redis: Redis, prefix: str,
+                  redis_url: str) -> AsyncIterator[Limiter]:
+    """Every test runs against both implementations of the same script."""
+    if request.param == "redis-py":
+        yield RedisLimiter(redis, plans(), prefix)
+        return
+    mux = MuxRedis(redis_url, timeout_s=2.0)
+    yield MuxLimiter(mux, plans(), prefix)
+    await mux.close()
 
 
-async def admit(limiter: RedisLimiter, key: str, now: int, method: str = "eth_call",
+async def admit(limiter: Limiter, key: str, now: int, method: str = "eth_call",
                 n: int = 1, **kw: str) -> Status:
     d = await limiter.admit(key_hash(key), n, {method: n}, now_ms=now, **kw)
     return d.status
 
 
-async def test_unknown_key_is_unauthorized(limiter: RedisLimiter) -> None:
+async def test_unknown_key_is_unauthorized(limiter: Limiter) -> None:
     d = await limiter.admit(key_hash("x" * 32), 1, {"eth_call": 1}, now_ms=T0)
     assert d.status is Status.UNAUTHORIZED
 
 
-async def test_bucket_admits_burst_then_refills_at_rate(limiter: RedisLimiter,
+async def test_bucket_admits_burst_then_refills_at_rate(limiter: Limiter,
                                                         api_key: str) -> None:
     statuses = [await admit(limiter, api_key, T0) for _ in range(25)]
     assert statuses.count(Status.ADMITTED) == 20  # burst
@@ -50,7 +68,7 @@ async def test_bucket_admits_burst_then_refills_at_rate(limiter: RedisLimiter,
     assert full.count(Status.ADMITTED) == 20
 
 
-async def test_limited_answer_says_when_to_retry(limiter: RedisLimiter, api_key: str) -> None:
+async def test_limited_answer_says_when_to_retry(limiter: Limiter, api_key: str) -> None:
     for _ in range(20):
         await admit(limiter, api_key, T0)
     d = await limiter.admit(key_hash(api_key), 1, {"eth_call": 1}, now_ms=T0)
@@ -59,7 +77,7 @@ async def test_limited_answer_says_when_to_retry(limiter: RedisLimiter, api_key:
     assert d.limit == 20 and d.remaining == 0
 
 
-async def test_weights_and_batch_cost_are_charged_as_a_whole(limiter: RedisLimiter,
+async def test_weights_and_batch_cost_are_charged_as_a_whole(limiter: Limiter,
                                                              api_key: str) -> None:
     khash = key_hash(api_key)
     d = await limiter.admit(khash, 4, {"eth_getLogs": 3, "eth_call": 1}, now_ms=T0)  # 16 units
@@ -82,7 +100,7 @@ async def test_daily_quota(redis: Redis, prefix: str, store: Store, account: str
     assert await admit(limiter, key, day_start + 1) is Status.ADMITTED  # new UTC day
 
 
-async def test_revoked_and_expired_keys(limiter: RedisLimiter, store: Store,
+async def test_revoked_and_expired_keys(limiter: Limiter, store: Store,
                                         account: str) -> None:
     key, rec = await store.create_key(account, expires_in_ms=60_000)
     now = await store.now_ms()
@@ -92,7 +110,7 @@ async def test_revoked_and_expired_keys(limiter: RedisLimiter, store: Store,
     assert await admit(limiter, key, now) is Status.UNAUTHORIZED
 
 
-async def test_plan_switch_applies_on_next_request(limiter: RedisLimiter, store: Store,
+async def test_plan_switch_applies_on_next_request(limiter: Limiter, store: Store,
                                                    account: str, api_key: str) -> None:
     got = [await admit(limiter, api_key, T0) for _ in range(21)]
     assert got[-1] is Status.RATE_LIMITED
@@ -101,7 +119,7 @@ async def test_plan_switch_applies_on_next_request(limiter: RedisLimiter, store:
     assert d.status is Status.ADMITTED and d.plan == "payg" and d.limit == 200
 
 
-async def test_allowlists_are_anded_entries_ored(limiter: RedisLimiter, store: Store,
+async def test_allowlists_are_anded_entries_ored(limiter: Limiter, store: Store,
                                                  account: str) -> None:
     key, _ = await store.create_key(
         account, origins=["https://app.example.com", "*.dapp.io"],
@@ -126,7 +144,7 @@ def test_ip_bits_map_ipv4_into_ipv6() -> None:
     assert len(cidr_bits("0.0.0.0/0")) == 96
 
 
-async def test_usage_counters_in_the_same_call(limiter: RedisLimiter, store: Store,
+async def test_usage_counters_in_the_same_call(limiter: Limiter, store: Store,
                                                account: str) -> None:
     key, rec = await store.create_key(account)
     now = await store.now_ms()
@@ -141,7 +159,7 @@ async def test_usage_counters_in_the_same_call(limiter: RedisLimiter, store: Sto
     assert (await store.get_key(rec.id)).last_used_at == now
 
 
-async def test_noscript_after_script_flush_is_reloaded(limiter: RedisLimiter, redis: Redis,
+async def test_noscript_after_script_flush_is_reloaded(limiter: Limiter, redis: Redis,
                                                        api_key: str) -> None:
     assert await admit(limiter, api_key, T0) is Status.ADMITTED
     await redis.script_flush()

@@ -391,3 +391,38 @@ async def test_single_call_bytes_pass_through(client: Client, api_key: str) -> N
     resp = await client.post(f"/bsc/{api_key}", data=raw, headers=JSON)
     assert resp.status == 200
     assert await resp.read() == b'{"jsonrpc":"2.0","id":1,"result":"0x38"}'
+
+
+async def test_forwarded_for_only_from_trusted_proxies(make_config: MakeConfig,
+                                                       aiohttp_client: Any, store: Store,
+                                                       account: str) -> None:
+    key, _ = await store.create_key(account, ips=["203.0.113.0/24"])
+    trusting: Client = await aiohttp_client(create_app(
+        make_config({"server": {"trusted_proxies": ["127.0.0.0/8"]}})))
+    resp, _ = await post(trusting, f"/bsc/{key}", CALL,
+                         **{"X-Forwarded-For": "198.51.100.7, 203.0.113.9"})
+    assert resp.status == 200
+    resp, _ = await post(trusting, f"/bsc/{key}", CALL, **{"X-Forwarded-For": "198.51.100.7"})
+    assert resp.status == 403
+    plain: Client = await aiohttp_client(create_app(make_config()))
+    resp, _ = await post(plain, f"/bsc/{key}", CALL, **{"X-Forwarded-For": "203.0.113.9"})
+    assert resp.status == 403  # a client cannot forge its address
+
+
+async def test_in_flight_cap_queues_instead_of_failing(
+        make_config: MakeConfig, aiohttp_client: Any, api_key: str,
+        mock_nodes: dict[str, MockNode]) -> None:
+    import asyncio
+    import dataclasses
+
+    from gateway import typedefs as T
+
+    mock_nodes["bsc"].options = dataclasses.replace(mock_nodes["bsc"].options, latency_ms=50)
+    app = create_app(make_config({"limits": {"max_in_flight": 2}}))
+    client: Client = await aiohttp_client(app)
+    results = await asyncio.gather(*(post(client, f"/bsc/{api_key}", {**CALL, "id": i})
+                                     for i in range(12)))
+    assert [body["id"] for _, body in results] == list(range(12))
+    assert all(resp.status == 200 for resp, _ in results)
+    node_client = app[T.POOLS]["bsc"].nodes[0].client
+    assert node_client is not None and node_client.open_connections <= 2

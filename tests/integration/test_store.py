@@ -78,11 +78,12 @@ async def test_other_accounts_cannot_touch_a_key(store: Store, account: str) -> 
     assert (await store.get_key(rec.id)).revoked_at is None
 
 
-async def test_key_count_cap(store: Store, account: str) -> None:
-    for _ in range(2):
-        await store.create_key(account, max_keys=2)
+async def test_key_count_cap_counts_active_keys(store: Store, account: str) -> None:
+    recs = [(await store.create_key(account, max_keys=2))[1] for _ in range(2)]
     with pytest.raises(StoreError, match="revoke"):
         await store.create_key(account, max_keys=2)
+    await store.revoke_key(recs[0].id)
+    await store.create_key(account, max_keys=2)  # a revoked key frees its slot
 
 
 async def test_bad_allowlist_entries_are_named(store: Store, account: str) -> None:

@@ -62,6 +62,7 @@ def test_config_file_from_env(tmp_path: Path) -> None:
     ({"plans": {"free": {"weights": {"eth_getLogs": -1}}}}, "plans.free.weights.eth_getLogs"),
     ({"plans": {"free": {"colour": "red"}}}, "plans.free.colour"),
     ({"default_plan": "gold"}, "default_plan"),
+    ({"server": {"trusted_proxies": ["10.0.0.0/33"]}}, "server.trusted_proxies[0]"),
 ])
 def test_errors_name_the_config_path(raw: dict[str, object], path: str) -> None:
     with pytest.raises(ConfigError) as exc:

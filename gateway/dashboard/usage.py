@@ -1,0 +1,136 @@
+"""Usage per key: totals, a chart by minute / hour / day, methods, refusals.
+
+All numbers come from ``Store.usage`` (the same counters the admission
+script bumps and ``gateway usage`` prints); this module only picks the
+window, groups minutes into hours for the chart, and renders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from gateway.accounts import DAY_MS, HOUR_MS, MINUTE_MS, Account, KeyRecord, NotFound, Usage
+from gateway.dashboard.charts import bar_chart
+from gateway.dashboard.keys import STATUS_WORDS
+from gateway.dashboard.session import store_of
+from gateway.dashboard.views import login_required, render
+
+SUMMARY_LIMIT = 50  # keys listed in the overview table (newest first)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    name: str
+    title: str
+    span_ms: int
+    step_ms: int
+    tick_every: int
+
+
+WINDOWS: tuple[Window, ...] = (
+    Window("1h", "Last hour", HOUR_MS, MINUTE_MS, 10),
+    Window("24h", "Last 24 hours", DAY_MS, HOUR_MS, 3),
+    Window("7d", "Last 7 days", 7 * DAY_MS, DAY_MS, 1),
+    Window("30d", "Last 30 days", 30 * DAY_MS, DAY_MS, 5),
+)
+DEFAULT_WINDOW = "24h"
+_STEP_WORD = {MINUTE_MS: "minute", HOUR_MS: "hour", DAY_MS: "day"}
+
+
+@login_required
+async def usage_page(request: web.Request, account: Account) -> web.StreamResponse:
+    store = store_of(request)
+    window = {w.name: w for w in WINDOWS}.get(
+        request.query.get("window", ""), _window(DEFAULT_WINDOW)
+    )
+    records = await store.list_keys(account.id)
+    now = await store.now_ms()
+    selected = await _selected(request, account, records, now)
+    context: dict[str, Any] = {
+        "windows": WINDOWS,
+        "window": window,
+        "selected": selected,
+        "summary": [],
+        "status_words": STATUS_WORDS,
+    }
+    if selected is None:
+        return render(request, "usage.html", context, account=account)
+    for record in records[:SUMMARY_LIMIT]:
+        day = await store.usage(record.id, DAY_MS, account_id=account.id)
+        context["summary"].append(
+            {
+                "record": record,
+                "status": record.status(now),
+                "total": day.total,
+                "limited": day.limited,
+            }
+        )
+    usage = await store.usage(selected.id, window.span_ms, account_id=account.id)
+    series = chart_series(usage, window)
+    context.update(
+        {
+            "usage": usage,
+            "status": selected.status(now),
+            "series": [(_label(t, window.step_ms, long=True), n) for t, n in series],
+            "chart": bar_chart(
+                series,
+                title=f"Requests per {_STEP_WORD[window.step_ms]}, "
+                f"{window.title.lower()}, key {selected.name}",
+                label=lambda t: _label(t, window.step_ms),
+                tick_every=window.tick_every,
+            ),
+            "step_word": _STEP_WORD[window.step_ms],
+            "methods": _methods(usage),
+        }
+    )
+    return render(request, "usage.html", context, account=account)
+
+
+def chart_series(usage: Usage, window: Window) -> list[tuple[int, int]]:
+    """(bucket start ms, requests) at the window's step, oldest first."""
+    if window.step_ms == DAY_MS:
+        return [(t, totals.get("req", 0)) for t, totals in usage.per_day]
+    buckets: dict[int, int] = {}
+    for t, n in usage.per_minute:
+        start = t - t % window.step_ms
+        buckets[start] = buckets.get(start, 0) + n
+    return sorted(buckets.items())
+
+
+async def _selected(
+    request: web.Request, account: Account, records: Sequence[KeyRecord], now: int
+) -> KeyRecord | None:
+    """The key asked for (404 unless it is the account's), else the newest active one."""
+    key_id = request.query.get("key", "")
+    if key_id:
+        try:
+            return await store_of(request).get_key(key_id, account.id)
+        except NotFound:
+            raise web.HTTPNotFound() from None
+    active = [r for r in records if r.status(now) == "active"]
+    choices = active or list(records)
+    return choices[0] if choices else None
+
+
+def _methods(usage: Usage) -> list[dict[str, Any]]:
+    total = sum(usage.methods.values()) or 1
+    return [
+        {"method": m, "count": n, "share": round(100 * n / total, 1)}
+        for m, n in usage.methods.items()
+    ]
+
+
+def _window(name: str) -> Window:
+    return next(w for w in WINDOWS if w.name == name)
+
+
+def _label(ms: int, step_ms: int, long: bool = False) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    if step_ms == DAY_MS:
+        return moment.strftime("%b %d")
+    return moment.strftime("%b %d %H:%M UTC" if long else "%H:%M")

@@ -1,0 +1,81 @@
+"""Fixtures that re-point the shared ones (tests/conftest.py) at a Redis Cluster.
+
+A test module imports these and defines ``redis_cluster`` (a started
+``tests.helpers.cluster.RedisCluster``); ``redis_url``, ``redis``,
+``make_config`` (so ``config``, ``client``, ``store``...), ``limiter`` and
+``cli`` then talk to that cluster with ``redis.cluster = true``.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+
+from gateway.__main__ import main
+from gateway.config import Config, config_from_dict
+from gateway.limiter import RedisLimiter
+from tests.conftest import MakeConfig
+from tests.helpers.cluster import RedisCluster as ClusterProcesses
+
+
+@pytest.fixture
+def redis_url(redis_cluster: ClusterProcesses) -> str:
+    return redis_cluster.url  # one node; clients discover the others
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[RedisCluster]:
+    client = RedisCluster.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def make_config(make_config: MakeConfig) -> MakeConfig:
+    """The shared factory, with ``redis.cluster = true``."""
+
+    def make(raw: dict[str, Any] | None = None, **kw: Any) -> Config:
+        raw = dict(raw or {})
+        raw["redis"] = {"cluster": True, **raw.get("redis", {})}
+        return make_config(raw, **kw)
+
+    return make
+
+
+@pytest.fixture
+def limiter(redis: RedisCluster, prefix: str) -> RedisLimiter:
+    """test_limiter.py's plans on the cluster (MuxLimiter speaks to one server only)."""
+    raw = {
+        "free": {"rate": 10, "burst": 20, "weights": {"eth_getLogs": 5}},
+        "payg": {"rate": 100, "burst": 200},
+    }
+    return RedisLimiter(redis, config_from_dict({"plans": raw}).plans, prefix)
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> Any:
+    """test_cli.py's ``cli``, configured for the cluster."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(f'[redis]\nprefix = "{prefix}"\ncluster = true\n')
+    monkeypatch.setenv("GATEWAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
+
+    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

@@ -1,0 +1,332 @@
+"""compose.yaml, the Dockerfile and deploy/ checked without Docker.
+
+No container engine runs here, so this reads the files the way Compose,
+HAProxy, Prometheus and Grafana would, and checks that they agree with each
+other and with the code: every referenced file exists, every gateway and
+mock-node command parses with the real CLI parsers, the config the replicas
+load is valid, and the ports and host names line up between compose.yaml,
+haproxy.cfg, prometheus.yml and Grafana's provisioning. Every metric a
+dashboard panel queries exists in gateway/metrics.py with the labels the
+query groups by. Where the real tool is installed (``haproxy``, ``docker
+compose``), its own config check runs too. test_scaleout.py runs the same
+topology as plain processes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from bench.mocknode import build_parser as mocknode_parser
+from gateway.__main__ import build_parser as gateway_parser
+from gateway.config import Config, load_config
+from gateway.metrics import Metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "compose.yaml"
+GATEWAYS = ("gateway-1", "gateway-2", "gateway-3")
+MOCKS = {"mock-bsc": 56, "mock-opbnb": 204}
+SERVICES = {"redis", "lb", "prometheus", "grafana", *GATEWAYS, *MOCKS}
+REDIS_PORT = 6379  # the redis image's default
+PROMETHEUS_PORT = 9090  # the prometheus image's default
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    result: dict[str, dict[str, Any]] = compose["services"]
+    return result
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> host path of every ``./host:/container[:ro]`` volume."""
+    mounts = {}
+    for entry in service.get("volumes", []):
+        parts = entry.split(":")
+        if parts[0].startswith("."):
+            mounts[parts[1]] = (ROOT / parts[0]).resolve()
+    return mounts
+
+
+def gateway_port(service: dict[str, Any]) -> int:
+    command = service["command"]
+    assert command[0] == "gateway"
+    args = gateway_parser().parse_args(command[1:])
+    assert args.command == "serve" and not args.demo
+    assert args.host == "0.0.0.0" and isinstance(args.port, int)
+    return args.port
+
+
+def gateway_config(service: dict[str, Any]) -> Config:
+    env = service["environment"]
+    host_path = bind_mounts(service)[env["GATEWAY_CONFIG"]]
+    return load_config(host_path, env=env)
+
+
+def haproxy_sections(text: str) -> Iterator[tuple[str, list[str]]]:
+    """(section header, its directive lines) of an HAProxy config."""
+    header, lines = "", list[str]()
+    for raw in text.splitlines():
+        line = (
+            raw.split("#", 1)[0].rstrip()
+            if not raw.lstrip().startswith("log-format")
+            else raw.rstrip()
+        )
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            if header:
+                yield header, lines
+            header, lines = line.strip(), []
+        else:
+            lines.append(line.strip())
+    if header:
+        yield header, lines
+
+
+@pytest.fixture(scope="module")
+def haproxy(services: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    cfg = bind_mounts(services["lb"])["/usr/local/etc/haproxy/haproxy.cfg"]
+    return dict(haproxy_sections(cfg.read_text()))
+
+
+# -- compose.yaml ------------------------------------------------------------------------
+def test_the_stack_has_every_part(services: dict[str, dict[str, Any]]) -> None:
+    assert set(services) == SERVICES
+    for name, service in services.items():
+        for dep in service.get("depends_on", []):
+            assert dep in services, f"{name} depends on unknown service {dep}"
+        for container_path, host_path in bind_mounts(service).items():
+            assert host_path.exists(), f"{name}: {host_path} (for {container_path}) is missing"
+        if "build" in service:
+            assert (ROOT / service["build"] / "Dockerfile").is_file()
+
+
+def test_redis_keeps_an_append_only_file(services: dict[str, dict[str, Any]]) -> None:
+    redis = services["redis"]
+    command = redis["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert any(v.endswith(":/data") for v in redis["volumes"])  # the AOF survives restarts
+    assert "ports" not in redis  # reachable by the gateways only
+
+
+def test_gateway_replicas_run_the_real_cli(services: dict[str, dict[str, Any]]) -> None:
+    for name in GATEWAYS:
+        service = services[name]
+        port = gateway_port(service)
+        cfg = gateway_config(service)
+        assert cfg.server.port == port
+        url = urlsplit(cfg.redis.url)
+        assert url.scheme == "redis" and url.hostname == "redis"
+        assert (url.port or REDIS_PORT) == REDIS_PORT
+        assert not cfg.redis.fail_open
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+        health = " ".join(service["healthcheck"]["test"])
+        assert f"127.0.0.1:{port}/readyz" in health
+        grace = int(service["stop_grace_period"].rstrip("s"))
+        assert grace > cfg.server.drain_timeout_s  # SIGKILL only after the drain
+        assert "ports" not in service  # reached through the load balancer only
+
+
+def test_upstreams_are_the_mock_nodes(services: dict[str, dict[str, Any]]) -> None:
+    mocks: dict[tuple[str | None, int | None], int] = {}
+    for name, chain_id in MOCKS.items():
+        command = services[name]["command"]
+        assert command[:3] == ["python", "-m", "bench.mocknode"]
+        args = mocknode_parser().parse_args(command[3:])
+        assert args.chain_id == chain_id and args.host == "0.0.0.0"
+        mocks[(name, args.port)] = chain_id
+    for name in GATEWAYS:
+        for net in gateway_config(services[name]).networks:
+            for upstream in net.upstreams:
+                url = urlsplit(upstream)
+                assert mocks[(url.hostname, url.port)] == net.chain_id, upstream
+
+
+def test_load_balancer_fronts_every_replica(
+    services: dict[str, dict[str, Any]], haproxy: dict[str, list[str]]
+) -> None:
+    backend = haproxy["backend gateways"]
+    servers = {line.split()[2] for line in backend if line.startswith("server ")}
+    assert servers == {f"{name}:{gateway_port(services[name])}" for name in GATEWAYS}
+    assert "option httpchk GET /readyz" in backend
+    assert "http-check expect status 200" in backend
+    assert any(" check" in f" {line} " for line in backend if line.startswith("default-server"))
+
+    bind = next(line for line in haproxy["frontend rpc"] if line.startswith("bind "))
+    rpc_port = int(bind.split(":")[-1])
+    published = {int(p.split(":")[1]) for p in services["lb"]["ports"]}
+    assert rpc_port in published
+    for line in haproxy["frontend rpc"]:  # no API key in the load balancer's logs
+        if line.startswith("log-format"):
+            assert "%r" not in line and "%HU" not in line and "%hr" not in line
+            assert "path" not in line and "%[capture" not in line
+
+
+def test_trusted_proxy_is_the_load_balancer(
+    services: dict[str, dict[str, Any]], compose: dict[str, Any]
+) -> None:
+    lb_ip = ipaddress.ip_address(services["lb"]["networks"]["backend"]["ipv4_address"])
+    subnet = compose["networks"]["backend"]["ipam"]["config"][0]["subnet"]
+    assert lb_ip in ipaddress.ip_network(subnet)
+    for name in GATEWAYS:
+        trusted = gateway_config(services[name]).server.trusted_proxies
+        assert trusted and all(lb_ip in ipaddress.ip_network(c) for c in trusted)
+
+
+def test_prometheus_scrapes_every_replica(
+    services: dict[str, dict[str, Any]], haproxy: dict[str, list[str]]
+) -> None:
+    prom = services["prometheus"]
+    config = yaml.safe_load(bind_mounts(prom)["/etc/prometheus/prometheus.yml"].read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    targets = {t for c in jobs["gateway"]["static_configs"] for t in c["targets"]}
+    assert targets == {f"{name}:{gateway_port(services[name])}" for name in GATEWAYS}
+    assert jobs["gateway"].get("metrics_path", "/metrics") == "/metrics"
+    stats_bind = next(line for line in haproxy["frontend stats"] if line.startswith("bind "))
+    lb_targets = {t for c in jobs["haproxy"]["static_configs"] for t in c["targets"]}
+    assert lb_targets == {f"lb:{stats_bind.split(':')[-1]}"}
+    assert f"{PROMETHEUS_PORT}:{PROMETHEUS_PORT}" in prom["ports"]
+
+
+# -- Grafana -----------------------------------------------------------------------------
+def metric_labels() -> dict[str, set[str]]:
+    """Every sample name the gateway exposes -> the labels it carries."""
+    out: dict[str, set[str]] = {}
+    for collector in Metrics().registry._collector_to_names:
+        family = next(iter(collector.collect()))
+        labels = set(getattr(collector, "_labelnames", ()))
+        suffixes = {
+            "counter": ("_total",),
+            "gauge": ("",),
+            "histogram": ("_bucket", "_sum", "_count"),
+        }[family.type]
+        for suffix in suffixes:
+            out[family.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+    return out
+
+
+def test_grafana_is_provisioned_with_the_gateway_dashboard(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    grafana = services["grafana"]
+    mounts = bind_mounts(grafana)
+    provisioning = mounts["/etc/grafana/provisioning"]
+    source = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    datasource = source["datasources"][0]
+    url = urlsplit(datasource["url"])
+    assert url.hostname == "prometheus" and url.port == PROMETHEUS_PORT
+    providers = yaml.safe_load((provisioning / "dashboards" / "gateway.yml").read_text())
+    path = providers["providers"][0]["options"]["path"]
+    dashboards = mounts[path]
+    files = sorted(dashboards.glob("*.json"))
+    assert files
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert Path(home).parent == Path(path) and (dashboards / Path(home).name).exists()
+
+    known = metric_labels()
+    queried = set()
+    for file in files:
+        dash = json.loads(file.read_text())
+        for panel in dash["panels"]:
+            assert panel["datasource"]["uid"] == datasource["uid"]
+            for target in panel["targets"]:
+                expr = target["expr"]
+                names = set(re.findall(r"\bgateway_[a-z_]+\b", expr))
+                assert names or "up{" in expr, expr
+                for name in names:
+                    assert name in known, f"{panel['title']}: no metric {name}"
+                    queried.add(name)
+                    for group in re.findall(r"\bby \(([^)]*)\)", expr):
+                        for label in (g.strip() for g in group.split(",")):
+                            assert label in known[name] | {"instance", "job"}, (expr, label)
+    # every metric the issue names has a panel
+    for base in (
+        "gateway_requests_total",
+        "gateway_request_duration_seconds_bucket",
+        "gateway_rate_limited_total",
+        "gateway_upstream_results_total",
+        "gateway_redis_errors_total",
+        "gateway_upstream_healthy",
+    ):
+        assert base in queried, base
+
+
+# -- Dockerfile --------------------------------------------------------------------------
+def dockerfile_instructions() -> list[str]:
+    """The Dockerfile's instructions, continuation lines joined, comments dropped."""
+    text = "\n".join(
+        ln
+        for ln in (ROOT / "Dockerfile").read_text().splitlines()
+        if not ln.lstrip().startswith("#")
+    )
+    return [" ".join(i.split()) for i in text.replace("\\\n", " ").splitlines() if i.strip()]
+
+
+def test_dockerfile_builds_the_package_and_runs_the_cli() -> None:
+    lines = dockerfile_instructions()
+    assert lines[0] == "FROM python:3.11-slim"
+    ignored = {
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    }
+    copied = set()
+    for line in lines:
+        if line.startswith("COPY "):
+            for src in line.split()[1:-1]:
+                assert (ROOT / src).exists(), src
+                assert src not in ignored, f"{src} is copied but .dockerignore drops it"
+                copied.add(src)
+    assert {"pyproject.toml", "README.md", "gateway", "bench"} <= copied  # what pip needs
+    assert any(re.match(r"RUN pip install \.( |$)", line) for line in lines)
+    cmd = json.loads(next(line for line in lines if line.startswith("CMD "))[4:])
+    args = gateway_parser().parse_args(cmd[1:])
+    assert cmd[0] == "gateway" and args.command == "serve"
+    assert f"EXPOSE {args.port}" in lines
+    assert any(line.startswith("USER ") and "root" not in line for line in lines)
+    assert {".git", "tests"} <= ignored
+
+
+# -- the real tools, where installed ------------------------------------------------------
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+def test_haproxy_accepts_its_config(services: dict[str, dict[str, Any]]) -> None:
+    cfg = bind_mounts(services["lb"])["/usr/local/etc/haproxy/haproxy.cfg"]
+    result = subprocess.run(
+        ["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _compose_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _compose_available(), reason="docker compose is not installed")
+def test_docker_compose_accepts_the_file() -> None:  # pragma: no cover - no compose here
+    result = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr

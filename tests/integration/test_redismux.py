@@ -1,0 +1,119 @@
+"""The multiplexed Redis connection: batching, NOSCRIPT, a hung or dead server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.embedded import RedisProcess
+from gateway.redismux import MuxRedis, RedisUnavailable
+
+SCRIPT = "return {KEYS[1], ARGV[1]}"
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> AsyncIterator[RedisProcess]:
+    proc = RedisProcess(tmp_path, persist=False)
+    proc.start()
+    yield proc  # type: ignore[misc]
+    if proc.proc is not None and proc.proc.poll() is None:
+        os.kill(proc.proc.pid, signal.SIGCONT)
+    proc.stop()
+
+
+async def test_concurrent_calls_share_one_connection(redis_url: str, redis: object) -> None:
+    mux = MuxRedis(redis_url)
+    try:
+        before = await mux.call(("INFO", "stats"))
+        replies = await asyncio.gather(*(mux.call(("ECHO", str(i))) for i in range(500)))
+        assert replies == [str(i) for i in range(500)]
+        clients = await mux.call(("CLIENT", "LIST"))
+        assert isinstance(before, str) and isinstance(clients, str)
+    finally:
+        await mux.close()
+
+
+async def test_evalsha_reloads_after_script_flush(redis_url: str) -> None:
+    import hashlib
+
+    sha = hashlib.sha1(SCRIPT.encode()).hexdigest()
+    mux = MuxRedis(redis_url)
+    try:
+        await mux.call(("SCRIPT", "FLUSH"))
+        assert await mux.evalsha(sha, SCRIPT, ["k"], ["v"]) == ["k", "v"]  # NOSCRIPT -> EVAL
+        assert await mux.call(("SCRIPT", "EXISTS", sha)) == [1]
+        assert await mux.evalsha(sha, SCRIPT, ["k2"], ["v2"]) == ["k2", "v2"]
+        with pytest.raises(RedisUnavailable, match="script error"):
+            await mux.evalsha("0" * 40, "return redis.call('NOPE')", [], [])
+    finally:
+        await mux.close()
+
+
+async def test_hung_server_fails_within_timeout_then_recovers(own_redis: RedisProcess) -> None:
+    assert own_redis.proc is not None
+    mux = MuxRedis(own_redis.url, timeout_s=0.2, retry_interval_s=0.05)
+    try:
+        assert await mux.call(("PING",)) == "PONG"
+        os.kill(own_redis.proc.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        results = await asyncio.gather(*(mux.call(("PING",)) for _ in range(50)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, RedisUnavailable) for r in results)
+        assert time.monotonic() - started < 1.0
+        os.kill(own_redis.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 3
+        while True:
+            try:
+                assert await mux.call(("PING",)) == "PONG"
+                break
+            except RedisUnavailable:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+    finally:
+        await mux.close()
+
+
+async def test_dead_server_fails_fast_and_reconnects(own_redis: RedisProcess) -> None:
+    mux = MuxRedis(own_redis.url, timeout_s=0.2, retry_interval_s=0.05)
+    try:
+        await mux.call(("SET", "x", "1"))
+        port = own_redis.port
+        own_redis.stop()
+        started = time.monotonic()
+        for _ in range(5):
+            with pytest.raises(RedisUnavailable):
+                await mux.call(("GET", "x"))
+        assert time.monotonic() - started < 1.0
+        own_redis.start(port=port)
+        deadline = time.monotonic() + 3
+        while True:
+            try:
+                assert await mux.call(("PING",)) == "PONG"
+                break
+            except RedisUnavailable:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+    finally:
+        await mux.close()
+
+
+async def test_auth_and_db_from_url(tmp_path: Path) -> None:
+    with RedisProcess(tmp_path, persist=False, extra_args=("--requirepass", "s3cret")) as proc:
+        url = proc.url.replace("redis://", "redis://:s3cret@").rsplit("/", 1)[0] + "/3"
+        mux = MuxRedis(url)
+        try:
+            await mux.call(("SET", "k", "v"))
+            assert await mux.call(("CLIENT", "INFO")) is not None
+            bad = MuxRedis(proc.url)
+            with pytest.raises(RedisUnavailable, match="NOAUTH|Authentication"):
+                reply = await bad.evalsha("0" * 40, "return 1", [], [])
+                del reply
+            await bad.close()
+        finally:
+            await mux.close()
