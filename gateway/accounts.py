@@ -2,8 +2,8 @@
 
 Redis layout (``p`` is ``redis.prefix``, ``H`` the SHA-256 of an API key):
 
-    p:{H}:k            key record hash (what admit.lua reads)
-    p:{H}:b            token bucket of that key
+    p:{H}:k            key record hash (what admit.lua reads), with the token
+                       bucket's fields t (tokens) and ts (ms) in it
     p:{H}:h:<hour>     requests per minute of that hour (field = minute 0..59), 49 h
     p:{H}:d:<day>      per-day totals: req, cu, lim, den, err, m:<method>, 91 days
     p:i:<key_id>       key id -> H (the id is what users and the CLI name)
@@ -284,7 +284,7 @@ class Store:
             if khash:
                 # A fresh bucket under the new plan's burst, from the next request.
                 await self.redis.hset(record_key(self.prefix, khash), "plan", plan)
-                await self.redis.delete(bucket_key(self.prefix, khash))
+                await self.redis.hdel(bucket_key(self.prefix, khash), "t", "ts")
         return Account(account.id, account.email, plan, account.created_at)
 
     # -- keys ----------------------------------------------------------------
@@ -354,7 +354,7 @@ class Store:
         khash = await self.key_hash_of(key_id)
         now = await self.now_ms()
         await self.redis.hset(record_key(self.prefix, khash), "rev", now)
-        await self.redis.delete(bucket_key(self.prefix, khash))
+        await self.redis.hdel(bucket_key(self.prefix, khash), "t", "ts")
         return await self.get_key(key_id)
 
     async def rotate_key(self, key_id: str, grace_ms: int = 86_400_000,

@@ -19,10 +19,10 @@ from aiohttp import hdrs, web
 
 from gateway import rpc
 from gateway.auth import BAD_KEY, extract_key, key_hash, well_formed
+from gateway.clientip import ClientIP
 from gateway.config import Config, NetworkConfig
 from gateway.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
 from gateway.metrics import Metrics
-from gateway.clientip import ClientIP
 from gateway.typedefs import CLIENT_IP, KEY_ID, RPC_METHOD
 from gateway.upstream import NodePool, UpstreamError
 from gateway.usage import ErrorCounter

@@ -63,7 +63,8 @@ def record_key(prefix: str, khash: str) -> str:
 
 
 def bucket_key(prefix: str, khash: str) -> str:
-    return f"{prefix}:{{{khash}}}:b"
+    """The hash holding a key's token bucket (fields t, ts): its record itself."""
+    return record_key(prefix, khash)
 
 
 def usage_prefix(prefix: str, khash: str) -> str:
@@ -147,7 +148,7 @@ class RedisLimiter:
                     origin: str = "", ip_bits: str = "",
                     now_ms: int | None = None) -> Decision:
         p = self._prefix
-        keys = [f"{p}:{{{khash}}}:k", f"{p}:{{{khash}}}:b", f"{p}:{{{khash}}}:"]
+        keys = [f"{p}:{{{khash}}}:k", f"{p}:{{{khash}}}:"]
         args: list[Any] = ["" if now_ms is None else str(now_ms), calls, origin, ip_bits]
         args.extend(self._plans.args(methods))
         try:
@@ -186,7 +187,7 @@ class MuxLimiter:
         args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits]
         args.extend(self._plans.args(methods))
         try:
-            res = await self._mux.evalsha(ADMIT_SHA, ADMIT_LUA, (tag + "k", tag + "b", tag), args)
+            res = await self._mux.evalsha(ADMIT_SHA, ADMIT_LUA, (tag + "k", tag), args)
         except RedisUnavailable as exc:
             raise LimiterUnavailable(str(exc)) from exc
         return decision_from_reply(res)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextlib
+import functools
 import ssl
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -49,8 +51,10 @@ class _Conn(BaseProtocol):
     def __init__(self, client: NodeClient, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
         self._client = client
-        self._parser = HttpResponseParser(self, loop, _MAX_RESPONSE, read_until_eof=True,
-                                          auto_decompress=False)
+        parser = HttpResponseParser(self, loop, _MAX_RESPONSE, read_until_eof=True,
+                                    auto_decompress=False)
+        self._http = parser
+        self._parser = parser  # BaseProtocol pauses/resumes this one under flow control
         self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self._payload: Any = None
         self._status = 0
@@ -58,6 +62,7 @@ class _Conn(BaseProtocol):
         self._body: list[bytes] = []
         self._draining = False
         self.closed = False
+        self.idle_since = 0.0
 
     # -- asyncio.Protocol --------------------------------------------------------
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -66,10 +71,8 @@ class _Conn(BaseProtocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done() and self._payload is not None:
             # a body delimited by the connection's end is complete now
-            try:
-                self._parser.feed_eof()
-            except HttpProcessingError:
-                pass
+            with contextlib.suppress(HttpProcessingError):
+                self._http.feed_eof()
             if self._payload.is_eof():
                 self._drain()
                 return
@@ -87,7 +90,7 @@ class _Conn(BaseProtocol):
             self._abort()
             return
         try:
-            messages, _, _ = self._parser.feed_data(data)
+            messages, _, _ = self._http.feed_data(data)
         except HttpProcessingError as exc:
             self._fail(NodeRequestError(f"bad HTTP from node: {exc}", sent=True))
             self._abort()
@@ -149,7 +152,7 @@ class NodeClient:
     """POST bytes to one node over pooled keep-alive connections."""
 
     def __init__(self, url: str, *, max_connections: int = 256,
-                 connect_timeout_s: float = 2.0) -> None:
+                 connect_timeout_s: float = 2.0, idle_timeout_s: float = 15.0) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url}")
@@ -168,6 +171,7 @@ class NodeClient:
             head.append("Authorization: Basic " + base64.b64encode(token.encode()).decode())
         self._head = ("\r\n".join(head) + "\r\nContent-Length: ").encode("latin-1")
         self._max = max_connections
+        self._idle_timeout = idle_timeout_s
         self._connect_timeout = connect_timeout_s
         self._idle: collections.deque[_Conn] = collections.deque()
         self._all: set[_Conn] = set()
@@ -196,10 +200,19 @@ class NodeClient:
 
     async def _acquire(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> _Conn:
         idle = self._idle
+        now = loop.time()
         while idle:
             conn = idle.pop()  # most recently used first: warm, least likely closed
-            if not conn.closed:
-                return conn
+            if conn.closed:
+                continue
+            if now - conn.idle_since > self._idle_timeout:
+                # idle too long: the node (or a NAT) may drop it mid-request; so
+                # are all older ones behind it
+                for stale in (conn, *idle):
+                    stale._abort()
+                idle.clear()
+                break
+            return conn
         if len(self._all) + self._opening < self._max:
             return await self._open(loop, min(timeout_s, self._connect_timeout))
         waiter: asyncio.Future[_Conn] = loop.create_future()
@@ -232,6 +245,7 @@ class NodeClient:
             if not waiter.done():
                 waiter.set_result(conn)
                 return
+        conn.idle_since = conn._loop.time()
         self._idle.append(conn)
 
     def _discard(self, conn: _Conn) -> None:
@@ -240,9 +254,9 @@ class NodeClient:
         while self._waiters and len(self._all) + self._opening < self._max:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                task = asyncio.ensure_future(self._open(asyncio.get_running_loop(), 
+                task = asyncio.ensure_future(self._open(asyncio.get_running_loop(),
                                                         self._connect_timeout))
-                task.add_done_callback(lambda t, w=waiter: _hand_over(t, w))
+                task.add_done_callback(functools.partial(_hand_over, waiter=waiter))
                 break
 
     async def close(self) -> None:
@@ -256,7 +270,7 @@ class NodeClient:
         await asyncio.sleep(0)
 
 
-def _hand_over(task: asyncio.Future[_Conn], waiter: asyncio.Future[_Conn]) -> None:
+def _hand_over(task: asyncio.Future[_Conn], *, waiter: asyncio.Future[_Conn]) -> None:
     if task.cancelled():
         if not waiter.done():
             waiter.cancel()

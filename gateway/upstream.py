@@ -167,7 +167,8 @@ class NodePool:
         if self.cfg.client == "lean":
             for node in self.nodes:
                 node.client = NodeClient(node.url, max_connections=self.cfg.connections_per_node,
-                                         connect_timeout_s=self.connect_timeout_s)
+                                         connect_timeout_s=self.connect_timeout_s,
+                                         idle_timeout_s=self.cfg.keepalive_s)
 
     async def close(self) -> None:
         for node in self.nodes:

@@ -5,12 +5,16 @@
 -- injected for tests), and bumps the usage counters.
 --
 -- Every key touched shares the hash tag {<sha256 of the api key>} so the
--- script runs on one Cluster slot. KEYS[3] is that tag's prefix; the
+-- script runs on one Cluster slot. KEYS[2] is that tag's prefix; the
 -- time-bucketed usage keys are built from it (same slot by construction).
+-- The token bucket (fields t, ts) lives in the key record itself: one HMGET
+-- reads record and bucket, one HSET writes bucket and last-used time, and
+-- the bucket never expires on its own (an expired bucket would refill).
+-- TTLs on usage hashes are set when a hash or field is first written, not
+-- on every call. Redis work per check: about 7 commands.
 --
--- KEYS[1] key record hash   <p>:{H}:k
--- KEYS[2] token bucket hash <p>:{H}:b
--- KEYS[3] usage key prefix  <p>:{H}:
+-- KEYS[1] key record hash (+ bucket)  <p>:{H}:k
+-- KEYS[2] usage key prefix            <p>:{H}:
 -- ARGV[1] now in ms, or "" to use redis TIME
 -- ARGV[2] number of calls in the request (usage "requests")
 -- ARGV[3] Origin header, or ""
@@ -24,7 +28,7 @@
 --   allowlist, 3 over the token bucket, 4 over the daily quota,
 --   5 costs more than the bucket can ever hold
 
-local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth')
+local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts')
 local key_id = rec[1]
 if not key_id then
   return {1, '', 0, 0, 0, 0, ''}
@@ -45,7 +49,7 @@ if rec[3] and rec[3] ~= '' and now >= tonumber(rec[3]) then
   return {1, key_id, 0, 0, 0, 0, ''}
 end
 
-local prefix = KEYS[3]
+local prefix = KEYS[2]
 local day = math.floor(now / 86400000)
 local day_key = prefix .. 'd:' .. day
 local nplans = tonumber(ARGV[5])
@@ -136,9 +140,8 @@ if quota > 0 then
 end
 
 -- token bucket, refilled continuously at `rate` units per second
-local b = redis.call('HMGET', KEYS[2], 't', 'ts')
-local tokens = tonumber(b[1])
-local ts = tonumber(b[2])
+local tokens = tonumber(rec[8])
+local ts = tonumber(rec[9])
 if not tokens or not ts then
   tokens = burst
   ts = now
@@ -157,19 +160,18 @@ if cost > tokens then
   return {3, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), retry, plan}
 end
 tokens = tokens - cost
-redis.call('HSET', KEYS[2], 't', tostring(tokens), 'ts', ts)
-redis.call('PEXPIRE', KEYS[2], math.ceil((burst - tokens) * 1000 / rate) + 1000)
+redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)
 
 -- usage: per minute (kept 48 h, in hour hashes), per day (90 days), per method
-local hour = math.floor(now / 3600000)
-local hour_key = prefix .. 'h:' .. hour
-redis.call('HINCRBY', hour_key, math.floor(now / 60000) % 60, ncalls)
-redis.call('PEXPIRE', hour_key, 176400000)
-redis.call('HINCRBY', day_key, 'req', ncalls)
+local hour_key = prefix .. 'h:' .. math.floor(now / 3600000)
+if redis.call('HINCRBY', hour_key, math.floor(now / 60000) % 60, ncalls) == ncalls then
+  redis.call('PEXPIRE', hour_key, 176400000)  -- a new minute: (re)arm the 49 h TTL
+end
+if redis.call('HINCRBY', day_key, 'req', ncalls) == ncalls then
+  redis.call('PEXPIRE', day_key, 7862400000)  -- first request of the day: 91 days
+end
 redis.call('HINCRBY', day_key, 'cu', cost)
 for i = mstart, #ARGV, 2 do
   redis.call('HINCRBY', day_key, 'm:' .. ARGV[i], ARGV[i + 1])
 end
-redis.call('PEXPIRE', day_key, 7862400000)
-redis.call('HSET', KEYS[1], 'used', now)
 return {0, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), 0, plan}

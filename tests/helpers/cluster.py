@@ -4,6 +4,11 @@ Nodes are started with ``cluster-enabled yes`` and joined by hand (CLUSTER
 MEET, ADDSLOTS, REPLICATE), which is what ``redis-cli --cluster create``
 does, minus its one-second polling sleeps. Redis 6.2 puts the cluster bus on
 ``port + 10000``, so ports are chosen below 55536 with both ends free.
+
+Nodes run with ``cluster-require-full-coverage no`` (the setting
+docs/DEPLOYING.md recommends: a shard without a primary does not stop the
+others) and ``cluster-replica-validity-factor 0`` (a replica may always be
+promoted), with a short ``cluster-node-timeout`` so failovers take seconds.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import random
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,8 +145,7 @@ class RedisCluster:
         raise RuntimeError(f"cluster node {i} did not start: {last}")
 
     @staticmethod
-    def _wait(deadline: float, check: object, what: str) -> None:
-        assert callable(check)
+    def _wait(deadline: float, check: Callable[[], bool], what: str) -> None:
         while time.monotonic() < deadline:
             if check():
                 return

@@ -8,9 +8,9 @@ from http.cookies import SimpleCookie
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
-from test_dashboard_helpers import PASSWORD, User, new_email, parse
 
 from gateway.app import create_app
+from tests.helpers.dashboard import PASSWORD, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
 

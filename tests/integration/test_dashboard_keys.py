@@ -7,11 +7,11 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
-from test_dashboard_helpers import User, new_email, parse
 
 from gateway.app import create_app
 from gateway.auth import key_hash
 from gateway.limiter import record_key
+from tests.helpers.dashboard import User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "eth_blockNumber", "params": []}

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
-from test_dashboard_helpers import User, new_email, parse
 
 from gateway.app import create_app
+from tests.helpers.dashboard import User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}

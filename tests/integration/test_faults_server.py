@@ -283,11 +283,13 @@ async def test_workers_share_port_metrics_and_restart(launch: Launch, api_key: s
                 return _request_count(await resp.text())
 
         await _until(lambda: len(_children(proc.pid)) == 2)
+        await _wait_http(port, proc)  # both workers forked; make sure one listens
         assert await calls(40) == {200: 40}
         scrapes = [await scrape() for _ in range(6)]  # whichever worker answers
         workers = _children(proc.pid)
         os.kill(workers[0], signal.SIGKILL)
         await _until(lambda: workers[0] not in _children(proc.pid))  # reaped: socket gone
+        await _wait_http(port, proc)
         during = await calls(20)  # the other worker serves meanwhile
         await _until(lambda: len(set(_children(proc.pid)) - {workers[0]}) == 2)
         replaced = [p for p in _children(proc.pid) if p not in workers]

@@ -25,7 +25,8 @@ T0 = 1_700_000_000_000  # an injected "now" in ms
 
 
 def plans(**over: dict[str, object]) -> tuple[PlanConfig, ...]:
-    raw = {"free": {"rate": 10, "burst": 20, "weights": {"eth_getLogs": 5}},
+    raw: dict[str, dict[str, object]] = {
+        "free": {"rate": 10, "burst": 20, "weights": {"eth_getLogs": 5}},
            "payg": {"rate": 100, "burst": 200}}
     for name, table in over.items():
         raw[name] = {**raw.get(name, {}), **table}
@@ -45,8 +46,8 @@ async def limiter(request: pytest.FixtureRequest, redis: Redis, prefix: str,
 
 
 async def admit(limiter: Limiter, key: str, now: int, method: str = "eth_call",
-                n: int = 1, **kw: str) -> Status:
-    d = await limiter.admit(key_hash(key), n, {method: n}, now_ms=now, **kw)
+                n: int = 1, origin: str = "", ip_bits: str = "") -> Status:
+    d = await limiter.admit(key_hash(key), n, {method: n}, origin, ip_bits, now_ms=now)
     return d.status
 
 
@@ -124,16 +125,17 @@ async def test_allowlists_are_anded_entries_ored(limiter: Limiter, store: Store,
     key, _ = await store.create_key(
         account, origins=["https://app.example.com", "*.dapp.io"],
         ips=["10.0.0.0/8", "2001:db8::/32"], methods=["eth_call", "eth_getBalance"])
-    ok = {"origin": "https://app.example.com", "ip_bits": ip_bits("10.1.2.3")}
-    assert await admit(limiter, key, T0, **ok) is Status.ADMITTED
+    good_origin, good_ip = "https://app.example.com", ip_bits("10.1.2.3")
+    assert await admit(limiter, key, T0, origin=good_origin, ip_bits=good_ip) is Status.ADMITTED
     assert await admit(limiter, key, T0, origin="https://x.dapp.io",
                        ip_bits=ip_bits("2001:db8::1")) is Status.ADMITTED
     assert await admit(limiter, key, T0, origin="https://evil.com",
-                       ip_bits=ok["ip_bits"]) is Status.FORBIDDEN
-    assert await admit(limiter, key, T0, origin="", ip_bits=ok["ip_bits"]) is Status.FORBIDDEN
-    assert await admit(limiter, key, T0, origin=ok["origin"],
+                       ip_bits=good_ip) is Status.FORBIDDEN
+    assert await admit(limiter, key, T0, origin="", ip_bits=good_ip) is Status.FORBIDDEN
+    assert await admit(limiter, key, T0, origin=good_origin,
                        ip_bits=ip_bits("11.0.0.1")) is Status.FORBIDDEN
-    assert await admit(limiter, key, T0, "eth_blockNumber", **ok) is Status.FORBIDDEN
+    assert await admit(limiter, key, T0, "eth_blockNumber", origin=good_origin,
+                       ip_bits=good_ip) is Status.FORBIDDEN
 
 
 def test_ip_bits_map_ipv4_into_ipv6() -> None:

@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,10 +18,10 @@ SCRIPT = "return {KEYS[1], ARGV[1]}"
 
 
 @pytest.fixture
-def own_redis(tmp_path: Path) -> AsyncIterator[RedisProcess]:
+def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
     proc = RedisProcess(tmp_path, persist=False)
     proc.start()
-    yield proc  # type: ignore[misc]
+    yield proc
     if proc.proc is not None and proc.proc.poll() is None:
         os.kill(proc.proc.pid, signal.SIGCONT)
     proc.stop()
@@ -111,7 +111,7 @@ async def test_auth_and_db_from_url(tmp_path: Path) -> None:
             await mux.call(("SET", "k", "v"))
             assert await mux.call(("CLIENT", "INFO")) is not None
             bad = MuxRedis(proc.url)
-            with pytest.raises(RedisUnavailable, match="NOAUTH|Authentication"):
+            with pytest.raises(RedisUnavailable, match=r"NOAUTH|Authentication"):
                 reply = await bad.evalsha("0" * 40, "return 1", [], [])
                 del reply
             await bad.close()

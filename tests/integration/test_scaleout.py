@@ -11,7 +11,10 @@ seen by every replica on its next request.
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
+import shutil
+import subprocess
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -25,11 +28,12 @@ from redis.asyncio import Redis
 
 from gateway.accounts import Store
 from gateway.auth import key_hash
-from gateway.embedded import LOOPBACK, RedisProcess
+from gateway.embedded import LOOPBACK, RedisProcess, free_port
 from gateway.limiter import bucket_key
 from tests.helpers.balancer import Backend, Balancer
 from tests.helpers.procs import gateway_processes, mock_node_process
 
+ROOT = Path(__file__).resolve().parents[2]
 REPLICAS = 3
 RATE, BURST = 200, 100  # the "free" plan of this test: 200 requests/s, burst 100
 LOAD_S = 2.0
@@ -114,12 +118,12 @@ async def test_one_keys_limit_holds_across_three_replicas(
         await asyncio.gather(*(warm() for _ in range(CONNECTIONS)))
         before = [await requests_served(session, p) for p in stack.ports]
         # One request alone: the Redis time of the first admission, t0.
+        client_start = time.monotonic()
         async with session.post(url, data=BODY, headers=JSON) as resp:
             assert resp.status == 200
             statuses[resp.status] += 1
         t0 = (await stack_store.get_key(rec.id)).last_used_at
-        client_start = time.monotonic()
-        deadline = client_start + LOAD_S
+        deadline = time.monotonic() + LOAD_S
 
         async def worker() -> None:
             while time.monotonic() < deadline:
@@ -204,3 +208,79 @@ async def test_revoke_reaches_every_replica_within_a_second(
         + ", ".join(f"{1000 * v:.1f} ms" for v in latencies.values())
     )
     assert max(latencies.values()) < 1.0
+
+
+@dataclass(frozen=True)
+class HAProxy:
+    front: int  # the RPC frontend
+    stats: int  # the status page with /metrics
+    log: Path
+
+
+@pytest.fixture
+def haproxy(stack: Stack, tmp_path: Path) -> Iterator[HAProxy]:
+    """deploy/haproxy.cfg run by a real HAProxy, its addresses moved to loopback."""
+    cfg = (ROOT / "deploy" / "haproxy.cfg").read_text()
+    for i, port in enumerate(stack.ports, 1):
+        cfg = cfg.replace(f"gateway-{i}:8545", f"{LOOPBACK}:{port}")
+    cfg = re.sub(r"resolvers docker\n(    .*\n)+", "", cfg.replace(" resolvers docker", ""))
+    ha = HAProxy(free_port(), free_port(), tmp_path / "haproxy.log")
+    cfg = cfg.replace("bind :8545", f"bind {LOOPBACK}:{ha.front}")
+    cfg = cfg.replace("bind :8404", f"bind {LOOPBACK}:{ha.stats}")
+    (tmp_path / "haproxy.cfg").write_text(cfg)
+    with open(ha.log, "wb") as log:
+        proc = subprocess.Popen(
+            ["haproxy", "-db", "-f", str(tmp_path / "haproxy.cfg")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield ha
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+async def test_compose_haproxy_config_balances_the_replicas(
+    haproxy: HAProxy, stack_store: Store
+) -> None:
+    acct = await stack_store.create_account(
+        f"ha-{secrets.token_hex(3)}@example.com", "a long password", "payg"
+    )
+    key, _ = await stack_store.create_key(acct.id)
+    statuses = Counter[int]()
+    async with aiohttp.ClientSession() as session:
+
+        async def servers_up() -> int:
+            try:
+                async with session.get(f"http://{LOOPBACK}:{haproxy.stats}/metrics") as resp:
+                    text = await resp.text()
+            except aiohttp.ClientError:
+                return 0
+            return sum(
+                1
+                for line in text.splitlines()
+                if line.startswith("haproxy_server_check_status{")
+                and 'proxy="gateways"' in line
+                and 'state="L7OK"' in line
+                and line.endswith(" 1")
+            )
+
+        for _ in range(150):  # until every replica passed a /readyz check
+            if await servers_up() == REPLICAS:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("HAProxy never saw every replica ready")
+        for _ in range(30):
+            async with session.post(
+                f"http://{LOOPBACK}:{haproxy.front}/bsc/{key}", data=BODY, headers=JSON
+            ) as resp:
+                await resp.read()
+                statuses[resp.status] += 1
+    lines = [ln for ln in haproxy.log.read_text().splitlines() if " rpc " in ln]
+    served = Counter(ln.split()[3] for ln in lines)  # "gateways/gateway-N"
+    assert statuses == Counter({200: 30})
+    assert len(served) == REPLICAS, served  # every replica took requests
+    assert all(" POST /bsc 200 " in ln for ln in lines) and key not in "\n".join(lines)

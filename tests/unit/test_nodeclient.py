@@ -154,3 +154,13 @@ async def test_cancelled_call_drops_its_connection(node: MockNode,
 def test_rejects_non_http_urls() -> None:
     with pytest.raises(ValueError):
         NodeClient("ftp://example.com")
+
+
+async def test_idle_connections_are_not_reused_after_the_idle_timeout(
+        node: MockNode, client_for: Callable[..., NodeClient]) -> None:
+    client = client_for(node.url, idle_timeout_s=0.05)
+    assert (await client.post(CALL, 5.0))[0] == 200
+    assert client.open_connections == 1
+    await asyncio.sleep(0.1)
+    assert (await client.post(CALL, 5.0))[0] == 200
+    assert client.open_connections == 1  # the stale one was closed, a fresh one opened
