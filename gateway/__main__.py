@@ -26,8 +26,7 @@ from gateway.redisconn import admin_connect
 T = TypeVar("T")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
-             "w": 7 * 86_400_000}
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 
 
 def parse_duration_ms(text: str) -> int:
@@ -35,7 +34,8 @@ def parse_duration_ms(text: str) -> int:
     match = _DURATION.match(text)
     if not match:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; use a number with ms, s, m, h, d or w (e.g. 30d)")
+            f"{text!r} is not a duration; use a number with ms, s, m, h, d or w (e.g. 30d)"
+        )
     return int(float(match.group(1)) * _UNITS_MS[match.group(2) or "s"])
 
 
@@ -44,25 +44,34 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gateway",
         description="Authenticated JSON-RPC gateway for BNB Smart Chain (56) and opBNB (204).",
         epilog="Start with `gateway serve --demo`: it runs everything locally, offline, "
-               "and prints curl lines to try.")
-    parser.add_argument("--config", help="TOML config file (default: $GATEWAY_CONFIG, "
-                        "else built-in defaults)")
+        "and prints curl lines to try.",
+    )
+    parser.add_argument(
+        "--config", help="TOML config file (default: $GATEWAY_CONFIG, else built-in defaults)"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the gateway",
-                           description="Run the gateway. Without GATEWAY_REDIS_URL / "
-                           "redis.url an embedded Redis is started under the data dir.")
-    serve.add_argument("--demo", action="store_true",
-                       help="offline demo: embedded Redis, two mock nodes, a demo key")
+    serve = sub.add_parser(
+        "serve",
+        help="run the gateway",
+        description="Run the gateway. Without GATEWAY_REDIS_URL / "
+        "redis.url an embedded Redis is started under the data dir.",
+    )
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="offline demo: embedded Redis, two mock nodes, a demo key",
+    )
     serve.add_argument("--host", help="listen address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default from config: 8545)")
-    serve.add_argument("--workers", type=int,
-                       help="worker processes sharing the port with SO_REUSEPORT")
+    serve.add_argument(
+        "--workers", type=int, help="worker processes sharing the port with SO_REUSEPORT"
+    )
 
     accounts = sub.add_parser("accounts", help="manage accounts").add_subparsers(
-        dest="action", required=True, metavar="ACTION")
-    create = accounts.add_parser("create", help="create an account (password from stdin "
-                                 "or prompt)")
+        dest="action", required=True, metavar="ACTION"
+    )
+    create = accounts.add_parser("create", help="create an account (password from stdin or prompt)")
     create.add_argument("email")
     create.add_argument("--plan", default=None, help="plan name (free or payg by default)")
     create.add_argument("--json", action="store_true", help="print JSON")
@@ -72,20 +81,30 @@ def build_parser() -> argparse.ArgumentParser:
     setplan.add_argument("--json", action="store_true", help="print JSON")
 
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(
-        dest="action", required=True, metavar="ACTION")
-    kc = keys.add_parser("create", help="create a key; the key is printed once, on the "
-                         "last line of stdout")
+        dest="action", required=True, metavar="ACTION"
+    )
+    kc = keys.add_parser(
+        "create", help="create a key; the key is printed once, on the last line of stdout"
+    )
     kc.add_argument("--account", required=True, metavar="EMAIL")
     kc.add_argument("--name", default="", help="a label, e.g. the app's name")
     kc.add_argument("--env", default="", help="environment label (default production)")
-    kc.add_argument("--expires-in", type=parse_duration_ms, metavar="DURATION",
-                    help="e.g. 30d, 12h (default: never)")
-    kc.add_argument("--origin", action="append", default=[],
-                    help="allowed browser origin (repeatable; *.example.com for subdomains)")
-    kc.add_argument("--ip", action="append", default=[], help="allowed client IP/CIDR "
-                    "(repeatable)")
-    kc.add_argument("--method", action="append", default=[], help="allowed JSON-RPC method "
-                    "(repeatable)")
+    kc.add_argument(
+        "--expires-in",
+        type=parse_duration_ms,
+        metavar="DURATION",
+        help="e.g. 30d, 12h (default: never)",
+    )
+    kc.add_argument(
+        "--origin",
+        action="append",
+        default=[],
+        help="allowed browser origin (repeatable; *.example.com for subdomains)",
+    )
+    kc.add_argument("--ip", action="append", default=[], help="allowed client IP/CIDR (repeatable)")
+    kc.add_argument(
+        "--method", action="append", default=[], help="allowed JSON-RPC method (repeatable)"
+    )
     kc.add_argument("--json", action="store_true", help="print JSON")
     kl = keys.add_parser("list", help="list an account's keys")
     kl.add_argument("--account", required=True, metavar="EMAIL")
@@ -93,19 +112,30 @@ def build_parser() -> argparse.ArgumentParser:
     kr = keys.add_parser("revoke", help="revoke a key now, on every gateway process")
     kr.add_argument("key_id")
     kr.add_argument("--json", action="store_true", help="print JSON")
-    kt = keys.add_parser("rotate", help="issue a new key with the same settings; the old "
-                         "one keeps working for the grace period")
+    kt = keys.add_parser(
+        "rotate",
+        help="issue a new key with the same settings; the old "
+        "one keeps working for the grace period",
+    )
     kt.add_argument("key_id")
-    kt.add_argument("--grace", type=parse_duration_ms, default=86_400_000,
-                    metavar="DURATION", help="how long the old key still works (default 24h; "
-                    "0 = revoke now)")
+    kt.add_argument(
+        "--grace",
+        type=parse_duration_ms,
+        default=86_400_000,
+        metavar="DURATION",
+        help="how long the old key still works (default 24h; 0 = revoke now)",
+    )
     kt.add_argument("--json", action="store_true", help="print JSON")
 
     usage = sub.add_parser("usage", help="show a key's usage")
     usage.add_argument("key_id")
-    usage.add_argument("--since", type=parse_duration_ms, default=86_400_000,
-                       metavar="DURATION", help="window (default 24h; minutes kept 48h, "
-                       "days 90d)")
+    usage.add_argument(
+        "--since",
+        type=parse_duration_ms,
+        default=86_400_000,
+        metavar="DURATION",
+        help="window (default 24h; minutes kept 48h, days 90d)",
+    )
     usage.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -141,59 +171,89 @@ def _command(args: argparse.Namespace) -> Command:
 
         async def create_account(store: Store) -> tuple[Any, str]:
             acct = await store.create_account(args.email, password, args.plan)
-            value = {"id": acct.id, "email": acct.email, "plan": acct.plan,
-                     "created_at": acct.created_at}
+            value = {
+                "id": acct.id,
+                "email": acct.email,
+                "plan": acct.plan,
+                "created_at": acct.created_at,
+            }
             return value, f"account {acct.id} created for {acct.email} (plan {acct.plan})"
+
         return create_account
     if args.command == "accounts" and args.action == "plan":
+
         async def set_plan(store: Store) -> tuple[Any, str]:
             acct = await store.account_by_email(args.email)
             acct = await store.set_plan(acct.id, args.plan)
-            return {"id": acct.id, "email": acct.email, "plan": acct.plan}, \
-                f"{acct.email} is now on plan {acct.plan}"
+            return {
+                "id": acct.id,
+                "email": acct.email,
+                "plan": acct.plan,
+            }, f"{acct.email} is now on plan {acct.plan}"
+
         return set_plan
     if args.command == "keys":
         return _keys_command(args)
 
     async def usage(store: Store) -> tuple[Any, str]:
         u = await store.usage(args.key_id, args.since)
-        lines = [f"key {u.key_id}: {u.total} requests, {u.compute_units} compute units, "
-                 f"{u.limited} rate-limited, {u.errors} errors, {u.denied} denied"]
+        lines = [
+            f"key {u.key_id}: {u.total} requests, {u.compute_units} compute units, "
+            f"{u.limited} rate-limited, {u.errors} errors, {u.denied} denied"
+        ]
         lines += [f"  {m:<40} {n}" for m, n in u.methods.items()]
         return u.as_json(), "\n".join(lines)
+
     return usage
 
 
 def _keys_command(args: argparse.Namespace) -> Command:
     if args.action == "create":
+
         async def create(store: Store) -> tuple[Any, str]:
             acct = await store.account_by_email(args.account)
             key, rec = await store.create_key(
-                acct.id, name=args.name, env=args.env, expires_in_ms=args.expires_in,
-                origins=args.origin, ips=args.ip, methods=args.method)
+                acct.id,
+                name=args.name,
+                env=args.env,
+                expires_in_ms=args.expires_in,
+                origins=args.origin,
+                ips=args.ip,
+                methods=args.method,
+            )
             value = {**rec.as_json(await store.now_ms()), "key": key}
-            return value, (f"key {rec.id} ({rec.name}, {rec.env}) for {acct.email}; "
-                           f"store it now, it is not shown again:\n{key}")
+            return value, (
+                f"key {rec.id} ({rec.name}, {rec.env}) for {acct.email}; "
+                f"store it now, it is not shown again:\n{key}"
+            )
+
         return create
     if args.action == "list":
+
         async def list_keys(store: Store) -> tuple[Any, str]:
             acct = await store.account_by_email(args.account)
             now = await store.now_ms()
             recs = await store.list_keys(acct.id)
             rows = [f"{r.id}  {r.status(now):<8} {r.hint}  {r.name} ({r.env})" for r in recs]
             return [r.as_json(now) for r in recs], "\n".join(rows) or "no keys"
+
         return list_keys
     if args.action == "revoke":
+
         async def revoke(store: Store) -> tuple[Any, str]:
             rec = await store.revoke_key(args.key_id)
             return rec.as_json(await store.now_ms()), f"key {rec.id} revoked"
+
         return revoke
 
     async def rotate(store: Store) -> tuple[Any, str]:
         key, rec = await store.rotate_key(args.key_id, args.grace)
         value = {**rec.as_json(await store.now_ms()), "key": key, "replaces": args.key_id}
-        return value, (f"key {rec.id} replaces {args.key_id} (old key works for "
-                       f"{args.grace // 1000} s more); store it now:\n{key}")
+        return value, (
+            f"key {rec.id} replaces {args.key_id} (old key works for "
+            f"{args.grace // 1000} s more); store it now:\n{key}"
+        )
+
     return rotate
 
 
@@ -210,8 +270,12 @@ def _run_store_command(cfg: Config, args: argparse.Namespace, command: Command) 
             url, proc = ensure_embedded(data_dir(cfg))
         redis = admin_connect(cfg.redis, url)
         try:
-            store = Store(redis, prefix=cfg.redis.prefix, plans=[p.name for p in cfg.plans],
-                          default_plan=cfg.default_plan)
+            store = Store(
+                redis,
+                prefix=cfg.redis.prefix,
+                plans=[p.name for p in cfg.plans],
+                default_plan=cfg.default_plan,
+            )
             return await command(store)
         finally:
             await redis.aclose()

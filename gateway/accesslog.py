@@ -19,8 +19,9 @@ from aiohttp.abc import AbstractAccessLogger
 from gateway.typedefs import KEY_ID, RPC_METHOD
 
 _PASS_THROUGH: Final = frozenset({"dashboard", "static", "healthz", "readyz", "metrics"})
-_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH",
-                             "CONNECT", "TRACE"})
+_METHODS: Final = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE"}
+)
 _NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 _MAX_NAME: Final = 16  # keys are far longer; network prefixes are short names
 
@@ -43,9 +44,14 @@ class AccessLogger(AbstractAccessLogger):
         method = request.method
         self.logger.info(
             "access remote=%s http=%s path=%s rpc=%s status=%s ms=%.2f key_id=%s",
-            request.remote, method if method in _METHODS else "other",
-            redacted_path(request.path), request.get(RPC_METHOD, "-"), response.status,
-            time * 1000, request.get(KEY_ID, "-") or "-")
+            request.remote,
+            method if method in _METHODS else "other",
+            redacted_path(request.path),
+            request.get(RPC_METHOD, "-"),
+            response.status,
+            time * 1000,
+            request.get(KEY_ID, "-") or "-",
+        )
 
     @property
     def enabled(self) -> bool:

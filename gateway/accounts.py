@@ -88,12 +88,21 @@ class KeyRecord:
 
     def as_json(self, now_ms: int) -> dict[str, Any]:
         return {
-            "id": self.id, "account": self.account, "name": self.name, "env": self.env,
-            "plan": self.plan, "hint": self.hint, "status": self.status(now_ms),
-            "created_at": self.created_at, "expires_at": self.expires_at,
-            "revoked_at": self.revoked_at, "last_used_at": self.last_used_at,
-            "origins": list(self.origins), "ips": list(self.ips),
-            "methods": list(self.methods), "rotated_to": self.rotated_to,
+            "id": self.id,
+            "account": self.account,
+            "name": self.name,
+            "env": self.env,
+            "plan": self.plan,
+            "hint": self.hint,
+            "status": self.status(now_ms),
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "revoked_at": self.revoked_at,
+            "last_used_at": self.last_used_at,
+            "origins": list(self.origins),
+            "ips": list(self.ips),
+            "methods": list(self.methods),
+            "rotated_to": self.rotated_to,
         }
 
 
@@ -115,9 +124,14 @@ class Usage:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "key_id": self.key_id, "since": self.since_ms, "until": self.until_ms,
-            "requests": self.total, "rate_limited": self.limited, "denied": self.denied,
-            "errors": self.errors, "compute_units": self.compute_units,
+            "key_id": self.key_id,
+            "since": self.since_ms,
+            "until": self.until_ms,
+            "requests": self.total,
+            "rate_limited": self.limited,
+            "denied": self.denied,
+            "errors": self.errors,
+            "compute_units": self.compute_units,
             "methods": self.methods,
             "per_minute": [[t, n] for t, n in self.per_minute if n],
             "per_day": [{"day": t, **v} for t, v in self.per_day],
@@ -141,8 +155,13 @@ def _split(value: str | None) -> tuple[str, ...]:
 def normalize_email(email: str) -> str:
     email = email.strip().lower()
     local, at, domain = email.partition("@")
-    if not at or not local or "." not in domain or len(email) > 254 or any(
-            c.isspace() for c in email):
+    if (
+        not at
+        or not local
+        or "." not in domain
+        or len(email) > 254
+        or any(c.isspace() for c in email)
+    ):
         raise StoreError(f"{email!r} is not an email address")
     return email
 
@@ -189,9 +208,15 @@ def normalize_methods(methods: Iterable[str]) -> tuple[str, ...]:
 class Store:
     """Account, key and usage operations over one Redis (or Cluster) client."""
 
-    def __init__(self, redis: RedisClient, *, prefix: str = "gw",
-                 plans: Sequence[str] = ("free", "payg"), default_plan: str = "free",
-                 hasher: PasswordHasher | None = None) -> None:
+    def __init__(
+        self,
+        redis: RedisClient,
+        *,
+        prefix: str = "gw",
+        plans: Sequence[str] = ("free", "payg"),
+        default_plan: str = "free",
+        hasher: PasswordHasher | None = None,
+    ) -> None:
         # redis-py's annotations do not model decode_responses=True (every
         # reply here is str), so the client is typed loosely on purpose.
         self.redis: Any = redis
@@ -236,8 +261,10 @@ class Store:
             raise AlreadyExists(f"an account for {email} already exists")
         now = await self.now_ms()
         pw = self._hasher.hash(password)
-        await self.redis.hset(self._acct_key(account_id), mapping={
-            "id": account_id, "email": email, "pw": pw, "plan": plan, "created": now})
+        await self.redis.hset(
+            self._acct_key(account_id),
+            mapping={"id": account_id, "email": email, "pw": pw, "plan": plan, "created": now},
+        )
         return Account(account_id, email, plan, now)
 
     async def account_by_email(self, email: str) -> Account:
@@ -288,15 +315,25 @@ class Store:
         return Account(account.id, account.email, plan, account.created_at)
 
     # -- keys ----------------------------------------------------------------
-    async def create_key(self, account_id: str, *, name: str = "", env: str = "",
-                         expires_in_ms: int | None = None, origins: Iterable[str] = (),
-                         ips: Iterable[str] = (), methods: Iterable[str] = (),
-                         max_keys: int | None = None) -> tuple[str, KeyRecord]:
+    async def create_key(
+        self,
+        account_id: str,
+        *,
+        name: str = "",
+        env: str = "",
+        expires_in_ms: int | None = None,
+        origins: Iterable[str] = (),
+        ips: Iterable[str] = (),
+        methods: Iterable[str] = (),
+        max_keys: int | None = None,
+    ) -> tuple[str, KeyRecord]:
         """Make a key; returns the key itself (shown once) and its record."""
         account = await self.account(account_id)
         if max_keys is not None and await self.active_key_count(account_id) >= max_keys:
-            raise StoreError(f"you already have {max_keys} active keys, the most an account "
-                             "may have; revoke one you no longer use first")
+            raise StoreError(
+                f"you already have {max_keys} active keys, the most an account "
+                "may have; revoke one you no longer use first"
+            )
         origins_n = normalize_origins(origins)
         ips_shown, ips_bits = normalize_ips(ips)
         methods_n = normalize_methods(methods)
@@ -309,11 +346,19 @@ class Store:
         key_id = "key_" + secrets.token_hex(6)
         now = await self.now_ms()
         record: dict[str, Any] = {
-            "id": key_id, "acct": account.id, "name": name, "env": env, "plan": account.plan,
-            "hint": key_hint(key), "created": now,
+            "id": key_id,
+            "acct": account.id,
+            "name": name,
+            "env": env,
+            "plan": account.plan,
+            "hint": key_hint(key),
+            "created": now,
             "exp": now + expires_in_ms if expires_in_ms is not None else "",
-            "rev": "", "org": _lines(origins_n), "ipb": _lines(ips_bits),
-            "ips": _lines(ips_shown), "mth": _lines(methods_n),
+            "rev": "",
+            "org": _lines(origins_n),
+            "ipb": _lines(ips_bits),
+            "ips": _lines(ips_shown),
+            "mth": _lines(methods_n),
         }
         # Indexes first, record last: the key only works once it is complete.
         await self.redis.set(self._kid_key(key_id), khash)
@@ -357,42 +402,62 @@ class Store:
         await self.redis.hdel(bucket_key(self.prefix, khash), "t", "ts")
         return await self.get_key(key_id)
 
-    async def rotate_key(self, key_id: str, grace_ms: int = 86_400_000,
-                         account_id: str | None = None) -> tuple[str, KeyRecord]:
+    async def rotate_key(
+        self, key_id: str, grace_ms: int = 86_400_000, account_id: str | None = None
+    ) -> tuple[str, KeyRecord]:
         """A new key with the same settings; the old one expires after ``grace_ms``."""
         old = await self.get_key(key_id, account_id)
         if old.status(await self.now_ms()) != "active":
-            raise StoreError(f"key {key_id} is {old.status(await self.now_ms())}; "
-                             "only an active key can be rotated")
+            raise StoreError(
+                f"key {key_id} is {old.status(await self.now_ms())}; "
+                "only an active key can be rotated"
+            )
         if grace_ms < 0:
             raise StoreError("the grace period cannot be negative")
         khash = await self.key_hash_of(key_id)
         now = await self.now_ms()
         remaining = old.expires_at - now if old.expires_at is not None else None
         key, new = await self.create_key(
-            old.account, name=old.name, env=old.env, expires_in_ms=remaining,
-            origins=old.origins, ips=old.ips, methods=old.methods)
+            old.account,
+            name=old.name,
+            env=old.env,
+            expires_in_ms=remaining,
+            origins=old.origins,
+            ips=old.ips,
+            methods=old.methods,
+        )
         new_expiry = now + grace_ms
         if old.expires_at is not None:
             new_expiry = min(new_expiry, old.expires_at)
-        await self.redis.hset(record_key(self.prefix, khash),
-                              mapping={"exp": new_expiry, "rot": new.id})
+        await self.redis.hset(
+            record_key(self.prefix, khash), mapping={"exp": new_expiry, "rot": new.id}
+        )
         if grace_ms == 0:
             await self.redis.hset(record_key(self.prefix, khash), "rev", now)
         return key, new
 
     def _record(self, d: Mapping[str, str]) -> KeyRecord:
         return KeyRecord(
-            id=d["id"], account=d["acct"], name=d.get("name", ""), env=d.get("env", ""),
-            plan=d.get("plan", self.default_plan), hint=d.get("hint", ""),
-            created_at=int(d["created"]), expires_at=_opt_int(d.get("exp")),
-            revoked_at=_opt_int(d.get("rev")), last_used_at=_opt_int(d.get("used")),
-            origins=_split(d.get("org")), ips=_split(d.get("ips")),
-            methods=_split(d.get("mth")), rotated_to=d.get("rot") or None)
+            id=d["id"],
+            account=d["acct"],
+            name=d.get("name", ""),
+            env=d.get("env", ""),
+            plan=d.get("plan", self.default_plan),
+            hint=d.get("hint", ""),
+            created_at=int(d["created"]),
+            expires_at=_opt_int(d.get("exp")),
+            revoked_at=_opt_int(d.get("rev")),
+            last_used_at=_opt_int(d.get("used")),
+            origins=_split(d.get("org")),
+            ips=_split(d.get("ips")),
+            methods=_split(d.get("mth")),
+            rotated_to=d.get("rot") or None,
+        )
 
     # -- usage ---------------------------------------------------------------
-    async def usage(self, key_id: str, since_ms: int = DAY_MS,
-                    account_id: str | None = None) -> Usage:
+    async def usage(
+        self, key_id: str, since_ms: int = DAY_MS, account_id: str | None = None
+    ) -> Usage:
         """Usage over the last ``since_ms`` (minutes kept 48 h, days 90)."""
         await self.get_key(key_id, account_id)
         khash = await self.key_hash_of(key_id)
@@ -419,7 +484,7 @@ class Store:
         per_day: list[tuple[int, dict[str, int]]] = []
         methods: dict[str, int] = {}
         sums = {"req": 0, "lim": 0, "den": 0, "err": 0, "cu": 0}
-        for day, data in zip(days, replies[len(hours):], strict=True):
+        for day, data in zip(days, replies[len(hours) :], strict=True):
             totals = {k: int(data.get(k, 0)) for k in sums}
             per_day.append((day * DAY_MS, totals))
             for k in sums:
@@ -428,10 +493,19 @@ class Store:
                 if field_name.startswith("m:"):
                     methods[field_name[2:]] = methods.get(field_name[2:], 0) + int(count)
         total = sum(n for _, n in per_minute) if since_ms <= 48 * HOUR_MS else sums["req"]
-        return Usage(key_id=key_id, since_ms=start, until_ms=now, per_minute=per_minute,
-                     per_day=per_day, methods=dict(sorted(methods.items(), key=lambda kv: -kv[1])),
-                     total=total, limited=sums["lim"], denied=sums["den"], errors=sums["err"],
-                     compute_units=sums["cu"])
+        return Usage(
+            key_id=key_id,
+            since_ms=start,
+            until_ms=now,
+            per_minute=per_minute,
+            per_day=per_day,
+            methods=dict(sorted(methods.items(), key=lambda kv: -kv[1])),
+            total=total,
+            limited=sums["lim"],
+            denied=sums["den"],
+            errors=sums["err"],
+            compute_units=sums["cu"],
+        )
 
     async def add_errors(self, counts: Mapping[str, int], now_ms: int | None = None) -> None:
         """Add upstream error counts per key hash (flushed in batches, off the hot path)."""
@@ -509,8 +583,11 @@ class Store:
     async def active_key_count(self, account_id: str) -> int:
         """Keys of the account that work now and were not rotated away."""
         now = await self.now_ms()
-        return sum(1 for r in await self.list_keys(account_id)
-                   if r.status(now) == "active" and r.rotated_to is None)
+        return sum(
+            1
+            for r in await self.list_keys(account_id)
+            if r.status(now) == "active" and r.rotated_to is None
+        )
 
 
 # KEYS[1] counter   ARGV[1] window in ms

@@ -33,8 +33,9 @@ from gateway.usage import ErrorCounter
 def create_app(config: Config | None = None) -> web.Application:
     """The whole gateway as one aiohttp application."""
     cfg = config if config is not None else load_config()
-    app = web.Application(client_max_size=cfg.limits.max_body_bytes,
-                          handler_args={"access_log_class": AccessLogger})
+    app = web.Application(
+        client_max_size=cfg.limits.max_body_bytes, handler_args={"access_log_class": AccessLogger}
+    )
     app[T.CONFIG] = cfg
     app[T.METRICS] = Metrics()
     app[T.CLIENT_IP] = ClientIP(cfg.server.trusted_proxies)
@@ -67,11 +68,18 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     if cfg.redis.cluster:
         app[T.LIMITER] = RedisLimiter(redis, cfg.plans, cfg.redis.prefix)
     else:
-        mux = MuxRedis(url, timeout_s=cfg.redis.timeout_ms / 1000,
-                       connect_timeout_s=cfg.redis.connect_timeout_ms / 1000)
+        mux = MuxRedis(
+            url,
+            timeout_s=cfg.redis.timeout_ms / 1000,
+            connect_timeout_s=cfg.redis.connect_timeout_ms / 1000,
+        )
         app[T.LIMITER] = MuxLimiter(mux, cfg.plans, cfg.redis.prefix)
-    app[T.STORE] = Store(admin, prefix=cfg.redis.prefix, plans=[p.name for p in cfg.plans],
-                         default_plan=cfg.default_plan)
+    app[T.STORE] = Store(
+        admin,
+        prefix=cfg.redis.prefix,
+        plans=[p.name for p in cfg.plans],
+        default_plan=cfg.default_plan,
+    )
     try:
         yield
     finally:
@@ -88,13 +96,17 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
     metrics = app[T.METRICS]
     pools: dict[str, NodePool] = {}
     for net in cfg.networks:
-        pool = NodePool(net, cfg.upstream, cfg.limits.upstream_connect_timeout_s,
-                        cfg.limits.upstream_timeout_s, metrics=metrics)
+        pool = NodePool(
+            net,
+            cfg.upstream,
+            cfg.limits.upstream_connect_timeout_s,
+            cfg.limits.upstream_timeout_s,
+            metrics=metrics,
+        )
         await pool.start()
         pools[net.name] = pool
     app[T.POOLS] = pools
-    probes = [asyncio.create_task(p.probe_forever(), name=f"probe-{n}")
-              for n, p in pools.items()]
+    probes = [asyncio.create_task(p.probe_forever(), name=f"probe-{n}") for n, p in pools.items()]
     try:
         yield
     finally:

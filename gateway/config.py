@@ -224,8 +224,9 @@ _SECTIONS: dict[str, type[Any]] = {
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
 
-def load_config(path: str | os.PathLike[str] | None = None,
-                env: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Config:
     """Load ``path`` (or ``$GATEWAY_CONFIG``), apply env overrides, validate."""
     env = os.environ if env is None else env
     if path is None:
@@ -349,8 +350,13 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
     prefix = table.get("prefix", f"/{name}")
-    if not isinstance(prefix, str) or not prefix.startswith("/") or prefix.endswith("/") \
-            or prefix.count("/") != 1 or prefix == "/dashboard":
+    if (
+        not isinstance(prefix, str)
+        or not prefix.startswith("/")
+        or prefix.endswith("/")
+        or prefix.count("/") != 1
+        or prefix == "/dashboard"
+    ):
         raise ConfigError(f"{path}.prefix: must look like '/name' (one segment)")
     chain_id = table.get("chain_id")
     if isinstance(chain_id, bool) or not isinstance(chain_id, int) or chain_id <= 0:
@@ -371,8 +377,9 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
     for method in sorted(allowed):
         if method.startswith(FORBIDDEN_METHOD_PREFIXES):
             raise ConfigError(f"{path}.methods: {method!r} may never be offered publicly")
-    return NetworkConfig(name=name, prefix=prefix, chain_id=chain_id,
-                         upstreams=tuple(upstreams), methods=allowed)
+    return NetworkConfig(
+        name=name, prefix=prefix, chain_id=chain_id, upstreams=tuple(upstreams), methods=allowed
+    )
 
 
 def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
@@ -401,8 +408,14 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     title = table.get("title", name.title())
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
-    return PlanConfig(name=name, title=title, rate=float(rate), burst=burst,
-                      daily_quota=quota, weights=types.MappingProxyType(dict(weights)))
+    return PlanConfig(
+        name=name,
+        title=title,
+        rate=float(rate),
+        burst=burst,
+        daily_quota=quota,
+        weights=types.MappingProxyType(dict(weights)),
+    )
 
 
 def data_dir(cfg: Config) -> Path:

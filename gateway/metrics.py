@@ -21,8 +21,22 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as _mp
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                   2.5, 5.0, 10.0)
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # Outcomes of one upstream attempt, the ``result`` label of gateway_upstream_results.
@@ -40,38 +54,64 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("gateway_requests", "RPC requests answered",
-                                ["network", "method", "status"], registry=r)
-        self.latency = Histogram("gateway_request_duration_seconds",
-                                 "Time from request read to answer written",
-                                 ["network"], buckets=LATENCY_BUCKETS, registry=r)
-        self.rate_limited = Counter("gateway_rate_limited", "Requests refused by a plan limit",
-                                    ["network"], registry=r)
-        self.upstream_results = Counter("gateway_upstream_results",
-                                        "Upstream attempts by node and outcome "
-                                        "(ok, error, timeout, retry)",
-                                        ["network", "node", "result"], registry=r)
-        self.redis_errors = Counter("gateway_redis_errors",
-                                    "Admission checks that Redis could not answer, by the "
-                                    "policy applied (closed: 503, open: let through)",
-                                    ["policy"], registry=r)
-        self.upstream_healthy = Gauge("gateway_upstream_healthy",
-                                      "1 if the node is in rotation (every worker agrees)",
-                                      ["network", "node"], registry=r,
-                                      multiprocess_mode="livemin")
-        self.upstream_head = Gauge("gateway_upstream_head_block",
-                                   "Latest block the node reported to the health probe",
-                                   ["network", "node"], registry=r,
-                                   multiprocess_mode="livemax")
-        self.connections = Gauge("gateway_open_connections", "Client connections open",
-                                 registry=r, multiprocess_mode="livesum")
-        self.connections_rejected = Counter("gateway_connections_rejected",
-                                            "Connections refused at server.max_connections",
-                                            registry=r)
-        self.client_timeouts = Counter("gateway_client_timeouts",
-                                       "Connections closed because the client was too slow "
-                                       "to send its request (phase: header or body)",
-                                       ["phase"], registry=r)
+        self.requests = Counter(
+            "gateway_requests", "RPC requests answered", ["network", "method", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "gateway_request_duration_seconds",
+            "Time from request read to answer written",
+            ["network"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            "gateway_rate_limited", "Requests refused by a plan limit", ["network"], registry=r
+        )
+        self.upstream_results = Counter(
+            "gateway_upstream_results",
+            "Upstream attempts by node and outcome (ok, error, timeout, retry)",
+            ["network", "node", "result"],
+            registry=r,
+        )
+        self.redis_errors = Counter(
+            "gateway_redis_errors",
+            "Admission checks that Redis could not answer, by the "
+            "policy applied (closed: 503, open: let through)",
+            ["policy"],
+            registry=r,
+        )
+        self.upstream_healthy = Gauge(
+            "gateway_upstream_healthy",
+            "1 if the node is in rotation (every worker agrees)",
+            ["network", "node"],
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self.upstream_head = Gauge(
+            "gateway_upstream_head_block",
+            "Latest block the node reported to the health probe",
+            ["network", "node"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.connections = Gauge(
+            "gateway_open_connections",
+            "Client connections open",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.connections_rejected = Counter(
+            "gateway_connections_rejected",
+            "Connections refused at server.max_connections",
+            registry=r,
+        )
+        self.client_timeouts = Counter(
+            "gateway_client_timeouts",
+            "Connections closed because the client was too slow "
+            "to send its request (phase: header or body)",
+            ["phase"],
+            registry=r,
+        )
         self._networks: dict[str, NetworkMetrics] = {}
 
     def network(self, name: str) -> NetworkMetrics:
@@ -110,7 +150,8 @@ class NetworkMetrics:
         child = self._children.get((method, status))
         if child is None:
             child = self._children[(method, status)] = self._requests.labels(
-                self._name, method, str(status))
+                self._name, method, str(status)
+            )
         child.inc()
         self._latency.observe(seconds)
 

@@ -51,8 +51,9 @@ class _Conn(BaseProtocol):
     def __init__(self, client: NodeClient, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
         self._client = client
-        parser = HttpResponseParser(self, loop, _MAX_RESPONSE, read_until_eof=True,
-                                    auto_decompress=False)
+        parser = HttpResponseParser(
+            self, loop, _MAX_RESPONSE, read_until_eof=True, auto_decompress=False
+        )
         self._http = parser
         self._parser = parser  # BaseProtocol pauses/resumes this one under flow control
         self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
@@ -76,8 +77,9 @@ class _Conn(BaseProtocol):
             if self._payload.is_eof():
                 self._drain()
                 return
-        self._fail(NodeRequestError(f"connection lost: {exc!r}" if exc else "connection closed",
-                                    sent=True))
+        self._fail(
+            NodeRequestError(f"connection lost: {exc!r}" if exc else "connection closed", sent=True)
+        )
         self._client._discard(self)
 
     def data_received(self, data: bytes) -> None:
@@ -151,8 +153,14 @@ class _Conn(BaseProtocol):
 class NodeClient:
     """POST bytes to one node over pooled keep-alive connections."""
 
-    def __init__(self, url: str, *, max_connections: int = 256,
-                 connect_timeout_s: float = 2.0, idle_timeout_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_connections: int = 256,
+        connect_timeout_s: float = 2.0,
+        idle_timeout_s: float = 15.0,
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url}")
@@ -164,8 +172,12 @@ class NodeClient:
         if ":" in self._host and not default_port:
             host_header = f"[{self._host}]:{self._port}"
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = [f"POST {path} HTTP/1.1", f"Host: {host_header}",
-                "Content-Type: application/json", "Accept: application/json"]
+        head = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {host_header}",
+            "Content-Type: application/json",
+            "Accept: application/json",
+        ]
         if parts.username is not None:
             token = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             head.append("Authorization: Basic " + base64.b64encode(token.encode()).decode())
@@ -220,20 +232,21 @@ class NodeClient:
         try:
             return await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
-            raise NodeRequestError("no free connection in time", sent=False,
-                                   timeout=True) from None
+            raise NodeRequestError("no free connection in time", sent=False, timeout=True) from None
 
     async def _open(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> _Conn:
         self._opening += 1
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(self, loop), self._host, self._port,
-                                       ssl=self._ssl), timeout_s)
+                loop.create_connection(
+                    lambda: _Conn(self, loop), self._host, self._port, ssl=self._ssl
+                ),
+                timeout_s,
+            )
         except TimeoutError:
             raise NodeRequestError("connect timed out", sent=False, timeout=True) from None
         except OSError as exc:
-            raise NodeRequestError(f"unreachable ({exc.__class__.__name__})",
-                                   sent=False) from None
+            raise NodeRequestError(f"unreachable ({exc.__class__.__name__})", sent=False) from None
         finally:
             self._opening -= 1
         self._all.add(conn)
@@ -254,8 +267,9 @@ class NodeClient:
         while self._waiters and len(self._all) + self._opening < self._max:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                task = asyncio.ensure_future(self._open(asyncio.get_running_loop(),
-                                                        self._connect_timeout))
+                task = asyncio.ensure_future(
+                    self._open(asyncio.get_running_loop(), self._connect_timeout)
+                )
                 task.add_done_callback(functools.partial(_hand_over, waiter=waiter))
                 break
 

@@ -37,8 +37,11 @@ async def readyz(request: web.Request) -> web.Response:
         if summary["healthy"] == 0:
             problems.append(f"{name}: no healthy upstream node")
     status = 200 if not problems else 503
-    return web.json_response({"ready": not problems, "problems": problems,
-                              "networks": networks}, status=status, headers=_NO_STORE)
+    return web.json_response(
+        {"ready": not problems, "problems": problems, "networks": networks},
+        status=status,
+        headers=_NO_STORE,
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

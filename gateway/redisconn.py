@@ -37,16 +37,16 @@ class GatedRedisCluster(RedisCluster):
     connections, room for calls that a MOVED/ASK sends on to another node.
     """
 
-    def __init__(self, *args: Any, per_node: int = 64, gate_timeout_s: float = 0.25,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, per_node: int = 64, gate_timeout_s: float = 0.25, **kwargs: Any
+    ) -> None:
         kwargs["max_connections"] = 2 * per_node
         super().__init__(*args, **kwargs)
         self._gates: dict[str, asyncio.Semaphore] = {}
         self._per_node = per_node
         self._gate_timeout_s = gate_timeout_s
 
-    async def _execute_command(self, target_node: ClusterNode, *args: Any,
-                               **kwargs: Any) -> Any:
+    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
         gate = self._gates.get(target_node.name)
         if gate is None:
             gate = self._gates[target_node.name] = asyncio.Semaphore(self._per_node)
@@ -55,7 +55,8 @@ class GatedRedisCluster(RedisCluster):
                 await gate.acquire()
         except TimeoutError:
             raise RedisConnectionError(
-                f"no free connection to {target_node.name} in time") from None
+                f"no free connection to {target_node.name} in time"
+            ) from None
         try:
             return await super()._execute_command(target_node, *args, **kwargs)
         finally:
@@ -71,23 +72,40 @@ def connect(cfg: RedisConfig, url: str) -> RedisClient:
         # slot only; redis-py's default closes the whole client every 5th
         # MOVED, failing unrelated calls in flight on other connections.
         return GatedRedisCluster.from_url(
-            url, decode_responses=True, socket_timeout=timeout,
-            socket_connect_timeout=connect_timeout, per_node=cfg.max_connections,
-            retry=Retry(NoBackoff(), 1), require_full_coverage=False,
-            reinitialize_steps=0, gate_timeout_s=timeout)
+            url,
+            decode_responses=True,
+            socket_timeout=timeout,
+            socket_connect_timeout=connect_timeout,
+            per_node=cfg.max_connections,
+            retry=Retry(NoBackoff(), 1),
+            require_full_coverage=False,
+            reinitialize_steps=0,
+            gate_timeout_s=timeout,
+        )
     pool = BlockingConnectionPool.from_url(
-        url, max_connections=cfg.max_connections, timeout=timeout,
-        socket_timeout=timeout, socket_connect_timeout=connect_timeout,
-        decode_responses=True, retry=Retry(NoBackoff(), 0), health_check_interval=0,
-        maint_notifications_config=MaintNotificationsConfig(enabled=False))
+        url,
+        max_connections=cfg.max_connections,
+        timeout=timeout,
+        socket_timeout=timeout,
+        socket_connect_timeout=connect_timeout,
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+        maint_notifications_config=MaintNotificationsConfig(enabled=False),
+    )
     return Redis.from_pool(pool)
 
 
 def admin_connect(cfg: RedisConfig, url: str) -> RedisClient:
     """A client for the CLI and dashboard: same server, patient timeouts."""
     if cfg.cluster:
-        return GatedRedisCluster.from_url(url, decode_responses=True, socket_timeout=5,
-                                          socket_connect_timeout=5, require_full_coverage=False,
-                                          reinitialize_steps=0, gate_timeout_s=5)
-    return Redis.from_url(url, decode_responses=True, socket_timeout=5,
-                          socket_connect_timeout=5)
+        return GatedRedisCluster.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=5,
+            socket_connect_timeout=5,
+            require_full_coverage=False,
+            reinitialize_steps=0,
+            gate_timeout_s=5,
+        )
+    return Redis.from_url(url, decode_responses=True, socket_timeout=5, socket_connect_timeout=5)

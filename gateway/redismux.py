@@ -96,8 +96,14 @@ class _Protocol(asyncio.Protocol):
 class MuxRedis:
     """A single pipelined connection; see the module docstring for why."""
 
-    def __init__(self, url: str, *, timeout_s: float = 0.25, connect_timeout_s: float = 0.5,
-                 retry_interval_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 0.25,
+        connect_timeout_s: float = 0.5,
+        retry_interval_s: float = 0.1,
+    ) -> None:
         self._url = url
         self._timeout = timeout_s
         self._connect_timeout = connect_timeout_s
@@ -111,8 +117,9 @@ class MuxRedis:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- public ----------------------------------------------------------------
-    async def evalsha(self, sha: str, script: str, keys: Sequence[str],
-                      args: Sequence[str | bytes]) -> Any:
+    async def evalsha(
+        self, sha: str, script: str, keys: Sequence[str], args: Sequence[str | bytes]
+    ) -> Any:
         """Run a cached script; falls back to EVAL once after NOSCRIPT."""
         reply = await self.call(("EVALSHA", sha, str(len(keys)), *keys, *args))
         if isinstance(reply, hiredis.ReplyError):
@@ -181,8 +188,11 @@ class MuxRedis:
             proto = await asyncio.wait_for(self._open(), self._connect_timeout)
         except (OSError, TimeoutError, RedisUnavailable) as exc:
             self._last_failure = time.monotonic()
-            err = exc if isinstance(exc, RedisUnavailable) else RedisUnavailable(
-                f"cannot connect: {exc!r}")
+            err = (
+                exc
+                if isinstance(exc, RedisUnavailable)
+                else RedisUnavailable(f"cannot connect: {exc!r}")
+            )
             self._connecting.set_exception(err)
             self._connecting.exception()  # mark retrieved
             self._connecting = None
@@ -200,13 +210,17 @@ class MuxRedis:
             await loop.create_unix_connection(lambda: proto, parts.path)
         else:
             ctx = ssl.create_default_context() if parts.scheme == "rediss" else None
-            await loop.create_connection(lambda: proto, parts.hostname or "127.0.0.1",
-                                         parts.port or 6379, ssl=ctx)
+            await loop.create_connection(
+                lambda: proto, parts.hostname or "127.0.0.1", parts.port or 6379, ssl=ctx
+            )
         setup: list[tuple[str, ...]] = []
         if parts.password is not None:
             user = unquote(parts.username) if parts.username else None
-            setup.append(("AUTH", user, unquote(parts.password)) if user
-                         else ("AUTH", unquote(parts.password)))
+            setup.append(
+                ("AUTH", user, unquote(parts.password))
+                if user
+                else ("AUTH", unquote(parts.password))
+            )
         db = parts.path.strip("/") if parts.scheme != "unix" else ""
         if db and db != "0":
             setup.append(("SELECT", db))

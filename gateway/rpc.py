@@ -60,8 +60,9 @@ def _no_constants(name: str) -> Any:
 def loads_exact(body: bytes | str) -> Any:
     """Parse keeping every number as its original literal (slow path)."""
     try:
-        return json.loads(body, parse_int=_fragment, parse_float=_fragment,
-                          parse_constant=_no_constants)
+        return json.loads(
+            body, parse_int=_fragment, parse_float=_fragment, parse_constant=_no_constants
+        )
     except (ValueError, RecursionError, UnicodeDecodeError) as exc:
         raise ParseError(str(exc)) from None
 
@@ -88,8 +89,7 @@ def error_parts(kind: ErrorKind, id_: Any = None, data: Any = None) -> tuple[byt
     err: dict[str, Any] = {"code": kind.code, "message": kind.message}
     if data is not None:
         err["data"] = data
-    return (b'{"jsonrpc":"2.0","id":', orjson.dumps(id_), b',"error":',
-            orjson.dumps(err), b"}")
+    return (b'{"jsonrpc":"2.0","id":', orjson.dumps(id_), b',"error":', orjson.dumps(err), b"}")
 
 
 def error_obj(kind: ErrorKind, id_: Any = None, data: Any = None) -> dict[str, Any]:

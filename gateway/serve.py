@@ -42,16 +42,27 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 def _logging() -> None:
-    logging.basicConfig(level=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
 
 
-def serve(cfg: Config, *, demo: bool = False, host: str | None = None,
-          port: int | None = None, workers: int | None = None) -> int:
+def serve(
+    cfg: Config,
+    *,
+    demo: bool = False,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int | None = None,
+) -> int:
     _logging()
     server = dataclasses.replace(
-        cfg.server, host=host or cfg.server.host, port=cfg.server.port if port is None else port,
-        workers=workers or cfg.server.workers)
+        cfg.server,
+        host=host or cfg.server.host,
+        port=cfg.server.port if port is None else port,
+        workers=workers or cfg.server.workers,
+    )
     cfg = dataclasses.replace(cfg, server=server)
     if demo:
         return _serve_demo(cfg)
@@ -69,8 +80,13 @@ def serve(cfg: Config, *, demo: bool = False, host: str | None = None,
             embedded.stop()
 
 
-def _run(app: web.Application | Awaitable[web.Application], cfg: Config, *,
-         reuse_port: bool = False, print_banner: bool = True) -> None:
+def _run(
+    app: web.Application | Awaitable[web.Application],
+    cfg: Config,
+    *,
+    reuse_port: bool = False,
+    print_banner: bool = True,
+) -> None:
     """Serve one app in this process until SIGINT/SIGTERM, then drain (server.py)."""
 
     _raise_open_files(cfg.server.max_connections + _SPARE_FILES)
@@ -79,12 +95,18 @@ def _run(app: web.Application | Awaitable[web.Application], cfg: Config, *,
         built = app if isinstance(app, web.Application) else await app
         ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if print_banner:
-            ready.add_done_callback(lambda f: print(
-                f"======== Running on http://{cfg.server.host}:{f.result()} ========\n"
-                "(Press CTRL+C to quit)", flush=True) if not f.cancelled() and
-                f.exception() is None else None)
-        await serve_app(built, cfg.server.host, cfg.server.port, reuse_port=reuse_port,
-                        ready=ready)
+            ready.add_done_callback(
+                lambda f: (
+                    print(
+                        f"======== Running on http://{cfg.server.host}:{f.result()} ========\n"
+                        "(Press CTRL+C to quit)",
+                        flush=True,
+                    )
+                    if not f.cancelled() and f.exception() is None
+                    else None
+                )
+            )
+        await serve_app(built, cfg.server.host, cfg.server.port, reuse_port=reuse_port, ready=ready)
 
     with asyncio.Runner(loop_factory=_new_loop) as runner:
         runner.run(main())
@@ -111,9 +133,13 @@ def _raise_open_files(wanted: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
     if soft != unlimited and soft < wanted:
-        log.warning("open-file limit is %s, below server.max_connections + %s = %s; "
-                    "raise it (ulimit -n) or lower server.max_connections",
-                    soft, _SPARE_FILES, wanted)
+        log.warning(
+            "open-file limit is %s, below server.max_connections + %s = %s; "
+            "raise it (ulimit -n) or lower server.max_connections",
+            soft,
+            _SPARE_FILES,
+            wanted,
+        )
 
 
 def _supervise(cfg: Config) -> int:
@@ -131,8 +157,11 @@ def _supervise(cfg: Config) -> int:
     else:  # an operator's directory: start from zero, as prometheus-client asks
         for stale in Path(metrics_dir).glob("*.db"):
             stale.unlink(missing_ok=True)
-    env = {**os.environ, "GATEWAY_WORKER_CONFIG": orjson.dumps(config_to_raw(cfg)).decode(),
-           MULTIPROC_ENV: metrics_dir}
+    env = {
+        **os.environ,
+        "GATEWAY_WORKER_CONFIG": orjson.dumps(config_to_raw(cfg)).decode(),
+        MULTIPROC_ENV: metrics_dir,
+    }
     cmd = [sys.executable, "-m", "gateway.serve", "--worker"]
     procs: list[subprocess.Popen[bytes]] = []
     stopping: list[int] = []
@@ -153,8 +182,10 @@ def _supervise(cfg: Config) -> int:
     try:
         for _ in range(cfg.server.workers):
             spawn()
-        print(f"======== {len(procs)} workers on http://{cfg.server.host}:{cfg.server.port} "
-              "========", flush=True)
+        print(
+            f"======== {len(procs)} workers on http://{cfg.server.host}:{cfg.server.port} ========",
+            flush=True,
+        )
         while procs:
             time.sleep(0.2)
             for proc in [p for p in procs if p.poll() is not None]:
@@ -165,13 +196,13 @@ def _supervise(cfg: Config) -> int:
                     continue
                 recent = [t for t in starts if time.monotonic() - t < 30]
                 if len(recent) > 2 * cfg.server.workers:
-                    log.error("workers keep dying; stopping (last exit code %s)",
-                              proc.returncode)
+                    log.error("workers keep dying; stopping (last exit code %s)", proc.returncode)
                     forward(signal.SIGTERM, None)
                     code = 1
                     continue
-                log.warning("worker exited pid=%s code=%s; starting another", proc.pid,
-                            proc.returncode)
+                log.warning(
+                    "worker exited pid=%s code=%s; starting another", proc.pid, proc.returncode
+                )
                 spawn()
     finally:
         for sig, handler in old.items():
@@ -204,11 +235,16 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
         return value
 
     def table(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if f.name not in skip}
+        return {
+            f.name: plain(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if f.name not in skip
+        }
 
-    raw: dict[str, Any] = {name: table(getattr(cfg, name))
-                           for name in ("server", "limits", "redis", "upstream", "dashboard")}
+    raw: dict[str, Any] = {
+        name: table(getattr(cfg, name))
+        for name in ("server", "limits", "redis", "upstream", "dashboard")
+    }
     raw["networks"] = {n.name: table(n, ("name",)) for n in cfg.networks}
     raw["plans"] = {p.name: table(p, ("name",)) for p in cfg.plans}
     raw["default_plan"] = cfg.default_plan
@@ -235,12 +271,17 @@ def _serve_demo(cfg: Config) -> int:
         log.warning("port 8545 is taken; pass --port")
 
     async def build() -> web.Application:
-        nodes = [await start_mock_node(MockNodeOptions(chain_id=net.chain_id, block_time_s=1.0))
-                 for net in cfg.networks]
-        networks = tuple(dataclasses.replace(net, upstreams=(node.url,))
-                         for net, node in zip(cfg.networks, nodes, strict=True))
+        nodes = [
+            await start_mock_node(MockNodeOptions(chain_id=net.chain_id, block_time_s=1.0))
+            for net in cfg.networks
+        ]
+        networks = tuple(
+            dataclasses.replace(net, upstreams=(node.url,))
+            for net, node in zip(cfg.networks, nodes, strict=True)
+        )
         demo_cfg = dataclasses.replace(
-            cfg, networks=networks, redis=dataclasses.replace(cfg.redis, url=url))
+            cfg, networks=networks, redis=dataclasses.replace(cfg.redis, url=url)
+        )
         app = create_app(demo_cfg)
 
         async def nodes_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -273,16 +314,26 @@ async def _demo_key(app: web.Application) -> None:
 
 def _demo_banner(base: str, key: str, networks: tuple[NetworkConfig, ...]) -> str:
     body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
-    lines = ["", "rpc-gateway demo: embedded Redis, mock nodes for "
-             + ", ".join(f"{n.name} (chain {n.chain_id})" for n in networks) + ".",
-             f"Demo account: {DEMO_EMAIL} / {DEMO_PASSWORD}   dashboard: {base}/dashboard",
-             f"Demo API key: {key}", "", "Try:",
-             f"  export RPC_KEY={key}"]
+    lines = [
+        "",
+        "rpc-gateway demo: embedded Redis, mock nodes for "
+        + ", ".join(f"{n.name} (chain {n.chain_id})" for n in networks)
+        + ".",
+        f"Demo account: {DEMO_EMAIL} / {DEMO_PASSWORD}   dashboard: {base}/dashboard",
+        f"Demo API key: {key}",
+        "",
+        "Try:",
+        f"  export RPC_KEY={key}",
+    ]
     for net in networks:
-        lines.append(f"  curl -s -X POST {base}{net.prefix}/$RPC_KEY "
-                     f"-H 'Content-Type: application/json' -d '{body}'")
-        lines.append(f"  curl -s -X POST {base}{net.prefix} -H \"Authorization: Bearer $RPC_KEY\" "
-                     f"-H 'Content-Type: application/json' -d '{body}'")
+        lines.append(
+            f"  curl -s -X POST {base}{net.prefix}/$RPC_KEY "
+            f"-H 'Content-Type: application/json' -d '{body}'"
+        )
+        lines.append(
+            f'  curl -s -X POST {base}{net.prefix} -H "Authorization: Bearer $RPC_KEY" '
+            f"-H 'Content-Type: application/json' -d '{body}'"
+        )
     lines += ["", "Ctrl-C stops everything.", ""]
     return "\n".join(lines)
 

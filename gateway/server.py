@@ -56,16 +56,24 @@ _HEAD: Final = 1
 _BODY: Final = 2
 
 _BUSY_BODY: Final = rpc.error_body(rpc.SERVICE_UNAVAILABLE, None, "too many connections")
-_BUSY_REPLY: Final = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
-                      % (len(_BUSY_BODY), _BUSY_BODY))
+_BUSY_REPLY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 class _Watch:
     """Per-process settings and counters the protocols share (one per server)."""
 
-    __slots__ = ("body_timeout", "connections", "head_timeout", "max_connections",
-                 "metrics", "rejected", "timeouts")
+    __slots__ = (
+        "body_timeout",
+        "connections",
+        "head_timeout",
+        "max_connections",
+        "metrics",
+        "rejected",
+        "timeouts",
+    )
 
     def __init__(self, cfg: ServerConfig, metrics: Metrics | None) -> None:
         self.head_timeout = cfg.header_timeout_s
@@ -82,8 +90,9 @@ class GatewayProtocol(RequestHandler):
 
     __slots__ = ("_gw_deadline", "_gw_payload", "_gw_phase", "_gw_timer", "_gw_watch")
 
-    def __init__(self, manager: GatewayServer, *, loop: asyncio.AbstractEventLoop,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, manager: GatewayServer, *, loop: asyncio.AbstractEventLoop, **kwargs: Any
+    ) -> None:
         super().__init__(manager, loop=loop, **kwargs)
         self._gw_watch = manager.watch
         self._gw_phase = _IDLE
@@ -183,30 +192,44 @@ class GatewayProtocol(RequestHandler):
         self.force_close()
 
     # -- drain ---------------------------------------------------------------
-    async def finish_response(self, request: BaseRequest, resp: web.StreamResponse,
-                              start_time: float | None) -> tuple[web.StreamResponse, bool]:
+    async def finish_response(
+        self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
         if self._close and not resp.prepared:
             resp.force_close()  # shutting down: tell the client not to reuse the connection
         return await super().finish_response(request, resp, start_time)
 
     # -- malformed HTTP ------------------------------------------------------
-    def handle_error(self, request: BaseRequest, status: int = 500,
-                     exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
         """A JSON-RPC error instead of aiohttp's text; no request bytes in the log."""
         if request.writer.output_size > 0:
             raise ConnectionError("response already sent, cannot send another")
         if status >= 500:
             kind = rpc.UPSTREAM_TIMEOUT if status == 504 else rpc.INTERNAL_ERROR
             if exc is not None and status == 500:
-                log.error("unhandled error path=%s error=%s", _path_head(request),
-                          type(exc).__name__, exc_info=exc)
+                log.error(
+                    "unhandled error path=%s error=%s",
+                    _path_head(request),
+                    type(exc).__name__,
+                    exc_info=exc,
+                )
         else:
             kind = rpc.INVALID_REQUEST
-            log.info("bad http request status=%s error=%s remote=%s", status,
-                     type(exc).__name__ if exc is not None else "-", request.remote)
-        resp = web.Response(status=status, body=rpc.error_body(kind),
-                            content_type="application/json")
+            log.info(
+                "bad http request status=%s error=%s remote=%s",
+                status,
+                type(exc).__name__ if exc is not None else "-",
+                request.remote,
+            )
+        resp = web.Response(
+            status=status, body=rpc.error_body(kind), content_type="application/json"
+        )
         resp.force_close()
         return resp
 
@@ -241,8 +264,9 @@ class GatewayRunner(web.AppRunner):
         kwargs.setdefault("keepalive_timeout", cfg.keepalive_timeout_s)
         kwargs.setdefault("shutdown_timeout", cfg.drain_timeout_s)
         kwargs.setdefault("access_log_class", AccessLogger)
-        kwargs.setdefault("access_log",
-                          logging.getLogger("gateway.access") if cfg.access_log else None)
+        kwargs.setdefault(
+            "access_log", logging.getLogger("gateway.access") if cfg.access_log else None
+        )
         kwargs.setdefault("handle_signals", False)
         super().__init__(app, **kwargs)
 
@@ -269,10 +293,17 @@ class GatewayRunner(web.AppRunner):
         return server.watch
 
 
-async def serve_app(app: web.Application, host: str, port: int, *, reuse_port: bool = False,
-                    backlog: int = 1024, stop: asyncio.Event | None = None,
-                    ready: asyncio.Future[int] | None = None,
-                    handle_signals: bool = True) -> None:
+async def serve_app(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    reuse_port: bool = False,
+    backlog: int = 1024,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Future[int] | None = None,
+    handle_signals: bool = True,
+) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop``), then drain and clean up.
 
     ``ready`` receives the bound port once the socket listens.
@@ -291,8 +322,11 @@ async def serve_app(app: web.Application, host: str, port: int, *, reuse_port: b
         if ready is not None and not ready.done():
             ready.set_result(int(bound))
         await stop.wait()
-        log.info("draining for_s=%s connections=%s", app[T.CONFIG].server.drain_timeout_s,
-                 runner.watch.connections)
+        log.info(
+            "draining for_s=%s connections=%s",
+            app[T.CONFIG].server.drain_timeout_s,
+            runner.watch.connections,
+        )
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)

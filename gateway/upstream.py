@@ -69,8 +69,20 @@ class UpstreamError(Exception):
 class Node:
     """One upstream node and what the pool knows about it."""
 
-    __slots__ = ("client", "consecutive_failures", "down_until", "failures", "head", "healthy",
-                 "in_flight", "lagging", "metrics", "name", "requests", "url")
+    __slots__ = (
+        "client",
+        "consecutive_failures",
+        "down_until",
+        "failures",
+        "head",
+        "healthy",
+        "in_flight",
+        "lagging",
+        "metrics",
+        "name",
+        "requests",
+        "url",
+    )
 
     def __init__(self, url: str, name: str, metrics: NodeMetrics | None = None) -> None:
         self.url = url
@@ -117,8 +129,15 @@ class _Budget:
 class _Failed(Exception):
     """One attempt failed: ``sent`` if the node may have received the call."""
 
-    def __init__(self, message: str, *, timeout: bool = False, sent: bool = True,
-                 node_fault: bool = True, resend_ok: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        timeout: bool = False,
+        sent: bool = True,
+        node_fault: bool = True,
+        resend_ok: bool = False,
+    ) -> None:
         super().__init__(message)
         self.timeout = timeout
         self.sent = sent
@@ -129,9 +148,16 @@ class _Failed(Exception):
 class NodePool:
     """The nodes of one network; ``forward`` is the only hot-path entry."""
 
-    def __init__(self, network: NetworkConfig, cfg: UpstreamConfig, connect_timeout_s: float,
-                 total_timeout_s: float, *, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        network: NetworkConfig,
+        cfg: UpstreamConfig,
+        connect_timeout_s: float,
+        total_timeout_s: float,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.network = network
         self.clock = clock  # injectable for tests; monotonic seconds
         self.cfg = cfg
@@ -141,34 +167,51 @@ class NodePool:
         self.attempt_timeout_s = min(attempt, total_timeout_s) if attempt > 0 else total_timeout_s
         self.max_attempts = max(1, cfg.max_attempts)
         self.session: aiohttp.ClientSession | None = None
-        self.nodes = [Node(url, f"{network.name}-{i}",
-                           metrics.node(network.name, f"{network.name}-{i}") if metrics else None)
-                      for i, url in enumerate(network.upstreams)]
+        self.nodes = [
+            Node(
+                url,
+                f"{network.name}-{i}",
+                metrics.node(network.name, f"{network.name}-{i}") if metrics else None,
+            )
+            for i, url in enumerate(network.upstreams)
+        ]
         self._next = 0
         self._budget = _Budget(cfg.retry_budget)
-        self._attempt_timeout = aiohttp.ClientTimeout(total=self.attempt_timeout_s,
-                                                      sock_connect=connect_timeout_s)
+        self._attempt_timeout = aiohttp.ClientTimeout(
+            total=self.attempt_timeout_s, sock_connect=connect_timeout_s
+        )
         probe_s = cfg.probe_timeout_s or self.attempt_timeout_s
-        self._probe_timeout = aiohttp.ClientTimeout(total=probe_s,
-                                                    sock_connect=min(connect_timeout_s, probe_s))
+        self._probe_timeout = aiohttp.ClientTimeout(
+            total=probe_s, sock_connect=min(connect_timeout_s, probe_s)
+        )
         for node in self.nodes:
             if node.metrics is not None:
                 node.metrics.healthy.set(1)
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.cfg.connections_per_node,
-                                         keepalive_timeout=self.cfg.keepalive_s,
-                                         ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            limit_per_host=self.cfg.connections_per_node,
+            keepalive_timeout=self.cfg.keepalive_s,
+            ttl_dns_cache=300,
+        )
         self.session = aiohttp.ClientSession(
-            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
             skip_auto_headers=("Accept-Encoding", "User-Agent"),
-            timeout=aiohttp.ClientTimeout(total=self.total_timeout_s,
-                                          sock_connect=self.connect_timeout_s))
+            timeout=aiohttp.ClientTimeout(
+                total=self.total_timeout_s, sock_connect=self.connect_timeout_s
+            ),
+        )
         if self.cfg.client == "lean":
             for node in self.nodes:
-                node.client = NodeClient(node.url, max_connections=self.cfg.connections_per_node,
-                                         connect_timeout_s=self.connect_timeout_s,
-                                         idle_timeout_s=self.cfg.keepalive_s)
+                node.client = NodeClient(
+                    node.url,
+                    max_connections=self.cfg.connections_per_node,
+                    connect_timeout_s=self.connect_timeout_s,
+                    idle_timeout_s=self.cfg.keepalive_s,
+                )
 
     async def close(self) -> None:
         for node in self.nodes:
@@ -210,8 +253,11 @@ class NodePool:
         """Node counts for /readyz: configured, in rotation, in rotation and fresh."""
         now = self.clock()
         usable = [node for node in self.nodes if node.usable(now)]
-        return {"nodes": len(self.nodes), "healthy": len(usable),
-                "fresh": sum(1 for node in usable if not node.lagging)}
+        return {
+            "nodes": len(self.nodes),
+            "healthy": len(usable),
+            "fresh": sum(1 for node in usable if not node.lagging),
+        }
 
     # -- forwarding ----------------------------------------------------------
     async def forward(self, body: bytes, *, idempotent: bool = True) -> bytes:
@@ -245,12 +291,17 @@ class NodePool:
             node.in_flight += 1
             try:
                 if node.client is not None:
-                    payload = await _lean_attempt(node, node.client, body,
-                                                  min(remaining, self.attempt_timeout_s))
+                    payload = await _lean_attempt(
+                        node, node.client, body, min(remaining, self.attempt_timeout_s)
+                    )
                 else:
-                    timeout = (self._attempt_timeout if remaining >= self.attempt_timeout_s
-                               else aiohttp.ClientTimeout(total=remaining,
-                                                          sock_connect=self.connect_timeout_s))
+                    timeout = (
+                        self._attempt_timeout
+                        if remaining >= self.attempt_timeout_s
+                        else aiohttp.ClientTimeout(
+                            total=remaining, sock_connect=self.connect_timeout_s
+                        )
+                    )
                     payload = await self._attempt(session, node, body, timeout)
             except _Failed as exc:
                 self._failed(node, exc)
@@ -267,11 +318,13 @@ class NodePool:
         raise last
 
     @staticmethod
-    async def _attempt(session: aiohttp.ClientSession, node: Node, body: bytes,
-                       limit: aiohttp.ClientTimeout) -> bytes:
+    async def _attempt(
+        session: aiohttp.ClientSession, node: Node, body: bytes, limit: aiohttp.ClientTimeout
+    ) -> bytes:
         try:
-            async with session.post(node.url, data=body, headers=_JSON_HEADERS,
-                                    timeout=limit) as resp:
+            async with session.post(
+                node.url, data=body, headers=_JSON_HEADERS, timeout=limit
+            ) as resp:
                 payload = await resp.read()
                 status = resp.status
         except aiohttp.ConnectionTimeoutError:
@@ -279,8 +332,9 @@ class NodePool:
         except TimeoutError:
             raise _Failed(f"{node.name}: timed out", timeout=True) from None
         except aiohttp.ClientConnectorError as exc:
-            raise _Failed(f"{node.name}: unreachable ({exc.os_error.__class__.__name__})",
-                          sent=False) from None
+            raise _Failed(
+                f"{node.name}: unreachable ({exc.os_error.__class__.__name__})", sent=False
+            ) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise _Failed(f"{node.name}: failed ({exc.__class__.__name__})") from None
         return _judge(node, status, payload)
@@ -300,8 +354,12 @@ class NodePool:
                 node.consecutive_failures = 0
                 if metrics is not None:
                     metrics.healthy.set(0)
-                log.warning("node taken out node=%s for_s=%s last_error=%s", node.name,
-                            self.cfg.cooldown_s, exc)
+                log.warning(
+                    "node taken out node=%s for_s=%s last_error=%s",
+                    node.name,
+                    self.cfg.cooldown_s,
+                    exc,
+                )
 
     # -- health --------------------------------------------------------------
     async def probe_once(self) -> None:
@@ -335,8 +393,9 @@ class NodePool:
         session = self.session
         assert session is not None
         try:
-            async with session.post(node.url, data=PROBE_BODY, headers=_JSON_HEADERS,
-                                    timeout=self._probe_timeout) as resp:
+            async with session.post(
+                node.url, data=PROBE_BODY, headers=_JSON_HEADERS, timeout=self._probe_timeout
+            ) as resp:
                 if resp.status != 200:
                     return None
                 reply = orjson.loads(await resp.read())
@@ -369,12 +428,13 @@ def _judge(node: Node, status: int, payload: bytes) -> bytes:
         return payload  # a JSON-RPC answer about the request itself
     if status == 429:
         raise _Failed(f"{node.name}: HTTP 429", resend_ok=True)
-    raise _Failed(f"{node.name}: HTTP {status}",
-                  node_fault=status >= 500 or status in (401, 403, 404, 405, 408))
+    raise _Failed(
+        f"{node.name}: HTTP {status}",
+        node_fault=status >= 500 or status in (401, 403, 404, 405, 408),
+    )
 
 
-async def _lean_attempt(node: Node, client: NodeClient, body: bytes,
-                        timeout_s: float) -> bytes:
+async def _lean_attempt(node: Node, client: NodeClient, body: bytes, timeout_s: float) -> bytes:
     try:
         status, payload = await client.post(body, timeout_s)
     except NodeRequestError as exc:

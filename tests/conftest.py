@@ -70,16 +70,19 @@ MakeConfig = Callable[..., Config]
 
 
 @pytest.fixture
-def make_config(redis_url: str, prefix: str,
-                mock_nodes: dict[str, MockNode]) -> MakeConfig:
+def make_config(redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]) -> MakeConfig:
     """Build a Config pointing at the test Redis and mock nodes, plus overrides.
 
     ``make_config({"plans": {...}})`` merges TOML-shaped overrides;
     ``upstreams={"bsc": [url, ...]}`` replaces node lists.
     """
 
-    def make(raw: dict[str, Any] | None = None, *,
-             upstreams: dict[str, list[str]] | None = None, **replace: Any) -> Config:
+    def make(
+        raw: dict[str, Any] | None = None,
+        *,
+        upstreams: dict[str, list[str]] | None = None,
+        **replace: Any,
+    ) -> Config:
         raw = dict(raw or {})
         redis_table = {"url": redis_url, "prefix": prefix, **raw.pop("redis", {})}
         nets = {name: {"upstreams": [node.url]} for name, node in mock_nodes.items()}
@@ -88,8 +91,9 @@ def make_config(redis_url: str, prefix: str,
         for name, table in raw.pop("networks", {}).items():
             nets.setdefault(name, {}).update(table)
         upstream = {"probe_interval_s": 0.2, **raw.pop("upstream", {})}
-        cfg = config_from_dict({"redis": redis_table, "networks": nets, "upstream": upstream,
-                                **raw})
+        cfg = config_from_dict(
+            {"redis": redis_table, "networks": nets, "upstream": upstream, **raw}
+        )
         return dataclasses.replace(cfg, **replace) if replace else cfg
 
     return make
@@ -106,8 +110,9 @@ async def store(redis: Redis, prefix: str) -> Store:
 
 
 @pytest.fixture
-async def client(config: Config,
-                 aiohttp_client: Callable[..., Any]) -> TestClient[web.Request, web.Application]:
+async def client(
+    config: Config, aiohttp_client: Callable[..., Any]
+) -> TestClient[web.Request, web.Application]:
     """The real app on a real port, talking to the real Redis and mock nodes."""
     app = create_app(config)
     result: TestClient[web.Request, web.Application] = await aiohttp_client(TestServer(app))
@@ -116,8 +121,9 @@ async def client(config: Config,
 
 @pytest.fixture
 async def account(store: Store) -> str:
-    acct = await store.create_account(f"user-{secrets.token_hex(3)}@example.com",
-                                      "correct horse battery")
+    acct = await store.create_account(
+        f"user-{secrets.token_hex(3)}@example.com", "correct horse battery"
+    )
     return acct.id
 
 

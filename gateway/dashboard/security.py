@@ -12,7 +12,7 @@ import logging
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.dashboard.views import render
 
@@ -57,7 +57,7 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
         response = _error_page(request, exc.status, _TEXT.get(exc.status) or exc.reason)
         if isinstance(exc, web.HTTPMethodNotAllowed):
             response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
-    except RedisError as exc:
+    except (RedisError, RedisClusterException) as exc:
         log.warning("dashboard: redis unavailable: %s", type(exc).__name__)
         response = _error_page(request, 503, _TEXT[503])
     except Exception:

@@ -15,8 +15,13 @@ from gateway.__main__ import main, parse_duration_ms
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, redis_url: str, prefix: str,
-        capsys: pytest.CaptureFixture[str], tmp_path: Any) -> Any:
+def cli(
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Any,
+) -> Any:
     cfg = tmp_path / "gateway.toml"
     cfg.write_text(f'[redis]\nprefix = "{prefix}"\n')
     monkeypatch.setenv("GATEWAY_REDIS_URL", redis_url)
@@ -39,12 +44,29 @@ def test_durations() -> None:
 
 
 def test_account_key_lifecycle(cli: Any) -> None:
-    code, out, _ = cli("accounts", "create", "ops@example.com", "--plan", "payg", "--json",
-                       stdin="a long password\n")
+    code, out, _ = cli(
+        "accounts",
+        "create",
+        "ops@example.com",
+        "--plan",
+        "payg",
+        "--json",
+        stdin="a long password\n",
+    )
     assert code == 0 and orjson.loads(out)["plan"] == "payg"
 
-    code, out, _ = cli("keys", "create", "--account", "ops@example.com", "--name", "web",
-                       "--env", "staging", "--expires-in", "30d")
+    code, out, _ = cli(
+        "keys",
+        "create",
+        "--account",
+        "ops@example.com",
+        "--name",
+        "web",
+        "--env",
+        "staging",
+        "--expires-in",
+        "30d",
+    )
     assert code == 0
     key = out.strip().splitlines()[-1]
     assert len(key) == 32 and key.isalnum()
@@ -74,21 +96,24 @@ def test_account_key_lifecycle(cli: Any) -> None:
     assert code == 0 and "free" in out
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("keys", "list", "--account", "ghost@example.com"), "no account"),
-    (("keys", "revoke", "key_doesnotexist"), "no key"),
-    (("keys", "rotate", "key_doesnotexist"), "no key"),
-    (("usage", "key_doesnotexist"), "no key"),
-    (("keys", "create", "--account", "ghost@example.com"), "no account"),
-])
-def test_errors_exit_non_zero_with_a_message(cli: Any, args: tuple[str, ...],
-                                             needle: str) -> None:
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("keys", "list", "--account", "ghost@example.com"), "no account"),
+        (("keys", "revoke", "key_doesnotexist"), "no key"),
+        (("keys", "rotate", "key_doesnotexist"), "no key"),
+        (("usage", "key_doesnotexist"), "no key"),
+        (("keys", "create", "--account", "ghost@example.com"), "no account"),
+    ],
+)
+def test_errors_exit_non_zero_with_a_message(cli: Any, args: tuple[str, ...], needle: str) -> None:
     code, out, err = cli(*args)
     assert code == 1 and needle in err and out == ""
 
 
-def test_bad_config_names_the_path(cli: Any, tmp_path: Any,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_config_names_the_path(
+    cli: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[networks.bsc]\nupstreams = ["ftp://x"]\n')
     monkeypatch.setenv("GATEWAY_CONFIG", str(bad))
@@ -108,16 +133,17 @@ async def test_cli_key_works_on_a_live_gateway(cli: Any, client: TestClient[Any,
         # the CLI runs its own event loop, so it gets a thread of its own here
         return cli(*args, stdin=stdin)  # type: ignore[no-any-return]
 
-    await asyncio.to_thread(run, "accounts", "create", "live@example.com",
-                            stdin="a long password\n")
-    _, out, _ = await asyncio.to_thread(run, "keys", "create", "--account",
-                                           "live@example.com")
+    await asyncio.to_thread(
+        run, "accounts", "create", "live@example.com", stdin="a long password\n"
+    )
+    _, out, _ = await asyncio.to_thread(run, "keys", "create", "--account", "live@example.com")
     key = out.strip().splitlines()[-1]
     body = {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}
     resp = await client.post(f"/bsc/{key}", json=body)
     assert resp.status == 200
-    _, out, _ = await asyncio.to_thread(run, "keys", "list", "--account",
-                                           "live@example.com", "--json")
+    _, out, _ = await asyncio.to_thread(
+        run, "keys", "list", "--account", "live@example.com", "--json"
+    )
     key_id = orjson.loads(out)[0]["id"]
     await asyncio.to_thread(run, "keys", "revoke", key_id)
     resp = await client.post(f"/bsc/{key}", json=body)

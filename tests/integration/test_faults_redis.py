@@ -66,6 +66,7 @@ async def run_load(url: str, duration_s: float, timeline: Timeline) -> None:
     loop = asyncio.get_running_loop()
     stop_at = loop.time() + duration_s
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CLIENTS)) as session:
+
         async def client() -> None:
             while loop.time() < stop_at:
                 started = time.monotonic()
@@ -104,12 +105,18 @@ async def own_key(own_redis: RedisProcess, prefix: str) -> AsyncIterator[str]:
 
 
 def _cfg(make_config: MakeConfig, url: str, *, fail_open: bool = False) -> Config:
-    cfg: Config = make_config({
-        "server": {"access_log": False},
-        "plans": {"payg": {"rate": 1_000_000, "burst": 1_000_000}},
-        "redis": {"url": url, "fail_open": fail_open, "timeout_ms": TIMEOUT_MS,
-                  "connect_timeout_ms": TIMEOUT_MS},
-    })
+    cfg: Config = make_config(
+        {
+            "server": {"access_log": False},
+            "plans": {"payg": {"rate": 1_000_000, "burst": 1_000_000}},
+            "redis": {
+                "url": url,
+                "fail_open": fail_open,
+                "timeout_ms": TIMEOUT_MS,
+                "connect_timeout_ms": TIMEOUT_MS,
+            },
+        }
+    )
     return cfg
 
 
@@ -127,20 +134,26 @@ async def served(cfg: Config) -> AsyncIterator[tuple[str, web.Application]]:
 
 def _only_service_unavailable(timeline: Timeline) -> None:
     for body in timeline.bodies:
-        assert orjson.loads(body)["error"] == {"code": -32603,
-                                               "message": "Service unavailable"}, body
+        assert orjson.loads(body)["error"] == {"code": -32603, "message": "Service unavailable"}, (
+            body
+        )
 
 
 @pytest.mark.parametrize("fail_open", [False, True], ids=["fail_closed", "fail_open"])
 async def test_redis_stopped_and_restarted_under_load(
-        make_config: MakeConfig, own_redis: RedisProcess, own_key: str, fail_open: bool,
-        caplog: pytest.LogCaptureFixture) -> None:
+    make_config: MakeConfig,
+    own_redis: RedisProcess,
+    own_key: str,
+    fail_open: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.WARNING)
     cfg = _cfg(make_config, own_redis.url, fail_open=fail_open)
     timeline = Timeline()
     marks: dict[str, float] = {}
     ready_during: list[int] = []
     async with served(cfg) as (base, app), aiohttp.ClientSession() as probe:
+
         async def fault() -> None:
             await asyncio.sleep(0.6)
             port = own_redis.port
@@ -156,8 +169,9 @@ async def test_redis_stopped_and_restarted_under_load(
             marks["restarted"] = time.monotonic()
 
         await asyncio.gather(fault(), run_load(f"{base}/bsc/{own_key}", 2.6, timeline))
-        errors_metric = app[T.METRICS].redis_errors.labels(
-            "open" if fail_open else "closed")._value.get()
+        errors_metric = (
+            app[T.METRICS].redis_errors.labels("open" if fail_open else "closed")._value.get()
+        )
     during = timeline.statuses(marks["stopped"], marks["restart"])
     before = timeline.statuses(until=marks["stop"])
     after_restart = timeline.statuses(marks["restarted"] + 0.5)
@@ -165,10 +179,12 @@ async def test_redis_stopped_and_restarted_under_load(
     recovered_ms = (first_ok - marks["restarted"]) * 1e3 if first_ok else float("nan")
     name = "open" if fail_open else "closed"
     worst_ms = timeline.max_latency(marks["stopped"], marks["restart"]) * 1e3
-    print(f"\nFAULT redis-restart fail_{name}: before={before} during={during} "
-          f"after={after_restart} readyz_during={ready_during} "
-          f"redis_errors_counted={errors_metric:.0f} recovered_ms={recovered_ms:.0f} "
-          f"max_latency_during_ms={worst_ms:.0f}")
+    print(
+        f"\nFAULT redis-restart fail_{name}: before={before} during={during} "
+        f"after={after_restart} readyz_during={ready_during} "
+        f"redis_errors_counted={errors_metric:.0f} recovered_ms={recovered_ms:.0f} "
+        f"max_latency_during_ms={worst_ms:.0f}"
+    )
     assert not timeline.errors, timeline.errors
     assert set(before) == {200}
     if fail_open:
@@ -184,14 +200,16 @@ async def test_redis_stopped_and_restarted_under_load(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-async def test_redis_hung_sigstop_under_load(make_config: MakeConfig, own_redis: RedisProcess,
-                                             own_key: str) -> None:
+async def test_redis_hung_sigstop_under_load(
+    make_config: MakeConfig, own_redis: RedisProcess, own_key: str
+) -> None:
     cfg = _cfg(make_config, own_redis.url)
     timeline = Timeline()
     marks: dict[str, float] = {}
     assert own_redis.proc is not None
     pid = own_redis.proc.pid
     async with served(cfg) as (base, _):
+
         async def fault() -> None:
             await asyncio.sleep(0.5)
             os.kill(pid, signal.SIGSTOP)
@@ -206,9 +224,11 @@ async def test_redis_hung_sigstop_under_load(make_config: MakeConfig, own_redis:
     first_ok = timeline.first(200, marks["cont"])
     recovered_ms = (first_ok - marks["cont"]) * 1e3 if first_ok else float("nan")
     worst = timeline.max_latency(marks["stop"], marks["cont"] + 0.3)
-    print(f"\nFAULT redis-sigstop: during={hung} after={after} "
-          f"max_latency_during_ms={worst * 1e3:.0f} (timeout_ms={TIMEOUT_MS}) "
-          f"recovered_ms={recovered_ms:.0f}")
+    print(
+        f"\nFAULT redis-sigstop: during={hung} after={after} "
+        f"max_latency_during_ms={worst * 1e3:.0f} (timeout_ms={TIMEOUT_MS}) "
+        f"recovered_ms={recovered_ms:.0f}"
+    )
     assert not timeline.errors, timeline.errors
     assert set(hung) == {503}
     _only_service_unavailable(timeline)

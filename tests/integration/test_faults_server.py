@@ -40,11 +40,12 @@ def _write_config(path: Path, prefix: str, nodes: dict[str, MockNode], **server:
     server_lines = "".join(f"{k} = {v!r}\n" for k, v in server.items())
     path.write_text(
         f'[redis]\nprefix = "{prefix}"\n'
-        '[plans.free]\nrate = 1000000\nburst = 1000000\n'
+        "[plans.free]\nrate = 1000000\nburst = 1000000\n"
         f'[networks.bsc]\nupstreams = ["{nodes["bsc"].url}"]\n'
         f'[networks.opbnb]\nupstreams = ["{nodes["opbnb"].url}"]\n'
-        '[upstream]\nprobe_interval_s = 0.5\n'
-        f'[server]\naccess_log = false\n{server_lines}')
+        "[upstream]\nprobe_interval_s = 0.5\n"
+        f"[server]\naccess_log = false\n{server_lines}"
+    )
     return path
 
 
@@ -89,20 +90,35 @@ async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None
 
 
 @pytest.fixture
-async def launch(tmp_path: Path, redis_url: str, prefix: str,
-                 mock_nodes: dict[str, MockNode]) -> AsyncIterator[Launch]:
+async def launch(
+    tmp_path: Path, redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]
+) -> AsyncIterator[Launch]:
     """Start a server command on a free port with a config of ``server`` overrides."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    async def start(*, cmd: list[str] | None = None, env: dict[str, str] | None = None,
-                    **server: Any) -> tuple[subprocess.Popen[bytes], int, Path]:
+    async def start(
+        *, cmd: list[str] | None = None, env: dict[str, str] | None = None, **server: Any
+    ) -> tuple[subprocess.Popen[bytes], int, Path]:
         port = free_port()
         cfg = _write_config(tmp_path / f"gw-{port}.toml", prefix, mock_nodes, **server)
         log = tmp_path / f"gw-{port}.log"
-        full_env = {**os.environ, "GATEWAY_CONFIG": str(cfg), "GATEWAY_REDIS_URL": redis_url,
-                    "GATEWAY_LOG_LEVEL": "INFO", **(env or {})}
-        command = cmd or [sys.executable, "-m", "gateway", "serve", "--host", HOST,
-                          "--port", "{port}"]
+        full_env = {
+            **os.environ,
+            "GATEWAY_CONFIG": str(cfg),
+            "GATEWAY_REDIS_URL": redis_url,
+            "GATEWAY_LOG_LEVEL": "INFO",
+            **(env or {}),
+        }
+        command = cmd or [
+            sys.executable,
+            "-m",
+            "gateway",
+            "serve",
+            "--host",
+            HOST,
+            "--port",
+            "{port}",
+        ]
         command = [part.replace("{port}", str(port)) for part in command]
         proc = _popen(command, full_env, log)
         procs.append(proc)
@@ -124,14 +140,18 @@ def _request_count(text: str, network: str = "bsc", status: str = "200") -> floa
     total = 0.0
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == "gateway_requests_total" and s.labels.get("network") == network \
-                    and s.labels.get("status") == status:
+            if (
+                s.name == "gateway_requests_total"
+                and s.labels.get("network") == network
+                and s.labels.get("status") == status
+            ):
                 total += s.value
     return total
 
 
 async def test_sigterm_under_load_drops_no_in_flight_call(
-        launch: Launch, api_key: str, mock_nodes: dict[str, MockNode]) -> None:
+    launch: Launch, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     mock_nodes["bsc"].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=150)
     mock_nodes["opbnb"].options = MockNodeOptions(chain_id=204, block_time_s=0, latency_ms=900)
     proc, port, log = await launch(drain_timeout_s=5.0)
@@ -143,12 +163,14 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
     deadline = loop.time() + 8.0
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32)) as session:
+
         async def client() -> None:
             nonlocal ok
             while loop.time() < deadline:
                 try:
-                    async with session.post(f"{base}/bsc/{api_key}", data=CALL,
-                                            headers=JSON) as resp:
+                    async with session.post(
+                        f"{base}/bsc/{api_key}", data=CALL, headers=JSON
+                    ) as resp:
                         body = await resp.read()
                         assert resp.status == 200 and b'"result"' in body, (resp.status, body)
                         ok += 1
@@ -160,13 +182,20 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
 
         async def long_call() -> int:
             await asyncio.sleep(0.9)
-            async with aiohttp.ClientSession() as own, own.post(
-                    f"{base}/opbnb/{api_key}", data=CALL, headers=JSON) as resp:
+            async with (
+                aiohttp.ClientSession() as own,
+                own.post(f"{base}/opbnb/{api_key}", data=CALL, headers=JSON) as resp,
+            ):
                 await resp.read()
                 return resp.status
 
+        long_before = mock_nodes["opbnb"].by_method["eth_chainId"]
+
         async def terminate() -> tuple[float, int]:
             await asyncio.sleep(1.0)
+            # SIGTERM only once the long call is really in flight at the node,
+            # however slow this machine is today
+            await _until(lambda: mock_nodes["opbnb"].by_method["eth_chainId"] > long_before)
             proc.send_signal(signal.SIGTERM)
             sent = time.monotonic()
             code = await _wait_exit(proc)
@@ -177,9 +206,11 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
         await ending
     reached_node = mock_nodes["bsc"].by_method["eth_chainId"] - before
     output = log.read_text()
-    print(f"\nFAULT sigterm-drain: answered={ok} reached_node={reached_node} "
-          f"unanswered={reached_node - ok} long_call={long_status} errors={dict(errors)} "
-          f"exit_code={code} exit_after_s={exit_s:.2f}")
+    print(
+        f"\nFAULT sigterm-drain: answered={ok} reached_node={reached_node} "
+        f"unanswered={reached_node - ok} long_call={long_status} errors={dict(errors)} "
+        f"exit_code={code} exit_after_s={exit_s:.2f}"
+    )
     assert code == 0
     assert long_status == 200  # in flight (900 ms) when SIGTERM came: finished
     assert reached_node == ok  # every call that reached a node got its answer
@@ -190,10 +221,13 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
 
 
 async def test_slowloris_closed_within_header_timeout_while_serving(
-        launch: Launch, api_key: str) -> None:
+    launch: Launch, api_key: str
+) -> None:
     proc, port, log = await launch(header_timeout_s=0.5, body_timeout_s=0.5)
-    request = (b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (api_key.encode(), len(CALL), CALL))
+    request = (
+        b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (api_key.encode(), len(CALL), CALL)
+    )
     head_len = request.index(b"\r\n\r\n") + 4
 
     async def slow_client(body_phase: bool) -> float:
@@ -207,7 +241,7 @@ async def test_slowloris_closed_within_header_timeout_while_serving(
 
         async def trickle() -> None:
             for i in range(len(data)):
-                writer.write(data[i:i + 1])
+                writer.write(data[i : i + 1])
                 await asyncio.sleep(0.1)
 
         task = asyncio.create_task(trickle())
@@ -230,24 +264,34 @@ async def test_slowloris_closed_within_header_timeout_while_serving(
             stop_at = time.monotonic() + 1.5
             while time.monotonic() < stop_at:
                 started = time.monotonic()
-                async with session.post(f"http://{HOST}:{port}/bsc/{api_key}", data=CALL,
-                                        headers=JSON) as resp:
+                async with session.post(
+                    f"http://{HOST}:{port}/bsc/{api_key}", data=CALL, headers=JSON
+                ) as resp:
                     await resp.read()
                     statuses[resp.status] += 1
                 latencies.append(time.monotonic() - started)
 
-    results = await asyncio.gather(*(slow_client(i % 5 == 0) for i in range(60)),
-                                   *(normal_traffic() for _ in range(4)))
+    results = await asyncio.gather(
+        *(slow_client(i % 5 == 0) for i in range(60)), *(normal_traffic() for _ in range(4))
+    )
     closes = sorted(r for r in results if isinstance(r, float))
-    async with aiohttp.ClientSession() as session, session.get(
-            f"http://{HOST}:{port}/metrics") as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{HOST}:{port}/metrics") as resp,
+    ):
         metrics = await resp.text()
-    timeouts = sum(s.value for f in text_string_to_metric_families(metrics)
-                   for s in f.samples if s.name == "gateway_client_timeouts_total")
-    print(f"\nFAULT slowloris: connections=60 (12 trickling the body) closed_after_s "
-          f"min={closes[0]:.2f} max={closes[-1]:.2f} header_timeout_s=0.5 "
-          f"timeouts_counted={timeouts:.0f} normal_calls={sum(statuses.values())} "
-          f"statuses={dict(statuses)} normal_max_ms={max(latencies) * 1e3:.0f}")
+    timeouts = sum(
+        s.value
+        for f in text_string_to_metric_families(metrics)
+        for s in f.samples
+        if s.name == "gateway_client_timeouts_total"
+    )
+    print(
+        f"\nFAULT slowloris: connections=60 (12 trickling the body) closed_after_s "
+        f"min={closes[0]:.2f} max={closes[-1]:.2f} header_timeout_s=0.5 "
+        f"timeouts_counted={timeouts:.0f} normal_calls={sum(statuses.values())} "
+        f"statuses={dict(statuses)} normal_max_ms={max(latencies) * 1e3:.0f}"
+    )
     assert len(closes) == 60
     assert closes[0] >= 0.3 and closes[-1] < 0.9  # from our clock start, not the accept
     assert timeouts == 60
@@ -265,16 +309,28 @@ def _children(pid: int) -> list[int]:
 
 
 async def test_workers_share_port_metrics_and_restart(launch: Launch, api_key: str) -> None:
-    proc, port, _ = await launch(cmd=[sys.executable, "-m", "gateway", "serve", "--host", HOST,
-                                      "--port", "{port}", "--workers", "2"])
+    proc, port, _ = await launch(
+        cmd=[
+            sys.executable,
+            "-m",
+            "gateway",
+            "serve",
+            "--host",
+            HOST,
+            "--port",
+            "{port}",
+            "--workers",
+            "2",
+        ]
+    )
     base = f"http://{HOST}:{port}"
     connector = aiohttp.TCPConnector(force_close=True)  # a new connection per call
     async with aiohttp.ClientSession(connector=connector) as session:
+
         async def calls(n: int) -> collections.Counter[int]:
             seen: collections.Counter[int] = collections.Counter()
             for _ in range(n):
-                async with session.post(f"{base}/bsc/{api_key}", data=CALL,
-                                        headers=JSON) as resp:
+                async with session.post(f"{base}/bsc/{api_key}", data=CALL, headers=JSON) as resp:
                     seen[resp.status] += 1
             return seen
 
@@ -297,8 +353,10 @@ async def test_workers_share_port_metrics_and_restart(launch: Launch, api_key: s
         after = await calls(20)
         proc.send_signal(signal.SIGTERM)
         code = await _wait_exit(proc)
-    print(f"\nFAULT workers: scrapes={scrapes} after_kill={dict(during)} "
-          f"replaced={len(replaced)} after_replace={dict(after)} exit_code={code}")
+    print(
+        f"\nFAULT workers: scrapes={scrapes} after_kill={dict(during)} "
+        f"replaced={len(replaced)} after_replace={dict(after)} exit_code={code}"
+    )
     assert scrapes == [40.0] * 6  # one merged view from either worker
     assert during == {200: 20}
     assert after == {200: 20}
@@ -312,10 +370,21 @@ async def test_gunicorn_worker(launch: Launch, api_key: str, tmp_path: Path) -> 
     metrics_dir.mkdir()
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     proc, port, _ = await launch(
-        cmd=[gunicorn, "gateway.server:gunicorn_app", "--worker-class",
-             "aiohttp.GunicornUVLoopWebWorker", "--workers", "2", "--bind", f"{HOST}:{{port}}",
-             "--graceful-timeout", "20"],
-        env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}, header_timeout_s=0.5)
+        cmd=[
+            gunicorn,
+            "gateway.server:gunicorn_app",
+            "--worker-class",
+            "aiohttp.GunicornUVLoopWebWorker",
+            "--workers",
+            "2",
+            "--bind",
+            f"{HOST}:{{port}}",
+            "--graceful-timeout",
+            "20",
+        ],
+        env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
+        header_timeout_s=0.5,
+    )
     base = f"http://{HOST}:{port}"
     connector = aiohttp.TCPConnector(force_close=True)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -334,8 +403,10 @@ async def test_gunicorn_worker(launch: Launch, api_key: str, tmp_path: Path) -> 
         writer.close()
         proc.send_signal(signal.SIGTERM)
         code = await _wait_exit(proc)
-    print(f"\nFAULT gunicorn: statuses={dict(statuses)} metrics_counted={counted:.0f} "
-          f"slowloris_closed_after_s={closed_after:.2f} exit_code={code}")
+    print(
+        f"\nFAULT gunicorn: statuses={dict(statuses)} metrics_counted={counted:.0f} "
+        f"slowloris_closed_after_s={closed_after:.2f} exit_code={code}"
+    )
     assert statuses == {200: 30}
     assert counted == 30
     assert closed_after < 1.0

@@ -54,13 +54,15 @@ class LoadResult:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-async def run_load(url: str, duration_s: float, fault: Callable[[], Awaitable[None]],
-                   clients: int = CLIENTS) -> LoadResult:
+async def run_load(
+    url: str, duration_s: float, fault: Callable[[], Awaitable[None]], clients: int = CLIENTS
+) -> LoadResult:
     """``clients`` keep-alive loops posting CALL for ``duration_s`` while ``fault`` runs."""
     result = LoadResult()
     loop = asyncio.get_running_loop()
     stop_at = loop.time() + duration_s
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
+
         async def client() -> None:
             while loop.time() < stop_at:
                 started = time.perf_counter()
@@ -96,9 +98,23 @@ def _result(metrics: Metrics, node: str, result: str) -> float:
 
 
 def _node_process() -> tuple[subprocess.Popen[bytes], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.mocknode", "--chain-id", "56",
-                             "--port", "0", "--block-time", "0", "--latency", "2ms"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.mocknode",
+            "--chain-id",
+            "56",
+            "--port",
+            "0",
+            "--block-time",
+            "0",
+            "--latency",
+            "2ms",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert proc.stdout is not None
     url = proc.stdout.readline().decode().strip()
     assert url.startswith("http://"), url
@@ -118,19 +134,28 @@ def node_processes() -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
 
 
 def _fault_cfg(make_config: MakeConfig, urls: list[str], **upstream: Any) -> Config:
-    cfg: Config = make_config({
-        "server": {"access_log": False},
-        "plans": {"free": {"rate": 1_000_000, "burst": 1_000_000}},
-        "limits": {"upstream_timeout_s": 2.0, "upstream_connect_timeout_s": 0.3},
-        "upstream": {"probe_interval_s": 0.2, "probe_timeout_s": 0.3, "fail_threshold": 3,
-                     "cooldown_s": 5.0, "attempt_timeout_s": 0.5, **upstream},
-    }, upstreams={"bsc": urls})
+    cfg: Config = make_config(
+        {
+            "server": {"access_log": False},
+            "plans": {"free": {"rate": 1_000_000, "burst": 1_000_000}},
+            "limits": {"upstream_timeout_s": 2.0, "upstream_connect_timeout_s": 0.3},
+            "upstream": {
+                "probe_interval_s": 0.2,
+                "probe_timeout_s": 0.3,
+                "fail_threshold": 3,
+                "cooldown_s": 5.0,
+                "attempt_timeout_s": 0.5,
+                **upstream,
+            },
+        },
+        upstreams={"bsc": urls},
+    )
     return cfg
 
 
 async def test_node_killed_under_load_no_client_errors(
-        make_config: MakeConfig, api_key: str,
-        node_processes: list[tuple[subprocess.Popen[bytes], str]]) -> None:
+    make_config: MakeConfig, api_key: str, node_processes: list[tuple[subprocess.Popen[bytes], str]]
+) -> None:
     cfg = _fault_cfg(make_config, [url for _, url in node_processes])
     victim = node_processes[1][0]
     async with served(cfg) as (base, app):
@@ -147,27 +172,29 @@ async def test_node_killed_under_load_no_client_errors(
         out_after = pool.nodes[1].down_until > 0 or not pool.nodes[1].healthy
         retries = _result(metrics, "bsc-1", "retry")
         failed = _result(metrics, "bsc-1", "error") + _result(metrics, "bsc-1", "timeout")
-    print(f"\nFAULT node-killed: requests={result.total} ok={result.statuses[200]} "
-          f"client_errors={result.total - result.statuses[200]} retries={retries:.0f} "
-          f"failed_attempts_on_killed={failed:.0f} p50_ms={result.quantile(0.5) * 1e3:.1f} "
-          f"p99_ms={result.quantile(0.99) * 1e3:.1f} max_ms={max(result.latencies) * 1e3:.1f}")
+    print(
+        f"\nFAULT node-killed: requests={result.total} ok={result.statuses[200]} "
+        f"client_errors={result.total - result.statuses[200]} retries={retries:.0f} "
+        f"failed_attempts_on_killed={failed:.0f} p50_ms={result.quantile(0.5) * 1e3:.1f} "
+        f"p99_ms={result.quantile(0.99) * 1e3:.1f} max_ms={max(result.latencies) * 1e3:.1f}"
+    )
     assert result.statuses == {200: result.total}, (result.statuses, result.errors)
     assert result.bad_bodies == 0
     assert out_after  # the dead node left the rotation
     assert retries >= 1
 
 
-async def test_slow_node_times_out_then_fails_over(make_config: MakeConfig, api_key: str
-                                                   ) -> None:
-    nodes: list[MockNode] = [await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0))
-                             for _ in range(2)]
+async def test_slow_node_times_out_then_fails_over(make_config: MakeConfig, api_key: str) -> None:
+    nodes: list[MockNode] = [
+        await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0)) for _ in range(2)
+    ]
     try:
         cfg = _fault_cfg(make_config, [n.url for n in nodes], attempt_timeout_s=0.25)
         async with served(cfg) as (base, app):
+
             async def slow_down() -> None:
                 await asyncio.sleep(0.5)
-                nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0,
-                                                   latency_ms=5000)
+                nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=5000)
 
             result = await run_load(f"{base}/bsc/{api_key}", 2.0, slow_down)
             metrics = app[T.METRICS]
@@ -178,18 +205,21 @@ async def test_slow_node_times_out_then_fails_over(make_config: MakeConfig, api_
         for node in nodes:
             await node.close()
     slow = [x for x in result.latencies if x > 0.2]
-    print(f"\nFAULT slow-node: requests={result.total} ok={result.statuses[200]} "
-          f"client_errors={result.total - result.statuses[200]} timeouts_on_slow={timeouts:.0f} "
-          f"calls_over_200ms={len(slow)} p50_ms={result.quantile(0.5) * 1e3:.1f} "
-          f"p99_ms={result.quantile(0.99) * 1e3:.1f} max_ms={max(result.latencies) * 1e3:.1f}")
+    print(
+        f"\nFAULT slow-node: requests={result.total} ok={result.statuses[200]} "
+        f"client_errors={result.total - result.statuses[200]} timeouts_on_slow={timeouts:.0f} "
+        f"calls_over_200ms={len(slow)} p50_ms={result.quantile(0.5) * 1e3:.1f} "
+        f"p99_ms={result.quantile(0.99) * 1e3:.1f} max_ms={max(result.latencies) * 1e3:.1f}"
+    )
     assert result.statuses == {200: result.total}, (result.statuses, result.errors)
     assert timeouts >= 1 and out
     assert max(result.latencies) < 0.25 + 0.5  # one attempt timeout, then the other node
     assert len(slow) <= CLIENTS * 2  # only calls in flight before the node left rotation
 
 
-async def test_all_nodes_down_is_502_then_recovers(make_config: MakeConfig, api_key: str,
-                                                   store: Store) -> None:
+async def test_all_nodes_down_is_502_then_recovers(
+    make_config: MakeConfig, api_key: str, store: Store
+) -> None:
     node = await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0))
     try:
         cfg = _fault_cfg(make_config, [node.url], cooldown_s=0.3)

@@ -18,29 +18,42 @@ def _dumps(value: Any) -> bytes:
 FLOATS = st.floats(allow_nan=False, allow_infinity=False)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | FLOATS | st.text(),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.sampled_from(["jsonrpc", "id", "method", "params", "x"]), children,
-                      max_size=5),
-    max_leaves=20)
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["jsonrpc", "id", "method", "params", "x"]), children, max_size=5
+        )
+    ),
+    max_leaves=20,
+)
 calls = st.fixed_dictionaries(
-    {"jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
-     "method": st.sampled_from(["eth_chainId", "eth_call", "debug_x", ""]) | st.integers()},
-    optional={"id": st.integers() | st.text(max_size=5) | st.none() | FLOATS,
-              "params": json_values})
-bodies = (st.binary(max_size=300)
-          | json_values.map(_dumps)
-          | calls.map(_dumps)
-          | st.lists(calls | json_values, max_size=6).map(_dumps))
+    {
+        "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
+        "method": st.sampled_from(["eth_chainId", "eth_call", "debug_x", ""]) | st.integers(),
+    },
+    optional={
+        "id": st.integers() | st.text(max_size=5) | st.none() | FLOATS,
+        "params": json_values,
+    },
+)
+bodies = (
+    st.binary(max_size=300)
+    | json_values.map(_dumps)
+    | calls.map(_dumps)
+    | st.lists(calls | json_values, max_size=6).map(_dumps)
+)
 
-FUZZ = settings(max_examples=150, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @FUZZ
 @given(body=bodies)
 async def test_any_body_gets_a_json_rpc_answer(client: Any, api_key: str, body: bytes) -> None:
-    resp = await client.post(f"/bsc/{api_key}", data=body,
-                             headers={"Content-Type": "application/json"})
+    resp = await client.post(
+        f"/bsc/{api_key}", data=body, headers={"Content-Type": "application/json"}
+    )
     assert resp.status in (200, 204, 429), resp.status
     text = await resp.read()
     if resp.status == 204:
@@ -54,8 +67,9 @@ async def test_any_body_gets_a_json_rpc_answer(client: Any, api_key: str, body: 
 
 @FUZZ
 @given(body=bodies, path=st.sampled_from(["/bsc", "/bsc/" + "k" * 32, "/opbnb/x"]))
-async def test_unkeyed_bodies_never_reach_a_node(client: Any, mock_nodes: dict[str, MockNode],
-                                                 body: bytes, path: str) -> None:
+async def test_unkeyed_bodies_never_reach_a_node(
+    client: Any, mock_nodes: dict[str, MockNode], body: bytes, path: str
+) -> None:
     resp = await client.post(path, data=body, headers={"Content-Type": "application/json"})
     assert resp.status == 401
     forwarded = sum(n.calls - n.by_method["eth_blockNumber"] for n in mock_nodes.values())

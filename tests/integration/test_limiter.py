@@ -27,15 +27,17 @@ T0 = 1_700_000_000_000  # an injected "now" in ms
 def plans(**over: dict[str, object]) -> tuple[PlanConfig, ...]:
     raw: dict[str, dict[str, object]] = {
         "free": {"rate": 10, "burst": 20, "weights": {"eth_getLogs": 5}},
-           "payg": {"rate": 100, "burst": 200}}
+        "payg": {"rate": 100, "burst": 200},
+    }
     for name, table in over.items():
         raw[name] = {**raw.get(name, {}), **table}
     return config_from_dict({"plans": raw}).plans
 
 
 @pytest.fixture(params=["redis-py", "mux"])
-async def limiter(request: pytest.FixtureRequest, redis: Redis, prefix: str,
-                  redis_url: str) -> AsyncIterator[Limiter]:
+async def limiter(
+    request: pytest.FixtureRequest, redis: Redis, prefix: str, redis_url: str
+) -> AsyncIterator[Limiter]:
     """Every test runs against both implementations of the same script."""
     if request.param == "redis-py":
         yield RedisLimiter(redis, plans(), prefix)
@@ -45,8 +47,15 @@ async def limiter(request: pytest.FixtureRequest, redis: Redis, prefix: str,
     await mux.close()
 
 
-async def admit(limiter: Limiter, key: str, now: int, method: str = "eth_call",
-                n: int = 1, origin: str = "", ip_bits: str = "") -> Status:
+async def admit(
+    limiter: Limiter,
+    key: str,
+    now: int,
+    method: str = "eth_call",
+    n: int = 1,
+    origin: str = "",
+    ip_bits: str = "",
+) -> Status:
     d = await limiter.admit(key_hash(key), n, {method: n}, origin, ip_bits, now_ms=now)
     return d.status
 
@@ -56,8 +65,7 @@ async def test_unknown_key_is_unauthorized(limiter: Limiter) -> None:
     assert d.status is Status.UNAUTHORIZED
 
 
-async def test_bucket_admits_burst_then_refills_at_rate(limiter: Limiter,
-                                                        api_key: str) -> None:
+async def test_bucket_admits_burst_then_refills_at_rate(limiter: Limiter, api_key: str) -> None:
     statuses = [await admit(limiter, api_key, T0) for _ in range(25)]
     assert statuses.count(Status.ADMITTED) == 20  # burst
     assert statuses[20:] == [Status.RATE_LIMITED] * 5
@@ -78,8 +86,9 @@ async def test_limited_answer_says_when_to_retry(limiter: Limiter, api_key: str)
     assert d.limit == 20 and d.remaining == 0
 
 
-async def test_weights_and_batch_cost_are_charged_as_a_whole(limiter: Limiter,
-                                                             api_key: str) -> None:
+async def test_weights_and_batch_cost_are_charged_as_a_whole(
+    limiter: Limiter, api_key: str
+) -> None:
     khash = key_hash(api_key)
     d = await limiter.admit(khash, 4, {"eth_getLogs": 3, "eth_call": 1}, now_ms=T0)  # 16 units
     assert d.status is Status.ADMITTED and d.remaining == 4
@@ -101,8 +110,7 @@ async def test_daily_quota(redis: Redis, prefix: str, store: Store, account: str
     assert await admit(limiter, key, day_start + 1) is Status.ADMITTED  # new UTC day
 
 
-async def test_revoked_and_expired_keys(limiter: Limiter, store: Store,
-                                        account: str) -> None:
+async def test_revoked_and_expired_keys(limiter: Limiter, store: Store, account: str) -> None:
     key, rec = await store.create_key(account, expires_in_ms=60_000)
     now = await store.now_ms()
     assert await admit(limiter, key, now) is Status.ADMITTED
@@ -111,8 +119,9 @@ async def test_revoked_and_expired_keys(limiter: Limiter, store: Store,
     assert await admit(limiter, key, now) is Status.UNAUTHORIZED
 
 
-async def test_plan_switch_applies_on_next_request(limiter: Limiter, store: Store,
-                                                   account: str, api_key: str) -> None:
+async def test_plan_switch_applies_on_next_request(
+    limiter: Limiter, store: Store, account: str, api_key: str
+) -> None:
     got = [await admit(limiter, api_key, T0) for _ in range(21)]
     assert got[-1] is Status.RATE_LIMITED
     await store.set_plan(account, "payg")
@@ -120,22 +129,34 @@ async def test_plan_switch_applies_on_next_request(limiter: Limiter, store: Stor
     assert d.status is Status.ADMITTED and d.plan == "payg" and d.limit == 200
 
 
-async def test_allowlists_are_anded_entries_ored(limiter: Limiter, store: Store,
-                                                 account: str) -> None:
+async def test_allowlists_are_anded_entries_ored(
+    limiter: Limiter, store: Store, account: str
+) -> None:
     key, _ = await store.create_key(
-        account, origins=["https://app.example.com", "*.dapp.io"],
-        ips=["10.0.0.0/8", "2001:db8::/32"], methods=["eth_call", "eth_getBalance"])
+        account,
+        origins=["https://app.example.com", "*.dapp.io"],
+        ips=["10.0.0.0/8", "2001:db8::/32"],
+        methods=["eth_call", "eth_getBalance"],
+    )
     good_origin, good_ip = "https://app.example.com", ip_bits("10.1.2.3")
     assert await admit(limiter, key, T0, origin=good_origin, ip_bits=good_ip) is Status.ADMITTED
-    assert await admit(limiter, key, T0, origin="https://x.dapp.io",
-                       ip_bits=ip_bits("2001:db8::1")) is Status.ADMITTED
-    assert await admit(limiter, key, T0, origin="https://evil.com",
-                       ip_bits=good_ip) is Status.FORBIDDEN
+    assert (
+        await admit(limiter, key, T0, origin="https://x.dapp.io", ip_bits=ip_bits("2001:db8::1"))
+        is Status.ADMITTED
+    )
+    assert (
+        await admit(limiter, key, T0, origin="https://evil.com", ip_bits=good_ip)
+        is Status.FORBIDDEN
+    )
     assert await admit(limiter, key, T0, origin="", ip_bits=good_ip) is Status.FORBIDDEN
-    assert await admit(limiter, key, T0, origin=good_origin,
-                       ip_bits=ip_bits("11.0.0.1")) is Status.FORBIDDEN
-    assert await admit(limiter, key, T0, "eth_blockNumber", origin=good_origin,
-                       ip_bits=good_ip) is Status.FORBIDDEN
+    assert (
+        await admit(limiter, key, T0, origin=good_origin, ip_bits=ip_bits("11.0.0.1"))
+        is Status.FORBIDDEN
+    )
+    assert (
+        await admit(limiter, key, T0, "eth_blockNumber", origin=good_origin, ip_bits=good_ip)
+        is Status.FORBIDDEN
+    )
 
 
 def test_ip_bits_map_ipv4_into_ipv6() -> None:
@@ -146,8 +167,9 @@ def test_ip_bits_map_ipv4_into_ipv6() -> None:
     assert len(cidr_bits("0.0.0.0/0")) == 96
 
 
-async def test_usage_counters_in_the_same_call(limiter: Limiter, store: Store,
-                                               account: str) -> None:
+async def test_usage_counters_in_the_same_call(
+    limiter: Limiter, store: Store, account: str
+) -> None:
     key, rec = await store.create_key(account)
     now = await store.now_ms()
     khash = key_hash(key)
@@ -161,8 +183,9 @@ async def test_usage_counters_in_the_same_call(limiter: Limiter, store: Store,
     assert (await store.get_key(rec.id)).last_used_at == now
 
 
-async def test_noscript_after_script_flush_is_reloaded(limiter: Limiter, redis: Redis,
-                                                       api_key: str) -> None:
+async def test_noscript_after_script_flush_is_reloaded(
+    limiter: Limiter, redis: Redis, api_key: str
+) -> None:
     assert await admit(limiter, api_key, T0) is Status.ADMITTED
     await redis.script_flush()
     assert await admit(limiter, api_key, T0) is Status.ADMITTED

@@ -38,20 +38,28 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0)
 
 
 @pytest.fixture
-def gateways(tmp_path: Path, redis_url: str, prefix: str,
-             mock_nodes: dict[str, MockNode]) -> Iterator[list[int]]:
+def gateways(
+    tmp_path: Path, redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]
+) -> Iterator[list[int]]:
     cfg = tmp_path / "gateway.toml"
     cfg.write_text(
         f'[redis]\nprefix = "{prefix}"\n'
-        f'[plans.free]\nrate = 0.001\nburst = {BURST}\n'
+        f"[plans.free]\nrate = 0.001\nburst = {BURST}\n"
         f'[networks.bsc]\nupstreams = ["{mock_nodes["bsc"].url}"]\n'
         f'[networks.opbnb]\nupstreams = ["{mock_nodes["opbnb"].url}"]\n'
-        '[server]\naccess_log = false\n')
+        "[server]\naccess_log = false\n"
+    )
     env = {**os.environ, "GATEWAY_REDIS_URL": redis_url, "GATEWAY_CONFIG": str(cfg)}
     ports = [free_port() for _ in range(PROCESSES)]
-    procs = [subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", str(p)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for p in ports]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--port", str(p)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in ports
+    ]
     try:
         for port, proc in zip(ports, procs, strict=True):
             _wait_ready(port, proc)
@@ -64,16 +72,20 @@ def gateways(tmp_path: Path, redis_url: str, prefix: str,
 
 
 async def test_burst_across_processes_admits_exactly_the_bucket(
-        gateways: list[int], store: Store, account: str,
-        mock_nodes: dict[str, MockNode]) -> None:
+    gateways: list[int], store: Store, account: str, mock_nodes: dict[str, MockNode]
+) -> None:
     key, _ = await store.create_key(account)
     body = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}'
     sent = BURST * 3
     async with aiohttp.ClientSession() as session:
+
         async def one(i: int) -> int:
             port = gateways[i % len(gateways)]
-            async with session.post(f"http://127.0.0.1:{port}/bsc/{key}", data=body,
-                                    headers={"Content-Type": "application/json"}) as resp:
+            async with session.post(
+                f"http://127.0.0.1:{port}/bsc/{key}",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as resp:
                 await resp.read()
                 return resp.status
 

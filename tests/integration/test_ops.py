@@ -79,8 +79,7 @@ async def _readyz_until(client: Any, status: int) -> Any:
             await asyncio.sleep(0.05)
 
 
-async def test_readyz_redis_unreachable(make_config: MakeConfig,
-                                        aiohttp_client: Any) -> None:
+async def test_readyz_redis_unreachable(make_config: MakeConfig, aiohttp_client: Any) -> None:
     cfg = make_config({"redis": {"url": f"redis://{HOST}:{free_port()}/0"}})
     client = await aiohttp_client(create_app(cfg))
     resp = await client.get("/readyz")
@@ -89,8 +88,13 @@ async def test_readyz_redis_unreachable(make_config: MakeConfig,
 
 
 async def test_metrics_count_requests_latency_upstream_limits(
-        make_config: MakeConfig, aiohttp_client: Any, api_key: str, store: Store,
-        account: str, mock_nodes: dict[str, MockNode]) -> None:
+    make_config: MakeConfig,
+    aiohttp_client: Any,
+    api_key: str,
+    store: Store,
+    account: str,
+    mock_nodes: dict[str, MockNode],
+) -> None:
     cfg = make_config({"plans": {"free": {"rate": 0.001, "burst": 3}}})
     client = await aiohttp_client(create_app(cfg))
     for _ in range(5):
@@ -103,8 +107,12 @@ async def test_metrics_count_requests_latency_upstream_limits(
     labels = (("method", "eth_blockNumber"), ("network", "bsc"))
     assert samples[("gateway_requests_total", (*labels, ("status", "200")))] == 3
     assert samples[("gateway_requests_total", (*labels, ("status", "429")))] == 2
-    assert samples[("gateway_requests_total",
-                    (("method", "-"), ("network", "bsc"), ("status", "401")))] == 1
+    assert (
+        samples[
+            ("gateway_requests_total", (("method", "-"), ("network", "bsc"), ("status", "401")))
+        ]
+        == 1
+    )
     assert samples[("gateway_request_duration_seconds_count", (("network", "bsc"),))] == 6
     assert samples[("gateway_rate_limited_total", (("network", "bsc"),))] == 2
     node = (("network", "bsc"), ("node", "bsc-0"))
@@ -114,8 +122,9 @@ async def test_metrics_count_requests_latency_upstream_limits(
     assert ("gateway_open_connections", ()) in samples
 
 
-async def test_metrics_redis_errors_by_policy(make_config: MakeConfig, aiohttp_client: Any,
-                                              api_key: str) -> None:
+async def test_metrics_redis_errors_by_policy(
+    make_config: MakeConfig, aiohttp_client: Any, api_key: str
+) -> None:
     dead = f"redis://{HOST}:{free_port()}/0"
     for fail_open, status in ((False, 503), (True, 200)):
         cfg = make_config({"redis": {"url": dead, "fail_open": fail_open}})
@@ -123,18 +132,24 @@ async def test_metrics_redis_errors_by_policy(make_config: MakeConfig, aiohttp_c
         resp = await client.post(f"/bsc/{api_key}", data=CALL, headers=JSON)
         assert resp.status == status
         if status == 503:
-            assert (await resp.json())["error"] == {"code": -32603,
-                                                    "message": "Service unavailable"}
+            assert (await resp.json())["error"] == {
+                "code": -32603,
+                "message": "Service unavailable",
+            }
         samples = _samples(await (await client.get("/metrics")).text())
         policy = "open" if fail_open else "closed"
         assert samples[("gateway_redis_errors_total", (("policy", policy),))] == 1
 
 
-async def test_access_log_line(make_config: MakeConfig, api_key: str,
-                               caplog: pytest.LogCaptureFixture) -> None:
+async def test_access_log_line(
+    make_config: MakeConfig, api_key: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="gateway.access")
-    async with served(make_config()) as base, aiohttp.ClientSession() as session, \
-            session.post(f"{base}/bsc/{api_key}", data=CALL, headers=JSON) as resp:
+    async with (
+        served(make_config()) as base,
+        aiohttp.ClientSession() as session,
+        session.post(f"{base}/bsc/{api_key}", data=CALL, headers=JSON) as resp,
+    ):
         assert resp.status == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access"]
     assert len(lines) == 1, lines
@@ -143,32 +158,46 @@ async def test_access_log_line(make_config: MakeConfig, api_key: str,
     assert "key_id=key_" in line and api_key not in line
 
 
-async def test_canary_key_in_no_log_line(make_config: MakeConfig, store: Store,
-                                         mock_nodes: dict[str, MockNode],
-                                         caplog: pytest.LogCaptureFixture) -> None:
+async def test_canary_key_in_no_log_line(
+    make_config: MakeConfig,
+    store: Store,
+    mock_nodes: dict[str, MockNode],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Every error path of SPEC §4 with the key in path and header; no log holds it."""
     caplog.set_level(logging.DEBUG)  # every logger, every level
-    payg = await store.create_account(f"p-{secrets.token_hex(3)}@example.com", "long password",
-                                      "payg")
-    free = await store.create_account(f"f-{secrets.token_hex(3)}@example.com", "long password",
-                                      "free")
+    payg = await store.create_account(
+        f"p-{secrets.token_hex(3)}@example.com", "long password", "payg"
+    )
+    free = await store.create_account(
+        f"f-{secrets.token_hex(3)}@example.com", "long password", "free"
+    )
     canary, _ = await store.create_key(payg.id, name="canary")
     limited, _ = await store.create_key(free.id, name="limited")
     only_chain, _ = await store.create_key(payg.id, name="m", methods=["eth_chainId"])
     unknown = canary[:-4] + ("AAAA" if not canary.endswith("AAAA") else "BBBB")
     keys = [canary, limited, only_chain, unknown]
-    cfg = make_config({"plans": {"free": {"rate": 0.001, "burst": 1}},
-                       "limits": {"max_body_bytes": 2048, "upstream_timeout_s": 0.3},
-                       "upstream": {"attempt_timeout_s": 0.3, "fail_threshold": 1000}})
+    cfg = make_config(
+        {
+            "plans": {"free": {"rate": 0.001, "burst": 1}},
+            "limits": {"max_body_bytes": 2048, "upstream_timeout_s": 0.3},
+            "upstream": {"attempt_timeout_s": 0.3, "fail_threshold": 1000},
+        }
+    )
     seen: dict[int, int] = {}
     bodies: list[bytes] = []
 
-    async def send(session: aiohttp.ClientSession, method: str, key: str, *,
-                   data: bytes = CALL, headers: dict[str, str] | None = None,
-                   bearer: str | None = None) -> int:
+    async def send(
+        session: aiohttp.ClientSession,
+        method: str,
+        key: str,
+        *,
+        data: bytes = CALL,
+        headers: dict[str, str] | None = None,
+        bearer: str | None = None,
+    ) -> int:
         hdrs = {**JSON, "Authorization": f"Bearer {bearer or key}", **(headers or {})}
-        async with session.request(method, f"{base}/bsc/{key}", data=data,
-                                   headers=hdrs) as resp:
+        async with session.request(method, f"{base}/bsc/{key}", data=data, headers=hdrs) as resp:
             bodies.append(await resp.read())
             seen[resp.status] = seen.get(resp.status, 0) + 1
             return resp.status
@@ -187,8 +216,7 @@ async def test_canary_key_in_no_log_line(make_config: MakeConfig, store: Store,
         mock_nodes["bsc"].down = True
         assert await send(s, "POST", canary) == 502
         mock_nodes["bsc"].down = False
-        mock_nodes["bsc"].options = MockNodeOptions(chain_id=56, block_time_s=0,
-                                                    latency_ms=1000)
+        mock_nodes["bsc"].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=1000)
         assert await send(s, "POST", canary) == 504
         mock_nodes["bsc"].options = MockNodeOptions(chain_id=56, block_time_s=0)
     dead = make_config({"redis": {"url": f"redis://{HOST}:{free_port()}/0"}})

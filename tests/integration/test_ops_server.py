@@ -44,15 +44,22 @@ async def served(cfg: Config) -> AsyncIterator[tuple[GatewayRunner, int]]:
 
 
 def _server_cfg(make_config: MakeConfig, **server: Any) -> Config:
-    table = {"header_timeout_s": 0.4, "body_timeout_s": 0.4, "keepalive_timeout_s": 5.0,
-             "drain_timeout_s": 3.0, **server}
+    table = {
+        "header_timeout_s": 0.4,
+        "body_timeout_s": 0.4,
+        "keepalive_timeout_s": 5.0,
+        "drain_timeout_s": 3.0,
+        **server,
+    }
     cfg: Config = make_config({"server": table})
     return cfg
 
 
 def _request(key: str, body: bytes = CALL, extra: bytes = b"") -> bytes:
-    return (b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n%s\r\n%s" % (key.encode(), len(body), extra, body))
+    return (
+        b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n%s\r\n%s" % (key.encode(), len(body), extra, body)
+    )
 
 
 async def _closed_after(reader: asyncio.StreamReader, limit_s: float = 5.0) -> tuple[float, bytes]:
@@ -71,8 +78,9 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
-async def test_slowloris_header_closed_within_header_timeout(make_config: MakeConfig,
-                                                             api_key: str) -> None:
+async def test_slowloris_header_closed_within_header_timeout(
+    make_config: MakeConfig, api_key: str
+) -> None:
     async with served(_server_cfg(make_config)) as (runner, port):
         reader, writer = await asyncio.open_connection(HOST, port)
         started = time.monotonic()
@@ -102,8 +110,9 @@ async def test_silent_connection_closed_within_header_timeout(make_config: MakeC
         assert sent == b"" and 0.25 <= elapsed < 1.0, elapsed
 
 
-async def test_slow_body_closed_within_body_timeout(make_config: MakeConfig, api_key: str,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+async def test_slow_body_closed_within_body_timeout(
+    make_config: MakeConfig, api_key: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     async with served(_server_cfg(make_config)) as (runner, port):
         reader, writer = await asyncio.open_connection(HOST, port)
@@ -118,23 +127,28 @@ async def test_slow_body_closed_within_body_timeout(make_config: MakeConfig, api
     assert not [r for r in caplog.records if r.exc_info]
 
 
-async def test_keepalive_idle_is_not_a_header_timeout(make_config: MakeConfig,
-                                                      api_key: str) -> None:
+async def test_keepalive_idle_is_not_a_header_timeout(
+    make_config: MakeConfig, api_key: str
+) -> None:
     """Between requests the keep-alive timeout rules, not the header timeout."""
-    async with served(_server_cfg(make_config, header_timeout_s=0.3)) as (runner, port), \
-            aiohttp.ClientSession() as session:
+    async with (
+        served(_server_cfg(make_config, header_timeout_s=0.3)) as (runner, port),
+        aiohttp.ClientSession() as session,
+    ):
         url = f"http://{HOST}:{port}/bsc/{api_key}"
         for _ in range(2):
-            async with session.post(url, data=CALL,
-                                    headers={"Content-Type": "application/json"}) as resp:
+            async with session.post(
+                url, data=CALL, headers={"Content-Type": "application/json"}
+            ) as resp:
                 assert resp.status == 200
             await asyncio.sleep(0.6)  # idle longer than the header timeout
         assert runner.watch.timeouts == 0
         assert runner.watch.connections == 1  # one keep-alive connection all along
 
 
-async def test_pipelined_and_fast_requests_are_not_cut(make_config: MakeConfig,
-                                                       api_key: str) -> None:
+async def test_pipelined_and_fast_requests_are_not_cut(
+    make_config: MakeConfig, api_key: str
+) -> None:
     async with served(_server_cfg(make_config)) as (runner, port):
         reader, writer = await asyncio.open_connection(HOST, port)
         writer.write(_request(api_key) * 3)
@@ -147,10 +161,13 @@ async def test_pipelined_and_fast_requests_are_not_cut(make_config: MakeConfig,
         assert runner.watch.timeouts == 0
 
 
-async def test_connection_cap_answers_503_and_recovers(make_config: MakeConfig,
-                                                       api_key: str) -> None:
-    async with served(_server_cfg(make_config, max_connections=2,
-                                  header_timeout_s=5)) as (runner, port):
+async def test_connection_cap_answers_503_and_recovers(
+    make_config: MakeConfig, api_key: str
+) -> None:
+    async with served(_server_cfg(make_config, max_connections=2, header_timeout_s=5)) as (
+        runner,
+        port,
+    ):
         held = [await asyncio.open_connection(HOST, port) for _ in range(2)]
         await asyncio.sleep(0.05)
         reader, writer = await asyncio.open_connection(HOST, port)
@@ -158,28 +175,35 @@ async def test_connection_cap_answers_503_and_recovers(make_config: MakeConfig,
         await _close(writer)
         assert sent.startswith(b"HTTP/1.1 503 ")
         body = orjson.loads(sent.split(b"\r\n\r\n", 1)[1])
-        assert body["error"]["code"] == -32603 and body["error"]["message"] == \
-            "Service unavailable"
+        assert body["error"]["code"] == -32603 and body["error"]["message"] == "Service unavailable"
         assert runner.watch.rejected == 1
         for _, w in held:
             await _close(w)
         await asyncio.sleep(0.05)
-        async with aiohttp.ClientSession() as session, session.post(
-                f"http://{HOST}:{port}/bsc/{api_key}", data=CALL,
-                headers={"Content-Type": "application/json"}) as resp:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"http://{HOST}:{port}/bsc/{api_key}",
+                data=CALL,
+                headers={"Content-Type": "application/json"},
+            ) as resp,
+        ):
             assert resp.status == 200
         assert runner.watch.connections <= 1
 
 
-@pytest.mark.parametrize("raw", [
-    b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n",
-    b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nBad Header %s\r\n\r\n",
-    b"GARBAGE /bsc/%s \x00\x01\r\n\r\n",
-    b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n%s\r\n",
-])
-async def test_malformed_http_json_error_no_echo(make_config: MakeConfig, api_key: str,
-                                                 raw: bytes,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n",
+        b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nBad Header %s\r\n\r\n",
+        b"GARBAGE /bsc/%s \x00\x01\r\n\r\n",
+        b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n%s\r\n",
+    ],
+)
+async def test_malformed_http_json_error_no_echo(
+    make_config: MakeConfig, api_key: str, raw: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     payload = raw.replace(b"%s", api_key.encode())
     async with served(_server_cfg(make_config)) as (_, port):
@@ -189,8 +213,11 @@ async def test_malformed_http_json_error_no_echo(make_config: MakeConfig, api_ke
         await _close(writer)
     assert sent.startswith((b"HTTP/1.1 400 ", b"HTTP/1.0 400 ")), sent[:80]
     body = orjson.loads(sent.split(b"\r\n\r\n", 1)[1])
-    assert body == {"jsonrpc": "2.0", "id": None,
-                    "error": {"code": -32600, "message": "Invalid Request"}}
+    assert body == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "Invalid Request"},
+    }
     assert api_key.encode() not in sent
     for record in caplog.records:
         assert api_key not in record.getMessage()
@@ -199,16 +226,20 @@ async def test_malformed_http_json_error_no_echo(make_config: MakeConfig, api_ke
 
 
 @pytest.mark.parametrize("depth", [65, 300, 2000, 100_000])
-async def test_deep_json_refused(make_config: MakeConfig, api_key: str, depth: int,
-                                 mock_nodes: dict[str, MockNode]) -> None:
+async def test_deep_json_refused(
+    make_config: MakeConfig, api_key: str, depth: int, mock_nodes: dict[str, MockNode]
+) -> None:
     deep = b"[" * depth + b"]" * depth
     single = b'{"jsonrpc":"2.0","id":7,"method":"eth_call","params":' + deep + b"}"
     batch = b'[{"jsonrpc":"2.0","id":1,"method":"eth_call","params":' + deep + b'},{"x":1}]'
     before = mock_nodes["bsc"].by_method["eth_call"]
     async with served(_server_cfg(make_config)) as (_, port), aiohttp.ClientSession() as s:
         for body in (single, batch):
-            async with s.post(f"http://{HOST}:{port}/bsc/{api_key}", data=body,
-                              headers={"Content-Type": "application/json"}) as resp:
+            async with s.post(
+                f"http://{HOST}:{port}/bsc/{api_key}",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as resp:
                 assert resp.status == 200
                 answer = await resp.json()
                 assert answer["error"]["code"] in (-32600, -32700), answer
@@ -219,15 +250,22 @@ async def test_depth_at_the_limit_is_forwarded(make_config: MakeConfig, api_key:
     # the object is level 1, params level 2: 62 more brackets reach the limit of 64
     deep = b"[" * 63 + b"]" * 63
     single = b'{"jsonrpc":"2.0","id":7,"method":"eth_call","params":' + deep + b"}"
-    async with served(_server_cfg(make_config)) as (_, port), aiohttp.ClientSession() as s, \
-            s.post(f"http://{HOST}:{port}/bsc/{api_key}", data=single,
-                   headers={"Content-Type": "application/json"}) as resp:
+    async with (
+        served(_server_cfg(make_config)) as (_, port),
+        aiohttp.ClientSession() as s,
+        s.post(
+            f"http://{HOST}:{port}/bsc/{api_key}",
+            data=single,
+            headers={"Content-Type": "application/json"},
+        ) as resp,
+    ):
         answer = await resp.json()
     assert "error" not in answer or answer["error"]["code"] not in (-32600, -32700), answer
 
 
-async def test_drain_finishes_in_flight_then_closes(make_config: MakeConfig, api_key: str,
-                                                    mock_nodes: dict[str, MockNode]) -> None:
+async def test_drain_finishes_in_flight_then_closes(
+    make_config: MakeConfig, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     node = mock_nodes["bsc"]
     node.options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=400)
     cfg = _server_cfg(make_config)
@@ -237,9 +275,13 @@ async def test_drain_finishes_in_flight_then_closes(make_config: MakeConfig, api
     await site.start()
     port = int(runner.addresses[0][1])
     async with aiohttp.ClientSession() as session:
+
         async def call() -> tuple[int, str | None, bytes]:
-            async with session.post(f"http://{HOST}:{port}/bsc/{api_key}", data=CALL,
-                                    headers={"Content-Type": "application/json"}) as resp:
+            async with session.post(
+                f"http://{HOST}:{port}/bsc/{api_key}",
+                data=CALL,
+                headers={"Content-Type": "application/json"},
+            ) as resp:
                 return resp.status, resp.headers.get("Connection"), await resp.read()
 
         calls = [asyncio.create_task(call()) for _ in range(5)]
@@ -261,13 +303,20 @@ def test_worker_config_round_trip(make_config: MakeConfig) -> None:
     from gateway.config import config_from_dict
     from gateway.serve import config_to_raw
 
-    cfg = make_config({
-        "server": {"header_timeout_s": 1.5, "max_connections": 7,
-                   "trusted_proxies": ["10.0.0.0/8"]},
-        "plans": {"free": {"rate": 2.5, "burst": 9, "weights": {"eth_call": 3}},
-                  "gold": {"rate": 1000, "burst": 2000, "daily_quota": 5}},
-        "networks": {"bsc": {"extra_methods": ["eth_newFilter"]}},
-        "default_plan": "gold",
-    })
+    cfg = make_config(
+        {
+            "server": {
+                "header_timeout_s": 1.5,
+                "max_connections": 7,
+                "trusted_proxies": ["10.0.0.0/8"],
+            },
+            "plans": {
+                "free": {"rate": 2.5, "burst": 9, "weights": {"eth_call": 3}},
+                "gold": {"rate": 1000, "burst": 2000, "daily_quota": 5},
+            },
+            "networks": {"bsc": {"extra_methods": ["eth_newFilter"]}},
+            "default_plan": "gold",
+        }
+    )
     raw = orjson.loads(orjson.dumps(config_to_raw(cfg)))
     assert config_from_dict(raw, {}) == cfg

@@ -44,42 +44,49 @@ def assert_error(body: Any, code: int, message: str, id_: Any = None) -> None:
 
 # -- keys --------------------------------------------------------------------
 @pytest.mark.parametrize("network,chain", [("bsc", "0x38"), ("opbnb", "0xcc")])
-async def test_both_key_forms_on_both_networks(client: Client, api_key: str, network: str,
-                                               chain: str) -> None:
-    for path, headers in [(f"/{network}/{api_key}", {}),
-                          (f"/{network}", {"Authorization": f"Bearer {api_key}"}),
-                          (f"/{network}/{api_key}", {"Authorization": f"Bearer {api_key}"})]:
+async def test_both_key_forms_on_both_networks(
+    client: Client, api_key: str, network: str, chain: str
+) -> None:
+    for path, headers in [
+        (f"/{network}/{api_key}", {}),
+        (f"/{network}", {"Authorization": f"Bearer {api_key}"}),
+        (f"/{network}/{api_key}", {"Authorization": f"Bearer {api_key}"}),
+    ]:
         resp, body = await post(client, path, CALL, **headers)
         assert resp.status == 200, (path, body)
         assert body == {"jsonrpc": "2.0", "id": 7, "result": chain}
 
 
-@pytest.mark.parametrize("path,headers", [
-    ("/bsc", {}),  # missing
-    ("/bsc/short", {}),  # malformed
-    ("/bsc/" + "!" * 32, {}),  # malformed, right length
-    ("/bsc/" + "A" * 32, {}),  # well formed, unknown
-    ("/bsc", {"Authorization": "Basic abc"}),  # wrong scheme
-    ("/bsc", {"Authorization": "Bearer "}),  # empty
-])
-async def test_bad_keys_are_401(client: Client, mock_nodes: dict[str, MockNode], path: str,
-                                headers: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "path,headers",
+    [
+        ("/bsc", {}),  # missing
+        ("/bsc/short", {}),  # malformed
+        ("/bsc/" + "!" * 32, {}),  # malformed, right length
+        ("/bsc/" + "A" * 32, {}),  # well formed, unknown
+        ("/bsc", {"Authorization": "Basic abc"}),  # wrong scheme
+        ("/bsc", {"Authorization": "Bearer "}),  # empty
+    ],
+)
+async def test_bad_keys_are_401(
+    client: Client, mock_nodes: dict[str, MockNode], path: str, headers: dict[str, str]
+) -> None:
     resp, body = await post(client, path, CALL, **headers)
     assert resp.status == 401
     assert_error(body, -32001, "Invalid authentication credentials", 7)
     assert fwd(mock_nodes["bsc"]) == 0  # nothing reached a node
 
 
-async def test_path_and_header_keys_must_match(client: Client, store: Store, account: str,
-                                               api_key: str) -> None:
+async def test_path_and_header_keys_must_match(
+    client: Client, store: Store, account: str, api_key: str
+) -> None:
     other, _ = await store.create_key(account)
     resp, body = await post(client, f"/bsc/{api_key}", CALL, Authorization=f"Bearer {other}")
     assert resp.status == 401
     assert_error(body, -32001, "Invalid authentication credentials", 7)
 
 
-async def test_revoked_and_expired_keys_are_401(client: Client, store: Store,
-                                                account: str) -> None:
+async def test_revoked_and_expired_keys_are_401(client: Client, store: Store, account: str) -> None:
     key, rec = await store.create_key(account)
     assert (await post(client, f"/bsc/{key}", CALL))[0].status == 200
     await store.revoke_key(rec.id)
@@ -101,10 +108,12 @@ async def test_malformed_key_costs_no_redis_round_trip(client: Client, redis: An
 
 
 # -- allowlists ---------------------------------------------------------------
-async def test_allowlist_refusals_are_403(client: Client, store: Store, account: str,
-                                          mock_nodes: dict[str, MockNode]) -> None:
-    key, _ = await store.create_key(account, origins=["https://dapp.example"],
-                                    methods=["eth_chainId"])
+async def test_allowlist_refusals_are_403(
+    client: Client, store: Store, account: str, mock_nodes: dict[str, MockNode]
+) -> None:
+    key, _ = await store.create_key(
+        account, origins=["https://dapp.example"], methods=["eth_chainId"]
+    )
     resp, body = await post(client, f"/bsc/{key}", CALL, Origin="https://dapp.example")
     assert resp.status == 200
     before = fwd(mock_nodes["bsc"])
@@ -117,8 +126,7 @@ async def test_allowlist_refusals_are_403(client: Client, store: Store, account:
     assert fwd(mock_nodes["bsc"]) == before
 
 
-async def test_ip_allowlist_uses_peer_address(client: Client, store: Store,
-                                              account: str) -> None:
+async def test_ip_allowlist_uses_peer_address(client: Client, store: Store, account: str) -> None:
     ok, _ = await store.create_key(account, ips=["127.0.0.0/8"])
     bad, _ = await store.create_key(account, ips=["192.0.2.0/24"])
     assert (await post(client, f"/bsc/{ok}", CALL))[0].status == 200
@@ -148,8 +156,9 @@ async def test_rate_limit_429_with_retry_after_and_headers(tight: Client, api_ke
     assert "RateLimit-Policy" in resp.headers
 
 
-async def test_batch_is_admitted_or_refused_as_a_whole(tight: Client, api_key: str,
-                                                       mock_nodes: dict[str, MockNode]) -> None:
+async def test_batch_is_admitted_or_refused_as_a_whole(
+    tight: Client, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     batch = [{**CALL, "id": i} for i in range(4)]  # costs 4 > burst 3
     resp, body = await post(tight, f"/bsc/{api_key}", batch)
     assert resp.status == 429
@@ -173,18 +182,20 @@ async def test_parse_error_without_a_key_is_still_401(client: Client) -> None:
     assert_error(body, -32001, "Invalid authentication credentials", None)
 
 
-@pytest.mark.parametrize("call,id_", [
-    ({"jsonrpc": "1.0", "id": 3, "method": "eth_chainId"}, 3),
-    ({"id": 3, "method": "eth_chainId"}, 3),
-    ({"jsonrpc": "2.0", "id": 3, "method": 5}, 3),
-    ({"jsonrpc": "2.0", "id": 3, "method": "eth_chainId", "params": "x"}, 3),
-    ({"jsonrpc": "2.0", "id": [1], "method": "eth_chainId"}, None),
-    ({"jsonrpc": "2.0", "id": {"a": 1}, "method": "eth_chainId"}, None),
-    ("just a string", None),
-    (42, None),
-])
-async def test_invalid_request_objects(client: Client, api_key: str, call: Any,
-                                       id_: Any) -> None:
+@pytest.mark.parametrize(
+    "call,id_",
+    [
+        ({"jsonrpc": "1.0", "id": 3, "method": "eth_chainId"}, 3),
+        ({"id": 3, "method": "eth_chainId"}, 3),
+        ({"jsonrpc": "2.0", "id": 3, "method": 5}, 3),
+        ({"jsonrpc": "2.0", "id": 3, "method": "eth_chainId", "params": "x"}, 3),
+        ({"jsonrpc": "2.0", "id": [1], "method": "eth_chainId"}, None),
+        ({"jsonrpc": "2.0", "id": {"a": 1}, "method": "eth_chainId"}, None),
+        ("just a string", None),
+        (42, None),
+    ],
+)
+async def test_invalid_request_objects(client: Client, api_key: str, call: Any, id_: Any) -> None:
     resp, body = await post(client, f"/bsc/{api_key}", call)
     assert resp.status == 200
     assert_error(body, -32600, "Invalid Request", id_)
@@ -200,21 +211,34 @@ async def test_empty_and_oversized_batches(client: Client, api_key: str) -> None
     assert "101" in body["error"]["data"]
 
 
-@pytest.mark.parametrize("method", ["admin_peers", "debug_traceTransaction", "personal_sign",
-                                    "eth_sign", "eth_sendTransaction", "miner_start",
-                                    "txpool_content", "eth_nonexistent"])
-async def test_methods_not_offered(client: Client, api_key: str,
-                                   mock_nodes: dict[str, MockNode], method: str) -> None:
+@pytest.mark.parametrize(
+    "method",
+    [
+        "admin_peers",
+        "debug_traceTransaction",
+        "personal_sign",
+        "eth_sign",
+        "eth_sendTransaction",
+        "miner_start",
+        "txpool_content",
+        "eth_nonexistent",
+    ],
+)
+async def test_methods_not_offered(
+    client: Client, api_key: str, mock_nodes: dict[str, MockNode], method: str
+) -> None:
     resp, body = await post(client, f"/bsc/{api_key}", {**CALL, "method": method})
     assert resp.status == 200
     assert_error(body, -32601, "Method not found", 7)
     assert fwd(mock_nodes["bsc"]) == 0
 
 
-async def test_body_over_limit_is_413(make_config: MakeConfig, aiohttp_client: Any,
-                                      api_key: str) -> None:
-    client: Client = await aiohttp_client(create_app(
-        make_config({"limits": {"max_body_bytes": 1000}})))
+async def test_body_over_limit_is_413(
+    make_config: MakeConfig, aiohttp_client: Any, api_key: str
+) -> None:
+    client: Client = await aiohttp_client(
+        create_app(make_config({"limits": {"max_body_bytes": 1000}}))
+    )
     big = {**CALL, "params": ["x" * 2000]}
     resp, body = await post(client, f"/bsc/{api_key}", big)
     assert resp.status == 413
@@ -228,16 +252,21 @@ async def test_body_over_limit_is_413(make_config: MakeConfig, aiohttp_client: A
     assert resp.status == 413
 
 
-@pytest.mark.parametrize("ctype,status", [
-    ("text/plain", 415), ("application/x-www-form-urlencoded", 415),
-    ("application/json; charset=utf-8", 200), ("application/JSON", 200),
-    (None, 200),
-])
-async def test_content_types(client: Client, api_key: str, ctype: str | None,
-                             status: int) -> None:
+@pytest.mark.parametrize(
+    "ctype,status",
+    [
+        ("text/plain", 415),
+        ("application/x-www-form-urlencoded", 415),
+        ("application/json; charset=utf-8", 200),
+        ("application/JSON", 200),
+        (None, 200),
+    ],
+)
+async def test_content_types(client: Client, api_key: str, ctype: str | None, status: int) -> None:
     headers = {} if ctype is None else {"Content-Type": ctype}
-    resp = await client.post(f"/bsc/{api_key}", data=dumps(CALL), headers=headers,
-                             skip_auto_headers=["Content-Type"])
+    resp = await client.post(
+        f"/bsc/{api_key}", data=dumps(CALL), headers=headers, skip_auto_headers=["Content-Type"]
+    )
     assert resp.status == status
     if status == 415:
         assert_error(await resp.json(content_type=None), -32600, "Invalid Request", None)
@@ -252,8 +281,9 @@ async def test_not_post_is_405(client: Client, api_key: str, method: str) -> Non
 
 
 # -- upstream failures ---------------------------------------------------------
-async def test_every_upstream_down_is_502(make_config: MakeConfig, aiohttp_client: Any,
-                                          api_key: str, mock_nodes: dict[str, MockNode]) -> None:
+async def test_every_upstream_down_is_502(
+    make_config: MakeConfig, aiohttp_client: Any, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     mock_nodes["bsc"].down = True
     client: Client = await aiohttp_client(create_app(make_config()))
     resp, body = await post(client, f"/bsc/{api_key}", CALL)
@@ -263,24 +293,38 @@ async def test_every_upstream_down_is_502(make_config: MakeConfig, aiohttp_clien
     assert resp.status == 502 and [b["id"] for b in body] == [7, 8]
 
 
-async def test_slow_upstream_is_504(make_config: MakeConfig, aiohttp_client: Any,
-                                    api_key: str, mock_nodes: dict[str, MockNode]) -> None:
+async def test_slow_upstream_is_504(
+    make_config: MakeConfig, aiohttp_client: Any, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     import dataclasses
 
     mock_nodes["bsc"].options = dataclasses.replace(mock_nodes["bsc"].options, latency_ms=2000)
-    client: Client = await aiohttp_client(create_app(
-        make_config({"limits": {"upstream_timeout_s": 0.3}})))
+    client: Client = await aiohttp_client(
+        create_app(make_config({"limits": {"upstream_timeout_s": 0.3}}))
+    )
     resp, body = await post(client, f"/bsc/{api_key}", CALL)
     assert resp.status == 504
     assert_error(body, -32603, "Upstream timeout", 7)
 
 
 # -- ids -------------------------------------------------------------------------
-@pytest.mark.parametrize("raw_id", [
-    b"0", b"-1", b"9223372036854775807", b"18446744073709551616",
-    b"123456789012345678901234567890123456789", b"-99999999999999999999999",
-    b'"abc"', b'""', b'"0x1f"', b"null", b"1.5", b"1e3",
-])
+@pytest.mark.parametrize(
+    "raw_id",
+    [
+        b"0",
+        b"-1",
+        b"9223372036854775807",
+        b"18446744073709551616",
+        b"123456789012345678901234567890123456789",
+        b"-99999999999999999999999",
+        b'"abc"',
+        b'""',
+        b'"0x1f"',
+        b"null",
+        b"1.5",
+        b"1e3",
+    ],
+)
 async def test_ids_echoed_exactly(client: Client, api_key: str, raw_id: bytes) -> None:
     good = b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"eth_chainId"}'
     bad = b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"debug_x"}'
@@ -291,30 +335,34 @@ async def test_ids_echoed_exactly(client: Client, api_key: str, raw_id: bytes) -
             assert b'"id":' + raw_id + b"," in text, (path, body, text)
 
 
-async def test_escaped_string_ids_come_back_as_the_same_string(client: Client,
-                                                               api_key: str) -> None:
+async def test_escaped_string_ids_come_back_as_the_same_string(
+    client: Client, api_key: str
+) -> None:
     # Nodes re-encode strings, so escapes come back as the same string value.
     for method in ("eth_chainId", "debug_x"):
-        body = (b'{"jsonrpc":"2.0","id":"\\u00e9\\ud83d\\ude00","method":"'
-                + method.encode() + b'"}')
+        body = b'{"jsonrpc":"2.0","id":"\\u00e9\\ud83d\\ude00","method":"' + method.encode() + b'"}'
         resp = await client.post(f"/bsc/{api_key}", data=body, headers=JSON)
         assert (await resp.json())["id"] == "\u00e9\U0001f600"
 
 
 async def test_big_int_id_in_a_batch_with_errors(client: Client, api_key: str) -> None:
-    body = (b'[{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"eth_chainId"},'
-            b'{"jsonrpc":"2.0","id":98765432109876543210987654321,"method":"debug_x"}]')
+    body = (
+        b'[{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"eth_chainId"},'
+        b'{"jsonrpc":"2.0","id":98765432109876543210987654321,"method":"debug_x"}]'
+    )
     resp = await client.post(f"/bsc/{api_key}", data=body, headers=JSON)
     text = await resp.read()
     assert resp.status == 200
     assert text.index(b"123456789012345678901234567890") < text.index(
-        b"98765432109876543210987654321")
+        b"98765432109876543210987654321"
+    )
     assert b'"result":"0x38"' in text and b'"code":-32601' in text
 
 
 # -- batches and notifications ------------------------------------------------
 async def test_batch_mix_keeps_order_and_forwards_valid_calls(
-        client: Client, api_key: str, mock_nodes: dict[str, MockNode]) -> None:
+    client: Client, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     batch = [
         {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"},
         {"jsonrpc": "2.0", "id": 2, "method": "debug_x"},
@@ -338,8 +386,9 @@ async def test_all_valid_batch_is_forwarded_as_is(client: Client, api_key: str) 
     assert resp.status == 200 and [b["result"] for b in body] == ["0xcc"] * 10
 
 
-async def test_notifications_get_204(client: Client, api_key: str,
-                                     mock_nodes: dict[str, MockNode]) -> None:
+async def test_notifications_get_204(
+    client: Client, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     note = {"jsonrpc": "2.0", "method": "eth_gasPrice", "params": []}
     resp = await client.post(f"/bsc/{api_key}", data=dumps(note), headers=JSON)
     assert resp.status == 204 and await resp.read() == b""
@@ -347,8 +396,9 @@ async def test_notifications_get_204(client: Client, api_key: str,
     assert resp.status == 204
     assert fwd(mock_nodes["bsc"]) == 3
     # a notification of a method we do not offer: no answer, nothing forwarded
-    resp = await client.post(f"/bsc/{api_key}", data=dumps({**note, "method": "debug_x"}),
-                             headers=JSON)
+    resp = await client.post(
+        f"/bsc/{api_key}", data=dumps({**note, "method": "debug_x"}), headers=JSON
+    )
     assert resp.status == 204
     assert fwd(mock_nodes["bsc"]) == 3
 
@@ -363,9 +413,14 @@ async def test_auth_failure_in_batch_is_one_error_per_call(client: Client) -> No
 
 # -- CORS --------------------------------------------------------------------------
 async def test_cors_on_rpc_paths(client: Client, api_key: str) -> None:
-    resp = await client.options("/bsc", headers={
-        "Origin": "https://dapp.example", "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization,content-type"})
+    resp = await client.options(
+        "/bsc",
+        headers={
+            "Origin": "https://dapp.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
+    )
     assert resp.status == 204
     assert resp.headers["Access-Control-Allow-Origin"] == "*"
     assert "Authorization" in resp.headers["Access-Control-Allow-Headers"]
@@ -380,8 +435,9 @@ async def test_no_cors_elsewhere(client: Client) -> None:
     for path in ("/healthz", "/metrics"):
         resp = await client.get(path, headers={"Origin": "https://dapp.example"})
         assert "Access-Control-Allow-Origin" not in resp.headers
-        resp = await client.options(path, headers={"Origin": "https://dapp.example",
-                                                   "Access-Control-Request-Method": "GET"})
+        resp = await client.options(
+            path, headers={"Origin": "https://dapp.example", "Access-Control-Request-Method": "GET"}
+        )
         assert "Access-Control-Allow-Origin" not in resp.headers
 
 
@@ -393,14 +449,16 @@ async def test_single_call_bytes_pass_through(client: Client, api_key: str) -> N
     assert await resp.read() == b'{"jsonrpc":"2.0","id":1,"result":"0x38"}'
 
 
-async def test_forwarded_for_only_from_trusted_proxies(make_config: MakeConfig,
-                                                       aiohttp_client: Any, store: Store,
-                                                       account: str) -> None:
+async def test_forwarded_for_only_from_trusted_proxies(
+    make_config: MakeConfig, aiohttp_client: Any, store: Store, account: str
+) -> None:
     key, _ = await store.create_key(account, ips=["203.0.113.0/24"])
-    trusting: Client = await aiohttp_client(create_app(
-        make_config({"server": {"trusted_proxies": ["127.0.0.0/8"]}})))
-    resp, _ = await post(trusting, f"/bsc/{key}", CALL,
-                         **{"X-Forwarded-For": "198.51.100.7, 203.0.113.9"})
+    trusting: Client = await aiohttp_client(
+        create_app(make_config({"server": {"trusted_proxies": ["127.0.0.0/8"]}}))
+    )
+    resp, _ = await post(
+        trusting, f"/bsc/{key}", CALL, **{"X-Forwarded-For": "198.51.100.7, 203.0.113.9"}
+    )
     assert resp.status == 200
     resp, _ = await post(trusting, f"/bsc/{key}", CALL, **{"X-Forwarded-For": "198.51.100.7"})
     assert resp.status == 403
@@ -410,8 +468,8 @@ async def test_forwarded_for_only_from_trusted_proxies(make_config: MakeConfig,
 
 
 async def test_in_flight_cap_queues_instead_of_failing(
-        make_config: MakeConfig, aiohttp_client: Any, api_key: str,
-        mock_nodes: dict[str, MockNode]) -> None:
+    make_config: MakeConfig, aiohttp_client: Any, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     import asyncio
     import dataclasses
 
@@ -420,8 +478,9 @@ async def test_in_flight_cap_queues_instead_of_failing(
     mock_nodes["bsc"].options = dataclasses.replace(mock_nodes["bsc"].options, latency_ms=50)
     app = create_app(make_config({"limits": {"max_in_flight": 2}}))
     client: Client = await aiohttp_client(app)
-    results = await asyncio.gather(*(post(client, f"/bsc/{api_key}", {**CALL, "id": i})
-                                     for i in range(12)))
+    results = await asyncio.gather(
+        *(post(client, f"/bsc/{api_key}", {**CALL, "id": i}) for i in range(12))
+    )
     assert [body["id"] for _, body in results] == list(range(12))
     assert all(resp.status == 200 for resp, _ in results)
     node_client = app[T.POOLS]["bsc"].nodes[0].client

@@ -34,9 +34,14 @@ async def test_password_is_stored_as_argon2(store: Store, redis: object) -> None
 
 
 async def test_key_lifecycle(store: Store, account: str) -> None:
-    key, rec = await store.create_key(account, name="web", env="staging",
-                                      origins=["https://A.example/"], ips=["10.0.0.0/8"],
-                                      methods=["eth_call"])
+    key, rec = await store.create_key(
+        account,
+        name="web",
+        env="staging",
+        origins=["https://A.example/"],
+        ips=["10.0.0.0/8"],
+        methods=["eth_call"],
+    )
     assert well_formed(key) and rec.hint == f"{key[:4]}…{key[-4:]}"
     assert rec.origins == ("https://a.example",) and rec.ips == ("10.0.0.0/8",)
     now = await store.now_ms()
@@ -47,21 +52,22 @@ async def test_key_lifecycle(store: Store, account: str) -> None:
     assert revoked.status(now) == "revoked" and revoked.revoked_at is not None
 
 
-async def test_rotate_keeps_settings_and_gives_grace(store: Store, account: str,
-                                                     redis: object, prefix: str) -> None:
+async def test_rotate_keeps_settings_and_gives_grace(
+    store: Store, account: str, redis: object, prefix: str
+) -> None:
     limiter = RedisLimiter(store.redis, config_from_dict({}).plans, prefix)
-    old_key, old = await store.create_key(account, name="app", env="prod",
-                                          methods=["eth_call"])
+    old_key, old = await store.create_key(account, name="app", env="prod", methods=["eth_call"])
     new_key, new = await store.rotate_key(old.id, grace_ms=60_000)
-    assert new_key != old_key and (new.name, new.env, new.methods) == ("app", "prod",
-                                                                       ("eth_call",))
+    assert new_key != old_key and (new.name, new.env, new.methods) == ("app", "prod", ("eth_call",))
     now = await store.now_ms()
     old_now = await store.get_key(old.id)
     assert old_now.rotated_to == new.id
     assert old_now.expires_at is not None and 59_000 < old_now.expires_at - now <= 60_000
-    for key, at, want in [(old_key, now, Status.ADMITTED),
-                          (old_key, now + 61_000, Status.UNAUTHORIZED),
-                          (new_key, now + 61_000, Status.ADMITTED)]:
+    for key, at, want in [
+        (old_key, now, Status.ADMITTED),
+        (old_key, now + 61_000, Status.UNAUTHORIZED),
+        (new_key, now + 61_000, Status.ADMITTED),
+    ]:
         d = await limiter.admit(key_hash(key), 1, {"eth_call": 1}, now_ms=at)
         assert d.status is want
     with pytest.raises(StoreError):
@@ -71,8 +77,12 @@ async def test_rotate_keeps_settings_and_gives_grace(store: Store, account: str,
 async def test_other_accounts_cannot_touch_a_key(store: Store, account: str) -> None:
     other = await store.create_account("other@example.com", "long enough pw")
     _, rec = await store.create_key(account)
-    for call in (store.get_key(rec.id, other.id), store.revoke_key(rec.id, other.id),
-                 store.rotate_key(rec.id, 0, other.id), store.usage(rec.id, account_id=other.id)):
+    for call in (
+        store.get_key(rec.id, other.id),
+        store.revoke_key(rec.id, other.id),
+        store.rotate_key(rec.id, 0, other.id),
+        store.usage(rec.id, account_id=other.id),
+    ):
         with pytest.raises(NotFound):
             await call
     assert (await store.get_key(rec.id)).revoked_at is None

@@ -14,7 +14,9 @@ EXAMPLE = Path(__file__).parents[2] / "gateway.example.toml"
 def test_defaults_match_the_spec() -> None:
     cfg = config_from_dict({})
     assert [(n.name, n.prefix, n.chain_id) for n in cfg.networks] == [
-        ("bsc", "/bsc", 56), ("opbnb", "/opbnb", 204)]
+        ("bsc", "/bsc", 56),
+        ("opbnb", "/opbnb", 204),
+    ]
     free, payg = cfg.plan("free"), cfg.plan("payg")
     assert (free.rate, free.burst, payg.rate, payg.burst) == (25, 50, 300, 600)
     assert free.cost("eth_getLogs") == 50 and free.cost("eth_call") == 1
@@ -31,10 +33,14 @@ def test_the_example_file_loads() -> None:
 
 
 def test_env_overrides() -> None:
-    cfg = config_from_dict({}, env={
-        "GATEWAY_REDIS_URL": "redis://r:6379/0",
-        "GATEWAY_UPSTREAM_BSC": "http://a:8545, http://b:8545",
-        "GATEWAY_UPSTREAM_OPBNB": "http://c:8545"})
+    cfg = config_from_dict(
+        {},
+        env={
+            "GATEWAY_REDIS_URL": "redis://r:6379/0",
+            "GATEWAY_UPSTREAM_BSC": "http://a:8545, http://b:8545",
+            "GATEWAY_UPSTREAM_OPBNB": "http://c:8545",
+        },
+    )
     assert cfg.redis.url == "redis://r:6379/0"
     assert cfg.network("bsc").upstreams == ("http://a:8545", "http://b:8545")
     assert cfg.network("opbnb").upstreams == ("http://c:8545",)
@@ -46,24 +52,27 @@ def test_config_file_from_env(tmp_path: Path) -> None:
     assert load_config(env={"GATEWAY_CONFIG": str(path)}).limits.max_batch == 5
 
 
-@pytest.mark.parametrize("raw,path", [
-    ({"nope": 1}, "nope"),
-    ({"limits": {"max_bodyy": 1}}, "limits.max_bodyy"),
-    ({"limits": {"max_batch": "ten"}}, "limits.max_batch"),
-    ({"limits": {"max_batch": -1}}, "limits.max_batch"),
-    ({"redis": {"fail_open": "yes"}}, "redis.fail_open"),
-    ({"networks": {"bsc": {"upstreams": ["ftp://x"]}}}, "networks.bsc.upstreams[0]"),
-    ({"networks": {"bsc": {"upstreams": []}}}, "networks.bsc.upstreams"),
-    ({"networks": {"bsc": {"prefix": "bsc"}}}, "networks.bsc.prefix"),
-    ({"networks": {"bsc": {"chainid": 56}}}, "networks.bsc.chainid"),
-    ({"networks": {"bsc": {"extra_methods": ["debug_traceCall"]}}}, "networks.bsc.methods"),
-    ({"networks": {"x": {"upstreams": ["http://a"]}}}, "networks.x.chain_id"),
-    ({"plans": {"free": {"rate": 0}}}, "plans.free.rate"),
-    ({"plans": {"free": {"weights": {"eth_getLogs": -1}}}}, "plans.free.weights.eth_getLogs"),
-    ({"plans": {"free": {"colour": "red"}}}, "plans.free.colour"),
-    ({"default_plan": "gold"}, "default_plan"),
-    ({"server": {"trusted_proxies": ["10.0.0.0/33"]}}, "server.trusted_proxies[0]"),
-])
+@pytest.mark.parametrize(
+    "raw,path",
+    [
+        ({"nope": 1}, "nope"),
+        ({"limits": {"max_bodyy": 1}}, "limits.max_bodyy"),
+        ({"limits": {"max_batch": "ten"}}, "limits.max_batch"),
+        ({"limits": {"max_batch": -1}}, "limits.max_batch"),
+        ({"redis": {"fail_open": "yes"}}, "redis.fail_open"),
+        ({"networks": {"bsc": {"upstreams": ["ftp://x"]}}}, "networks.bsc.upstreams[0]"),
+        ({"networks": {"bsc": {"upstreams": []}}}, "networks.bsc.upstreams"),
+        ({"networks": {"bsc": {"prefix": "bsc"}}}, "networks.bsc.prefix"),
+        ({"networks": {"bsc": {"chainid": 56}}}, "networks.bsc.chainid"),
+        ({"networks": {"bsc": {"extra_methods": ["debug_traceCall"]}}}, "networks.bsc.methods"),
+        ({"networks": {"x": {"upstreams": ["http://a"]}}}, "networks.x.chain_id"),
+        ({"plans": {"free": {"rate": 0}}}, "plans.free.rate"),
+        ({"plans": {"free": {"weights": {"eth_getLogs": -1}}}}, "plans.free.weights.eth_getLogs"),
+        ({"plans": {"free": {"colour": "red"}}}, "plans.free.colour"),
+        ({"default_plan": "gold"}, "default_plan"),
+        ({"server": {"trusted_proxies": ["10.0.0.0/33"]}}, "server.trusted_proxies[0]"),
+    ],
+)
 def test_errors_name_the_config_path(raw: dict[str, object], path: str) -> None:
     with pytest.raises(ConfigError) as exc:
         config_from_dict(raw)

@@ -38,8 +38,7 @@ async def client_for() -> AsyncIterator[Callable[..., NodeClient]]:
         await c.close()
 
 
-async def test_post_and_keep_alive(node: MockNode,
-                                   client_for: Callable[..., NodeClient]) -> None:
+async def test_post_and_keep_alive(node: MockNode, client_for: Callable[..., NodeClient]) -> None:
     client = client_for(node.url)
     for _ in range(20):
         status, body = await client.post(CALL, 5.0)
@@ -47,8 +46,9 @@ async def test_post_and_keep_alive(node: MockNode,
     assert client.open_connections == 1 and node.open_connections == 1
 
 
-async def test_connection_cap_queues_callers(node: MockNode,
-                                             client_for: Callable[..., NodeClient]) -> None:
+async def test_connection_cap_queues_callers(
+    node: MockNode, client_for: Callable[..., NodeClient]
+) -> None:
     node.options = dataclasses.replace(node.options, latency_ms=20)
     client = client_for(node.url, max_connections=4)
     results = await asyncio.gather(*(client.post(CALL, 5.0) for _ in range(40)))
@@ -56,8 +56,9 @@ async def test_connection_cap_queues_callers(node: MockNode,
     assert client.open_connections <= 4
 
 
-async def aiohttp_node(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                       ) -> TestServer:
+async def aiohttp_node(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> TestServer:
     app = web.Application()
     app.router.add_post("/{tail:.*}", handler)
     server = TestServer(app)
@@ -65,8 +66,7 @@ async def aiohttp_node(handler: Callable[[web.Request], Awaitable[web.StreamResp
     return server
 
 
-async def test_chunked_large_and_connection_close(
-        client_for: Callable[..., NodeClient]) -> None:
+async def test_chunked_large_and_connection_close(client_for: Callable[..., NodeClient]) -> None:
     big = b'{"result":"' + b"a" * 3_000_000 + b'"}'
 
     async def handler(request: web.Request) -> web.StreamResponse:
@@ -78,7 +78,7 @@ async def test_chunked_large_and_connection_close(
             resp.enable_chunked_encoding()
             await resp.prepare(request)
             for i in range(0, len(big), 65536):
-                await resp.write(big[i:i + 65536])
+                await resp.write(big[i : i + 65536])
             await resp.write_eof()
             return resp
         return web.Response(body=b"{}")  # pragma: no cover
@@ -97,7 +97,7 @@ async def test_chunked_large_and_connection_close(
 async def test_body_until_close_and_http_errors(client_for: Callable[..., NodeClient]) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.0 503 Service Unavailable\r\n\r\n{\"busy\":true}")
+        writer.write(b'HTTP/1.0 503 Service Unavailable\r\n\r\n{"busy":true}')
         await writer.drain()
         writer.close()
 
@@ -112,8 +112,7 @@ async def test_body_until_close_and_http_errors(client_for: Callable[..., NodeCl
         await srv.wait_closed()
 
 
-async def test_timeout_and_refused(node: MockNode,
-                                   client_for: Callable[..., NodeClient]) -> None:
+async def test_timeout_and_refused(node: MockNode, client_for: Callable[..., NodeClient]) -> None:
     node.options = dataclasses.replace(node.options, latency_ms=1000)
     client = client_for(node.url)
     with pytest.raises(NodeRequestError) as exc:
@@ -125,8 +124,9 @@ async def test_timeout_and_refused(node: MockNode,
     assert not exc.value.sent and not exc.value.timeout
 
 
-async def test_node_dropping_connections(node: MockNode,
-                                         client_for: Callable[..., NodeClient]) -> None:
+async def test_node_dropping_connections(
+    node: MockNode, client_for: Callable[..., NodeClient]
+) -> None:
     client = client_for(node.url)
     assert (await client.post(CALL, 5.0))[0] == 200
     node.down = True
@@ -136,8 +136,9 @@ async def test_node_dropping_connections(node: MockNode,
     assert (await client.post(CALL, 5.0))[0] == 200
 
 
-async def test_cancelled_call_drops_its_connection(node: MockNode,
-                                                   client_for: Callable[..., NodeClient]) -> None:
+async def test_cancelled_call_drops_its_connection(
+    node: MockNode, client_for: Callable[..., NodeClient]
+) -> None:
     node.options = dataclasses.replace(node.options, latency_ms=300)
     client = client_for(node.url)
     task = asyncio.ensure_future(client.post(CALL, 5.0))
@@ -157,7 +158,8 @@ def test_rejects_non_http_urls() -> None:
 
 
 async def test_idle_connections_are_not_reused_after_the_idle_timeout(
-        node: MockNode, client_for: Callable[..., NodeClient]) -> None:
+    node: MockNode, client_for: Callable[..., NodeClient]
+) -> None:
     client = client_for(node.url, idle_timeout_s=0.05)
     assert (await client.post(CALL, 5.0))[0] == 200
     assert client.open_connections == 1

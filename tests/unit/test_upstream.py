@@ -33,8 +33,9 @@ class Clock:
 
 @pytest.fixture
 async def nodes() -> AsyncIterator[list[MockNode]]:
-    started = [await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0))
-               for _ in range(3)]
+    started = [
+        await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0)) for _ in range(3)
+    ]
     yield started
     for node in started:
         await node.close()
@@ -57,11 +58,22 @@ async def make_pool(request: pytest.FixtureRequest) -> AsyncIterator[PoolFactory
     pools: list[NodePool] = []
     transport = request.param
 
-    async def make(urls: list[str], *, total_s: float = 2.0, connect_s: float = 0.5,
-                   metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic,
-                   **upstream: Any) -> NodePool:
-        net = NetworkConfig(name="bsc", prefix="/bsc", chain_id=56, upstreams=tuple(urls),
-                            methods=frozenset(DEFAULT_METHODS))
+    async def make(
+        urls: list[str],
+        *,
+        total_s: float = 2.0,
+        connect_s: float = 0.5,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **upstream: Any,
+    ) -> NodePool:
+        net = NetworkConfig(
+            name="bsc",
+            prefix="/bsc",
+            chain_id=56,
+            upstreams=tuple(urls),
+            methods=frozenset(DEFAULT_METHODS),
+        )
         cfg = dataclasses.replace(UpstreamConfig(), **{"client": transport, **upstream})
         pool = NodePool(net, cfg, connect_s, total_s, metrics=metrics, clock=clock)
         await pool.start()
@@ -77,16 +89,18 @@ def _calls(node: MockNode, method: str = "eth_chainId") -> int:
     return node.by_method[method]
 
 
-async def test_round_robin_over_healthy_nodes(nodes: list[MockNode],
-                                              make_pool: PoolFactory) -> None:
+async def test_round_robin_over_healthy_nodes(
+    nodes: list[MockNode], make_pool: PoolFactory
+) -> None:
     pool = await make_pool([n.url for n in nodes])
     for _ in range(30):
         assert b'"0x38"' in await pool.forward(CALL)
     assert [_calls(n) for n in nodes] == [10, 10, 10]
 
 
-async def test_down_node_read_is_retried_elsewhere(nodes: list[MockNode],
-                                                   make_pool: PoolFactory) -> None:
+async def test_down_node_read_is_retried_elsewhere(
+    nodes: list[MockNode], make_pool: PoolFactory
+) -> None:
     metrics = Metrics()
     pool = await make_pool([n.url for n in nodes], metrics=metrics, fail_threshold=100)
     nodes[1].down = True
@@ -98,12 +112,11 @@ async def test_down_node_read_is_retried_elsewhere(nodes: list[MockNode],
     assert retries == errors == 10
 
 
-async def test_failing_node_taken_out_then_probed_back(nodes: list[MockNode],
-                                                       make_pool: PoolFactory,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+async def test_failing_node_taken_out_then_probed_back(
+    nodes: list[MockNode], make_pool: PoolFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     clock = Clock()
-    pool = await make_pool([n.url for n in nodes], clock=clock, fail_threshold=2,
-                           cooldown_s=10.0)
+    pool = await make_pool([n.url for n in nodes], clock=clock, fail_threshold=2, cooldown_s=10.0)
     nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, error_rate=1.0)
     for _ in range(9):
         assert b"result" in await pool.forward(CALL)
@@ -126,8 +139,7 @@ async def test_failing_node_taken_out_then_probed_back(nodes: list[MockNode],
     assert nodes[0].url not in caplog.text  # URLs may hold a provider key
 
 
-async def test_probe_marks_down_and_lagging(nodes: list[MockNode],
-                                            make_pool: PoolFactory) -> None:
+async def test_probe_marks_down_and_lagging(nodes: list[MockNode], make_pool: PoolFactory) -> None:
     metrics = Metrics()
     pool = await make_pool([n.url for n in nodes], metrics=metrics, max_lag_blocks=5)
     nodes[1].set_head_offset(-50)
@@ -149,8 +161,7 @@ async def test_probe_marks_down_and_lagging(nodes: list[MockNode],
     assert pool.summary() == {"nodes": 3, "healthy": 1, "fresh": 1}
 
 
-async def test_all_nodes_out_still_tries(nodes: list[MockNode],
-                                         make_pool: PoolFactory) -> None:
+async def test_all_nodes_out_still_tries(nodes: list[MockNode], make_pool: PoolFactory) -> None:
     pool = await make_pool([nodes[0].url])
     nodes[0].down = True
     await pool.probe_once()
@@ -159,10 +170,12 @@ async def test_all_nodes_out_still_tries(nodes: list[MockNode],
     assert b"result" in await pool.forward(CALL)  # tried anyway, and it answered
 
 
-async def test_slow_node_times_out_then_fails_over(nodes: list[MockNode],
-                                                   make_pool: PoolFactory) -> None:
-    pool = await make_pool([n.url for n in nodes[:2]], total_s=2.0, attempt_timeout_s=0.2,
-                           fail_threshold=100)
+async def test_slow_node_times_out_then_fails_over(
+    nodes: list[MockNode], make_pool: PoolFactory
+) -> None:
+    pool = await make_pool(
+        [n.url for n in nodes[:2]], total_s=2.0, attempt_timeout_s=0.2, fail_threshold=100
+    )
     nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=1500)
     started = time.monotonic()
     for _ in range(4):
@@ -172,8 +185,7 @@ async def test_slow_node_times_out_then_fails_over(nodes: list[MockNode],
     assert pool.nodes[0].failures == 2
 
 
-async def test_everything_slow_is_a_timeout(nodes: list[MockNode],
-                                            make_pool: PoolFactory) -> None:
+async def test_everything_slow_is_a_timeout(nodes: list[MockNode], make_pool: PoolFactory) -> None:
     pool = await make_pool([n.url for n in nodes[:2]], total_s=0.5, attempt_timeout_s=0.2)
     for node in nodes[:2]:
         node.options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=1000)
@@ -192,8 +204,9 @@ async def test_everything_down_is_unavailable(make_pool: PoolFactory) -> None:
     assert "127.0.0.1" not in str(info.value)
 
 
-async def test_send_raw_transaction_not_resent_after_timeout(nodes: list[MockNode],
-                                                             make_pool: PoolFactory) -> None:
+async def test_send_raw_transaction_not_resent_after_timeout(
+    nodes: list[MockNode], make_pool: PoolFactory
+) -> None:
     pool = await make_pool([n.url for n in nodes[:2]], attempt_timeout_s=0.2)
     nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=500)
     pool._next = 0
@@ -205,8 +218,9 @@ async def test_send_raw_transaction_not_resent_after_timeout(nodes: list[MockNod
     assert sent == 1
 
 
-async def test_send_raw_transaction_not_resent_after_node_error(nodes: list[MockNode],
-                                                                make_pool: PoolFactory) -> None:
+async def test_send_raw_transaction_not_resent_after_node_error(
+    nodes: list[MockNode], make_pool: PoolFactory
+) -> None:
     pool = await make_pool([n.url for n in nodes[:2]])
     nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, error_rate=1.0)
     pool._next = 0
@@ -216,7 +230,8 @@ async def test_send_raw_transaction_not_resent_after_node_error(nodes: list[Mock
 
 
 async def test_send_raw_transaction_retried_when_never_delivered(
-        nodes: list[MockNode], make_pool: PoolFactory) -> None:
+    nodes: list[MockNode], make_pool: PoolFactory
+) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     pool = await make_pool([dead, nodes[0].url])
     pool._next = 0
@@ -224,8 +239,9 @@ async def test_send_raw_transaction_retried_when_never_delivered(
     assert _calls(nodes[0], "eth_sendRawTransaction") == 1
 
 
-async def test_send_raw_transaction_retried_after_429(nodes: list[MockNode],
-                                                      make_pool: PoolFactory) -> None:
+async def test_send_raw_transaction_retried_after_429(
+    nodes: list[MockNode], make_pool: PoolFactory
+) -> None:
     pool = await make_pool([n.url for n in nodes[:2]])
     nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, rate_429=1.0)
     pool._next = 0
@@ -233,14 +249,14 @@ async def test_send_raw_transaction_retried_after_429(nodes: list[MockNode],
     assert _calls(nodes[1], "eth_sendRawTransaction") == 1
 
 
-async def test_retry_budget_caps_extra_load(nodes: list[MockNode],
-                                            make_pool: PoolFactory) -> None:
+async def test_retry_budget_caps_extra_load(nodes: list[MockNode], make_pool: PoolFactory) -> None:
     """With every node failing, attempts stay near (1 + ratio) x calls after the
     initial allowance, however many attempts a call could make."""
     for node in nodes:
         node.options = MockNodeOptions(chain_id=56, block_time_s=0, error_rate=1.0)
-    pool = await make_pool([n.url for n in nodes], retry_budget=0.2, max_attempts=3,
-                           fail_threshold=10_000)
+    pool = await make_pool(
+        [n.url for n in nodes], retry_budget=0.2, max_attempts=3, fail_threshold=10_000
+    )
     calls = 200
     for _ in range(calls):
         with pytest.raises(UpstreamError):
@@ -250,12 +266,14 @@ async def test_retry_budget_caps_extra_load(nodes: list[MockNode],
 
 
 async def test_4xx_about_the_request_is_relayed_without_penalty(
-        make_pool: PoolFactory, aiohttp_server: Any) -> None:
+    make_pool: PoolFactory, aiohttp_server: Any
+) -> None:
     from aiohttp import web
 
     async def bad_request(request: web.Request) -> web.Response:
-        return web.Response(status=400, body=b'{"jsonrpc":"2.0","id":1,"error":'
-                                             b'{"code":-32602,"message":"invalid"}}')
+        return web.Response(
+            status=400, body=b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"invalid"}}'
+        )
 
     app = web.Application()
     app.router.add_post("/", bad_request)
@@ -266,8 +284,9 @@ async def test_4xx_about_the_request_is_relayed_without_penalty(
     assert pool.healthy_count() == 1
 
 
-async def test_probe_forever_survives_and_logs(nodes: list[MockNode], make_pool: PoolFactory,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+async def test_probe_forever_survives_and_logs(
+    nodes: list[MockNode], make_pool: PoolFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     pool = await make_pool([nodes[0].url], probe_interval_s=0.01)
     task = asyncio.create_task(pool.probe_forever())
