@@ -407,15 +407,12 @@ class Store:
     ) -> tuple[str, KeyRecord]:
         """A new key with the same settings; the old one expires after ``grace_ms``."""
         old = await self.get_key(key_id, account_id)
-        if old.status(await self.now_ms()) != "active":
-            raise StoreError(
-                f"key {key_id} is {old.status(await self.now_ms())}; "
-                "only an active key can be rotated"
-            )
+        now = await self.now_ms()
+        if old.status(now) != "active":
+            raise StoreError(f"key {key_id} is {old.status(now)}; only active keys rotate")
         if grace_ms < 0:
             raise StoreError("the grace period cannot be negative")
         khash = await self.key_hash_of(key_id)
-        now = await self.now_ms()
         remaining = old.expires_at - now if old.expires_at is not None else None
         key, new = await self.create_key(
             old.account,
