@@ -8,7 +8,9 @@ never see each other's data.
 from __future__ import annotations
 
 import dataclasses
+import io
 import secrets
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
+from gateway.__main__ import main as gateway_main
 from gateway.accounts import Store
 from gateway.app import create_app
 from gateway.config import Config, config_from_dict
@@ -131,3 +134,33 @@ async def account(store: Store) -> str:
 async def api_key(store: Store, account: str) -> str:
     key, _ = await store.create_key(account, name="test")
     return key
+
+
+@pytest.fixture
+def cli_redis_toml() -> str:
+    """Extra lines for the CLI's [redis] table (the cluster tests add ``cluster = true``)."""
+    return ""
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    prefix: str,
+    cli_redis_toml: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> Callable[..., tuple[int, str, str]]:
+    """Run ``gateway ...`` in-process against the test Redis: (exit code, stdout, stderr)."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(f'[redis]\nprefix = "{prefix}"\n{cli_redis_toml}')
+    monkeypatch.setenv("GATEWAY_REDIS_URL", redis_url)
+    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
+
+    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = gateway_main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

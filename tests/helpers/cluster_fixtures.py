@@ -8,16 +8,12 @@ A test module imports these and defines ``redis_cluster`` (a started
 
 from __future__ import annotations
 
-import io
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.__main__ import main
 from gateway.config import Config, config_from_dict
 from gateway.limiter import RedisLimiter
 from tests.conftest import MakeConfig
@@ -59,23 +55,6 @@ def limiter(redis: RedisCluster, prefix: str) -> RedisLimiter:
 
 
 @pytest.fixture
-def cli(
-    monkeypatch: pytest.MonkeyPatch,
-    redis_url: str,
-    prefix: str,
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
-) -> Any:
-    """test_cli.py's ``cli``, configured for the cluster."""
-    cfg = tmp_path / "gateway.toml"
-    cfg.write_text(f'[redis]\nprefix = "{prefix}"\ncluster = true\n')
-    monkeypatch.setenv("GATEWAY_REDIS_URL", redis_url)
-    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
-
-    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-        code = main(list(args))
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
+def cli_redis_toml() -> str:
+    """The shared ``cli`` fixture, configured for the cluster."""
+    return "cluster = true\n"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import io
-import sys
 from typing import Any
 
 import orjson
@@ -12,28 +10,6 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.__main__ import main, parse_duration_ms
-
-
-@pytest.fixture
-def cli(
-    monkeypatch: pytest.MonkeyPatch,
-    redis_url: str,
-    prefix: str,
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Any,
-) -> Any:
-    cfg = tmp_path / "gateway.toml"
-    cfg.write_text(f'[redis]\nprefix = "{prefix}"\n')
-    monkeypatch.setenv("GATEWAY_REDIS_URL", redis_url)
-    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
-
-    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-        code = main(list(args))
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 def test_durations() -> None:

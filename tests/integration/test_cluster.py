@@ -73,12 +73,12 @@ from tests.integration.test_store import (  # noqa: F401
 )
 
 # The shared fixtures, re-pointed at the cluster of this module.
-redis_url, redis, make_config, limiter, cli = (
+redis_url, redis, make_config, limiter, cli_redis_toml = (
     _cf.redis_url,
     _cf.redis,
     _cf.make_config,
     _cf.limiter,
-    _cf.cli,
+    _cf.cli_redis_toml,
 )
 
 Client = TestClient[web.Request, web.Application]

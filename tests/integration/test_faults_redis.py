@@ -18,7 +18,6 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,13 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 from redis.asyncio import Redis
 
 from gateway import typedefs as T
 from gateway.accounts import Store
-from gateway.app import create_app
 from gateway.config import Config
 from gateway.embedded import RedisProcess
-from gateway.server import GatewayRunner
+from tests.helpers.served import served
 
 MakeConfig = Any
 HOST = "127.0.0.1"
@@ -118,18 +115,6 @@ def _cfg(make_config: MakeConfig, url: str, *, fail_open: bool = False) -> Confi
         }
     )
     return cfg
-
-
-@asynccontextmanager
-async def served(cfg: Config) -> AsyncIterator[tuple[str, web.Application]]:
-    app = create_app(cfg)
-    runner = GatewayRunner(app)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, HOST, 0).start()
-        yield f"http://{HOST}:{runner.addresses[0][1]}", app
-    finally:
-        await runner.cleanup()
 
 
 def _only_service_unavailable(timeline: Timeline) -> None:

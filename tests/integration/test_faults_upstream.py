@@ -14,22 +14,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from gateway import typedefs as T
 from gateway.accounts import Store
-from gateway.app import create_app
 from gateway.config import Config
 from gateway.metrics import Metrics
 from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
-from gateway.server import GatewayRunner
+from tests.helpers.served import served
 
 MakeConfig = Any
 HOST = "127.0.0.1"
@@ -78,18 +75,6 @@ async def run_load(
 
         await asyncio.gather(fault(), *(client() for _ in range(clients)))
     return result
-
-
-@asynccontextmanager
-async def served(cfg: Config) -> AsyncIterator[tuple[str, web.Application]]:
-    app = create_app(cfg)
-    runner = GatewayRunner(app)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, HOST, 0).start()
-        yield f"http://{HOST}:{runner.addresses[0][1]}", app
-    finally:
-        await runner.cleanup()
 
 
 def _result(metrics: Metrics, node: str, result: str) -> float:
