@@ -137,7 +137,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="window (default 24h; minutes kept 48h, days 90d)",
     )
     usage.add_argument("--json", action="store_true", help="print JSON")
+    _config_on_every_command(parser)
     return parser
+
+
+def _config_on_every_command(parser: argparse.ArgumentParser) -> None:
+    """Accept ``--config`` after the command too (``gateway serve --config F``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if not any(isinstance(a, argparse._SubParsersAction) for a in child._actions):
+                    child.add_argument(
+                        "--config",
+                        default=argparse.SUPPRESS,
+                        help="TOML config file (default: $GATEWAY_CONFIG)",
+                    )
+                _config_on_every_command(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

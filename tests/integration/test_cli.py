@@ -124,3 +124,14 @@ async def test_cli_key_works_on_a_live_gateway(cli: Any, client: TestClient[Any,
     await asyncio.to_thread(run, "keys", "revoke", key_id)
     resp = await client.post(f"/bsc/{key}", json=body)
     assert resp.status == 401
+
+
+def test_config_option_before_or_after_the_command(cli: Any, tmp_path: Any) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[limits]\nmax_batch = -1\n")
+    for args in (
+        ("--config", str(bad), "keys", "list", "--account", "x@example.com"),
+        ("keys", "list", "--account", "x@example.com", "--config", str(bad)),
+    ):
+        code, _, err = cli(*args)
+        assert code == 2 and "limits.max_batch" in err
