@@ -63,7 +63,6 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     redis = connect(cfg.redis, url)
     admin = admin_connect(cfg.redis, url)
     app[T.REDIS] = redis
-    app[T.ADMIN_REDIS] = admin
     mux: MuxRedis | None = None
     if cfg.redis.cluster:
         app[T.LIMITER] = RedisLimiter(redis, cfg.plans, cfg.redis.prefix)

@@ -80,7 +80,6 @@ class RpcHandler:
         self.max_depth = cfg.limits.max_json_depth
         self.client_ip = ClientIP(cfg.server.trusted_proxies)
         self._net_metrics = metrics.network(network.name)
-        self._limited = metrics.rate_limited.labels(network.name)
         self._policies = {
             p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
         }
@@ -209,7 +208,7 @@ class RpcHandler:
         answered = [c for c in calls if c.answered]
         if not forward:
             if not answered:
-                return web.Response(status=204, headers=headers)
+                return _no_content(headers)
             return self._local_answer(calls, is_batch, headers)
 
         rewrite = len(forward) != len(calls)
@@ -224,7 +223,7 @@ class RpcHandler:
         if b'"error"' in reply:
             self.errors.add(khash)
         if not answered:
-            return web.Response(status=204, headers=headers)
+            return _no_content(headers)
         if rewrite:
             reply = _merge(calls, reply)
         return _reply(reply, 200, headers)
@@ -275,7 +274,7 @@ class RpcHandler:
         kind = _STATUS_ERROR[decision.status]
         if kind is not rpc.RATE_LIMITED:
             return self._request_error(kind, calls, is_batch, request_error)
-        self._limited.inc()
+        self._net_metrics.rate_limited()
         retry_ms = max(1, decision.retry_ms)
         data: dict[str, Any] = {"retry_after_ms": retry_ms}
         if decision.status is Status.QUOTA_EXCEEDED:
@@ -342,6 +341,13 @@ def _merge(calls: Sequence[rpc.Call], reply: bytes) -> bytes:
         else:
             out.append(rpc.error_obj(rpc.UPSTREAM_UNAVAILABLE, call.id, "no answer from node"))
     return orjson.dumps(out)
+
+
+def _no_content(headers: dict[str, str]) -> web.Response:
+    """204 for a request made only of notifications; browsers still need CORS."""
+    resp = web.Response(status=204, headers=headers)
+    resp.headers.update(CORS_HEADERS)
+    return resp
 
 
 def _reply(body: bytes, status: int, headers: dict[str, str] | None = None) -> web.Response:

@@ -75,21 +75,9 @@ def loads(body: bytes) -> Any:
         raise ParseError(str(exc)) from None
 
 
-def encode_id(value: Any) -> bytes:
-    """The JSON text of an id (Fragments write their original digits)."""
-    return orjson.dumps(value)
-
-
 def error_body(kind: ErrorKind, id_: Any = None, data: Any = None) -> bytes:
-    """A complete JSON-RPC error response for one call."""
-    return b"".join(error_parts(kind, id_, data))
-
-
-def error_parts(kind: ErrorKind, id_: Any = None, data: Any = None) -> tuple[bytes, ...]:
-    err: dict[str, Any] = {"code": kind.code, "message": kind.message}
-    if data is not None:
-        err["data"] = data
-    return (b'{"jsonrpc":"2.0","id":', orjson.dumps(id_), b',"error":', orjson.dumps(err), b"}")
+    """A complete JSON-RPC error response for one call (Fragment ids keep their digits)."""
+    return orjson.dumps(error_obj(kind, id_, data))
 
 
 def error_obj(kind: ErrorKind, id_: Any = None, data: Any = None) -> dict[str, Any]:

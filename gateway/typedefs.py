@@ -17,7 +17,6 @@ from gateway.usage import ErrorCounter
 
 CONFIG = web.AppKey("config", Config)
 REDIS: web.AppKey[RedisClient] = web.AppKey("redis")
-ADMIN_REDIS: web.AppKey[RedisClient] = web.AppKey("admin_redis")
 STORE = web.AppKey("store", Store)
 LIMITER: web.AppKey[Limiter] = web.AppKey("limiter")
 POOLS = web.AppKey("pools", dict[str, NodePool])

@@ -61,7 +61,11 @@ async def security_middleware(request: web.Request, handler: Handler) -> web.Str
         log.warning("dashboard: redis unavailable: %s", type(exc).__name__)
         response = _error_page(request, 503, _TEXT[503])
     except Exception:
-        log.exception("dashboard: internal error path=%s", request.path)
+        # the route pattern, not the path: nothing a client typed reaches the log
+        route = request.match_info.route.resource
+        log.exception(
+            "dashboard: internal error route=%s", route.canonical if route is not None else "-"
+        )
         response = _error_page(request, 500, "Something went wrong on our side.")
     _harden(response)
     return response

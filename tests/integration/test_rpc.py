@@ -485,3 +485,10 @@ async def test_in_flight_cap_queues_instead_of_failing(
     assert all(resp.status == 200 for resp, _ in results)
     node_client = app[T.POOLS]["bsc"].nodes[0].client
     assert node_client is not None and node_client.open_connections <= 2
+
+
+async def test_notification_answer_carries_cors(client: Client, api_key: str) -> None:
+    note = {"jsonrpc": "2.0", "method": "eth_gasPrice", "params": []}
+    resp = await client.post(f"/bsc/{api_key}", data=dumps(note), headers=JSON)
+    assert resp.status == 204
+    assert resp.headers["Access-Control-Allow-Origin"] == "*"
