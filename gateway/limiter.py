@@ -77,7 +77,7 @@ def usage_prefix(prefix: str, khash: str) -> str:
     return f"{prefix}:{{{khash}}}:"
 
 
-_V4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+_V4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 @lru_cache(maxsize=4096)

@@ -147,7 +147,10 @@ async def test_methods_star_and_lists_anded(
     limiter: RedisLimiter, store: Store, account: str
 ) -> None:
     key, _ = await store.create_key(
-        account, origins=["*.example.com", "https://b.io"], ips=["::/0", "10.0.0.0/8"], methods=["*"]
+        account,
+        origins=["*.example.com", "https://b.io"],
+        ips=["::/0", "10.0.0.0/8"],
+        methods=["*"],
     )
     good = {"origin": "https://a.example.com", "ip": "2001:db8::1"}
     assert await check(limiter, key, **good, method="debug_anything") is OK
