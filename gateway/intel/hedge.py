@@ -50,9 +50,9 @@ class LatencyWindow:
         ring = self._ring
         if not ring:
             return None
-        # Sorting 64 floats costs ~2 µs; doing it every 8th sample keeps the
-        # hot path cheap and the value at most 8 samples old.
-        if self._value is None or self._dirty >= 8:
+        # Sorting 64 floats costs ~2 µs; once the ring is full, doing it every
+        # 8th sample keeps the hot path cheap and the value at most 8 samples old.
+        if self._value is None or (self._dirty and (self._dirty >= 8 or len(ring) < self.size)):
             ordered = sorted(ring)
             rank = min(len(ordered) - 1, max(0, int(self._p * len(ordered) + 0.999999) - 1))
             self._value = ordered[rank]
