@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from gateway.embedded import free_port
 from gateway.intel.cache import call_key
