@@ -17,6 +17,7 @@ real memory within a small factor; the bench reports peak RSS to check it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -60,6 +61,44 @@ def answer_block(result: bytes) -> int | None:
     """The highest block number named in an answer's result, None when it names none."""
     found = _BLOCK_FIELD.findall(result)
     return max(int(h, 16) for h in found) if found else None
+
+
+def result_bytes(reply: bytes) -> bytes | None:
+    """The raw JSON of a single successful answer's ``result``; None for errors and junk.
+
+    Numbers beyond 64 bits (which orjson would turn into floats) keep their
+    exact digits through the slow parser, so a cached result is the node's.
+    """
+    try:
+        obj = orjson.loads(reply)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or "error" in obj or "result" not in obj:
+        return None
+    result = obj["result"]
+    if type(result) is str:  # the common case: a hex quantity or data
+        return orjson.dumps(result)
+    if _has_float(result):
+        try:
+            exact = json.loads(reply, parse_int=orjson.Fragment, parse_float=orjson.Fragment)
+        except ValueError:
+            return None
+        result = exact["result"]
+    return orjson.dumps(result)
+
+
+def _has_float(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float:
+            return True
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+    return False
 
 
 def answer(id_json: bytes, result: bytes) -> bytes:

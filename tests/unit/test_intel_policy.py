@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.intel.cache import answer, answer_block, call_key
+from gateway.intel.cache import answer, answer_block, call_key, result_bytes
 from gateway.intel.head import NetworkHead
 from gateway.intel.methods import READS, block_ref
 from gateway.intel.policy import Kind, Policy, classify
@@ -109,3 +109,15 @@ def test_answer_block_takes_the_highest_number() -> None:
 
 def test_answer_wraps_the_result_for_the_callers_id() -> None:
     assert answer(b'"abc"', b'"0x1"') == b'{"jsonrpc":"2.0","id":"abc","result":"0x1"}'
+
+
+def test_result_bytes() -> None:
+    assert result_bytes(b'{"jsonrpc":"2.0","id":7,"result":"0x1"}') == b'"0x1"'
+    assert result_bytes(b'{"result":{"number":"0x2","x":[1,2]},"id":1}') == (
+        b'{"number":"0x2","x":[1,2]}'
+    )
+    big = b'{"jsonrpc":"2.0","id":1,"result":{"v":123456789012345678901234567890}}'
+    assert result_bytes(big) == b'{"v":123456789012345678901234567890}'  # digits kept
+    assert result_bytes(b'{"jsonrpc":"2.0","id":1,"result":null}') == b"null"
+    for bad in (b"junk", b"[]", b'{"id":1,"error":{"code":-32000}}', b'{"id":1}'):
+        assert result_bytes(bad) is None
