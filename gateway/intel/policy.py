@@ -92,7 +92,9 @@ def _at_block(value: Any, head: NetworkHead) -> Policy:
 
 def _number(block: int, head: NetworkHead) -> Policy:
     if block > head.number:
-        return NEVER  # not mined as far as we know: nodes answer null or an error
+        # Not mined as far as we know (nodes answer null or an error); the block
+        # still steers routing to a node that may have it.
+        return Policy(Kind.NEVER, block)
     if block <= head.finalized:
         return Policy(Kind.IF_FINAL, block)
     return Policy(Kind.UNTIL_HEAD_MOVES, block)

@@ -25,7 +25,7 @@ CASES: list[tuple[str, Any, Policy]] = [
     ("eth_getBalance", ["0x1", "safe"], Policy(Kind.UNTIL_HEAD_MOVES)),
     ("eth_getBalance", ["0x1", hex(900)], Policy(Kind.IF_FINAL, 900)),
     ("eth_getBalance", ["0x1", hex(995)], Policy(Kind.UNTIL_HEAD_MOVES, 995)),
-    ("eth_getBalance", ["0x1", hex(1001)], Policy(Kind.NEVER)),  # beyond the head
+    ("eth_getBalance", ["0x1", hex(1001)], Policy(Kind.NEVER, 1001)),  # beyond the head
     ("eth_getBalance", ["0x1", {"blockHash": H32}], Policy(Kind.UNTIL_HEAD_MOVES)),
     ("eth_getBalance", ["0x1", {"blockNumber": hex(10)}], Policy(Kind.IF_FINAL, 10)),
     ("eth_getBalance", ["0x1", "bogus"], Policy(Kind.NEVER)),
