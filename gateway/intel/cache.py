@@ -37,13 +37,19 @@ _Slot = tuple[bytes, _Tag]
 _BLOCK_FIELD: Final = re.compile(rb'"(?:blockNumber|number)"\s*:\s*"0x([0-9a-fA-F]{1,16})"')
 
 
+_UPPER: Final = re.compile(rb"[A-Z]")
+
+
 def call_key(method: str, params: Any) -> bytes:
     """A canonical key for (method, params): sorted object keys, hex in lower case.
 
     Two calls that differ only in key order or hex case ask the node the
     same thing, so they share an entry (and a coalesced flight).
     """
-    return method.encode() + b"\x00" + orjson.dumps(_canon(params), option=orjson.OPT_SORT_KEYS)
+    raw = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
+    if _UPPER.search(raw) is not None:  # rare: walk the params only when case may differ
+        raw = orjson.dumps(_canon(params), option=orjson.OPT_SORT_KEYS)
+    return method.encode() + b"\x00" + raw
 
 
 def _canon(value: Any) -> Any:
