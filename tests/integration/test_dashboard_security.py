@@ -291,13 +291,13 @@ async def test_turn_on_two_step_log_in(
     doc = await user.get(PAGE)
     assert not doc.find_all(data_testid="recovery-codes")
     assert not doc.find_all(data_testid="totp-secret")
-    dump = []
+    dump: list[str] = []
     async for key in redis.scan_iter(f"{prefix}:*"):
         kind = await redis.type(key)
         if kind == "set":
-            dump += await redis.smembers(key)
+            dump += map(str, await redis.smembers(key))
         elif kind == "hash":
-            dump += (await redis.hgetall(key)).values()
+            dump += map(str, (await redis.hgetall(key)).values())
     for code in codes:
         assert code not in dump and code.replace("-", "") not in dump
 
@@ -417,11 +417,11 @@ async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
     assert (await User(await aiohttp_client(client.server), user.email).login()).status == 401
 
     # Nothing that names the person is left; usage stays, under an anonymous owner.
-    owners = set()
+    owners: set[str] = set()
     for key, _ in keys:
         record = await redis.hgetall(record_key(prefix, key_hash(key)))
         assert record["rev"] and "name" not in record and "hint" not in record
-        owners.add(record["acct"])
+        owners.add(str(record["acct"]))
         day = [k async for k in redis.scan_iter(f"{usage_prefix(prefix, key_hash(key))}d:*")]
         assert day and int(await redis.hget(day[0], "req") or 0) == 2  # both calls above
     assert len(owners) == 1 and owners.pop().startswith("deleted_")
