@@ -20,17 +20,16 @@ import orjson
 import pyotp
 import pytest
 
-from tests.browser.test_dashboard_flow import (  # noqa: F401 (fixtures)
-    PASSWORD,
-    browser,
-    chromium_path,
-    live_url,
-    rpc,
-    screenshots,
-    shot,
-)
+from tests.browser import test_dashboard_flow as flow
+from tests.browser.test_dashboard_flow import PASSWORD, rpc, shot
 
 pytestmark = pytest.mark.browser
+
+# The Chromium launch recipe, live server and screenshot folder of the journey tests.
+chromium_path = flow.chromium_path
+browser = flow.browser
+live_url = flow.live_url
+screenshots = flow.screenshots
 
 NEW_PASSWORD = "a brand new passphrase"
 SECURITY = "/dashboard/security"
@@ -223,9 +222,9 @@ async def test_forged_tokens_and_foreign_ids(browser: Any, live_url: str) -> Non
     assert await page.get_by_test_id("session-row").count() == 2
     assert await page.get_by_test_id("totp-secret").count() == 0
     assert await rpc(live_url, key) == 200
-    other_ref = await page.locator(
-        "[data-testid=session-row]:not([data-current])"
-    ).get_attribute("data-session")
+    other_ref = await page.locator("[data-testid=session-row]:not([data-current])").get_attribute(
+        "data-session"
+    )
 
     intruder_ctx = await browser.new_context()
     intruder = await intruder_ctx.new_page()
