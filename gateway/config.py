@@ -171,6 +171,7 @@ class DashboardConfig:
     login_code_attempts: int = 5  # wrong codes per password entry before starting over
     recovery_codes: int = 10  # recovery codes issued when two-step log-in is turned on
     session_seen_interval_s: int = 60  # "last seen" of a session is written at most this often
+    max_sessions_per_account: int = 50  # a log-in past this ends the account's oldest session
 
 
 @dataclass(frozen=True, slots=True)

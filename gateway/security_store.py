@@ -154,16 +154,35 @@ class SecurityStore:
 
     # -- sessions --------------------------------------------------------------
     async def track_session(
-        self, account_id: str, session_id: str, ip: str, user_agent: str, max_age_s: int
+        self,
+        account_id: str,
+        session_id: str,
+        ip: str,
+        user_agent: str,
+        max_age_s: int,
+        max_sessions: int = 50,
     ) -> None:
-        """Index a new session under its account, with where it came from."""
+        """Index a new session under its account, with where it came from.
+
+        Past ``max_sessions`` the oldest sessions are ended, so a script
+        that logs in in a loop cannot grow the index (or the Security page)
+        without bound.
+        """
         ref = self.session_ref(session_id)
         now = await self.store.now_ms()
         index = self._sessions(account_id)
         pipe = self.redis.pipeline(transaction=True)  # one slot: {acct}
         pipe.zadd(index, {ref: now})
         pipe.expire(index, max(1, max_age_s))
-        await pipe.execute()
+        pipe.zrange(index, 0, -(max(1, max_sessions) + 1))
+        _, _, oldest = await pipe.execute()
+        oldest = [old for old in oldest if old != ref]  # a same-ms tie never evicts the new one
+        if oldest:
+            pipe = self.redis.pipeline(transaction=False)
+            for old in oldest:
+                pipe.delete(self._session_hash(old))
+            pipe.zrem(index, *oldest)
+            await pipe.execute()
         await self.touch_session(session_id, ip=mask_ip(ip), ua=user_agent[:MAX_USER_AGENT])
 
     async def touch_session(self, session_id: str, **fields: str) -> None:
@@ -288,7 +307,7 @@ class SecurityStore:
         if not code or len(code) > 64:
             return False
         digits = code.replace(" ", "")
-        if digits.isdigit() and len(digits) == 6:
+        if len(digits) == 6 and digits.isascii() and digits.isdigit():
             secret = await self.redis.hget(self._acct(account_id), "totp")
             step = _matching_step(secret, digits) if secret else None
             if step is None:
@@ -411,8 +430,8 @@ class SecurityStore:
 
 def _matching_step(secret: str, code: str, window: int = 1, now: float | None = None) -> int | None:
     """The TOTP time step ``code`` belongs to (±``window`` steps for clock skew), or None."""
-    if not (code.isdigit() and len(code) == 6):
-        return None
+    if not (len(code) == 6 and code.isascii() and code.isdigit()):
+        return None  # also keeps non-ASCII digits ("٣") away from compare_digest
     totp = pyotp.TOTP(secret)
     step = totp.timecode(int(time.time() if now is None else now))
     for candidate in _around(step, window):

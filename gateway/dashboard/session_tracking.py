@@ -63,6 +63,7 @@ async def session_tracking_middleware(request: web.Request, handler: Handler) ->
             client_ip(request),
             request.headers.get(hdrs.USER_AGENT, ""),
             cfg.session_max_age_s,
+            cfg.max_sessions_per_account,
         )
         memo.due(after.session_id, cfg.session_seen_interval_s, time.monotonic())
     elif memo.due(after.session_id, cfg.session_seen_interval_s, time.monotonic()):

@@ -548,3 +548,38 @@ async def test_bad_reset_tokens_answer_404(client: Any) -> None:
     for query in ("", "?token=", "?token=nope", "?token=" + "\x01" * 5, "?token=" + "a" * 500):
         resp = await client.get(f"/dashboard/reset{query}")
         assert resp.status == 404, query
+
+
+# -- limits and odd input ------------------------------------------------------------
+
+
+async def test_oldest_sessions_end_past_the_cap(
+    make_config: Any, aiohttp_client: AiohttpClient
+) -> None:
+    cfg = make_config({"dashboard": {"max_sessions_per_account": 2}})
+    client = await aiohttp_client(TestServer(create_app(cfg)))
+    first = User(client, new_email())
+    await first.signup()
+    second = await second_session(aiohttp_client, first)
+    third = await second_session(aiohttp_client, first)
+    assert not await logged_in(first)  # the oldest made room
+    assert await logged_in(second) and await logged_in(third)
+    doc = await third.get(PAGE)
+    assert len(doc.find_all(data_testid="session-row")) == 2
+
+
+async def test_odd_codes_answer_cleanly(client: Any, aiohttp_client: AiohttpClient) -> None:
+    user = await new_user(aiohttp_client, client)
+    await turn_on_two_step(user)
+    other = User(await aiohttp_client(client.server), user.email)
+    assert (await other.login()).status == 303
+    await other.get("/dashboard/login/code")
+    for code in ("١٢٣٤٥٦", "x" * 5000, "", "\x00\x01", "12 34 56"):
+        resp = await other.post("/dashboard/login/code", {"code": code})
+        assert resp.status == 401, code
+    # Wrong codes count like wrong passwords: the email is throttled now.
+    assert (await other.login()).status == 429
+    await user.get(PAGE)
+    form = {"password": PASSWORD, "confirm": "DELETE", "code": "١٢٣٤٥٦"}
+    assert (await user.post(PAGE + "/delete", form)).status == 400
+    assert (await user.post(PAGE + "/two-step/confirm", {"code": "١٢٣٤٥٦"})).status == 400
