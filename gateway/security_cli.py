@@ -12,9 +12,8 @@ from typing import Any
 
 from gateway.accounts import Store
 from gateway.config import Config
+from gateway.dashboard.password_reset import RESET_PATH
 from gateway.security_store import SecurityStore
-
-RESET_PATH = "/dashboard/reset"
 
 
 def base_url(cfg: Config) -> str:

@@ -18,7 +18,7 @@ from gateway.dashboard.session_tracking import security_of
 from gateway.dashboard.views import render, sentence
 from gateway.security_store import MAX_PASSWORD, MIN_PASSWORD
 
-RESET_PATH = "/dashboard/reset"
+RESET_PATH = "/dashboard/reset"  # also where `gateway accounts reset-password` links point
 
 
 async def reset_page(request: web.Request) -> web.StreamResponse:
