@@ -196,6 +196,13 @@ class DashboardConfig:
     secure_cookies: bool = False
     public_url: str = ""  # shown in endpoint examples; empty = from the request
     max_keys_per_account: int = 20
+    # Account security (gateway/security_store.py, dashboard/account_security.py).
+    reset_link_ttl_s: int = 3600  # `gateway accounts reset-password` links work this long, once
+    login_code_ttl_s: int = 300  # time to type the two-step code after the password
+    login_code_attempts: int = 5  # wrong codes per password entry before starting over
+    recovery_codes: int = 10  # recovery codes issued when two-step log-in is turned on
+    session_seen_interval_s: int = 60  # "last seen" of a session is written at most this often
+    max_sessions_per_account: int = 50  # a log-in past this ends the account's oldest session
 
 
 @dataclass(frozen=True, slots=True)
