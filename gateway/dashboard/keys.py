@@ -158,6 +158,8 @@ async def _page(
         "environments": ENVIRONMENTS,
         "active_count": active,
         "max_keys": config_of(request).dashboard.max_keys_per_account,
+        "retention_days": config_of(request).dashboard.inactive_key_retention_s // 86_400,
+        "max_inactive": config_of(request).dashboard.max_inactive_keys,
     }
     return render(request, "keys.html", context, account=account, status=status)
 
