@@ -563,14 +563,11 @@ class Store:
         key_ids = sorted(members)
         if not key_ids:
             return []
+        now = await self.now_ms()  # (a Cluster pipeline may not carry TIME)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.time()
         for key_id in key_ids:
             pipe.get(self._kid_key(key_id))
-        replies = await pipe.execute()
-        sec, usec = replies[0]
-        now = int(sec) * 1000 + int(usec) // 1000
-        hashes = dict(zip(key_ids, replies[1:], strict=True))
+        hashes = dict(zip(key_ids, await pipe.execute(), strict=True))
         found = [(k, h) for k, h in hashes.items() if h]
         pipe = self.redis.pipeline(transaction=False)
         for _, khash in found:
