@@ -28,8 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 import secrets
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -53,6 +56,7 @@ RedisClient = Redis | RedisCluster
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 DAY_MS = 86_400_000
+HASH_NICE = 10  # password hashing threads run at this nice level (Linux)
 
 
 class StoreError(Exception):
@@ -266,11 +270,14 @@ class Store:
         self.key_retention_ms = max(0, key_retention_ms)
         self.max_inactive_keys = max(0, max_inactive_keys)
         self._hasher = hasher or PasswordHasher()
-        # argon2 takes ~100 ms of CPU and 64 MiB: it runs in threads, at most
-        # ``hash_threads`` at once, so log-ins never stall the event loop and
-        # a log-in flood cannot take every core.
-        self._hash_slots = asyncio.Semaphore(max(1, hash_threads))
+        # argon2 takes ~100 ms of CPU and 64 MiB: it runs in threads of its
+        # own, at most ``hash_threads`` at once and at a lower CPU priority,
+        # so log-ins never stall the event loop and a log-in flood cannot
+        # take every core from RPC traffic.
+        self._hash_threads = max(1, hash_threads)
+        self._hash_slots = asyncio.Semaphore(self._hash_threads)
         self._hash_wait_s = hash_wait_s
+        self._hash_pool: ThreadPoolExecutor | None = None
         self._dummy_hash: str | None = None
         self._hit_script: AsyncScript | None = None  # dashboard support
         self._attempt_script: AsyncScript | None = None
@@ -336,7 +343,12 @@ class Store:
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(slots.release)
 
-        return await asyncio.shield(loop.run_in_executor(None, job))
+        if self._hash_pool is None:
+            # Idle workers exit once the Store (and so this pool) is collected.
+            self._hash_pool = ThreadPoolExecutor(
+                self._hash_threads, thread_name_prefix="argon2", initializer=_lower_priority
+            )
+        return await asyncio.shield(loop.run_in_executor(self._hash_pool, job))
 
     async def _dummy(self) -> str:
         """A hash with the current parameters, for emails that have no account."""
@@ -840,6 +852,17 @@ class Store:
         records = await self.list_keys(account_id)
         now = await self.now_ms()
         return sum(1 for r in records if counts_towards_cap(r, now))
+
+
+def _lower_priority() -> None:
+    """Make the calling (hashing) thread yield the CPU to the event loop.
+
+    On Linux ``nice`` is per thread and argon2's own lane threads inherit it;
+    elsewhere, or where it is not allowed, hashing simply runs at normal
+    priority.
+    """
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASH_NICE)
 
 
 def counts_towards_cap(record: KeyRecord, now_ms: int) -> bool:

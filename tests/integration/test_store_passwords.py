@@ -4,6 +4,7 @@ an account (issue 10 item 4)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any, Literal
@@ -12,7 +13,7 @@ import pytest
 from argon2 import PasswordHasher
 from redis.asyncio import Redis
 
-from gateway.accounts import Busy, Store
+from gateway.accounts import HASH_NICE, Busy, Store
 from tests.helpers.dashboard import new_email
 
 
@@ -25,6 +26,7 @@ class WatchedHasher(PasswordHasher):
         self.verified = 0
         self.hashed = 0
         self.threads: set[int] = set()
+        self.nice: set[int] = set()
         self.running = 0
         self.most = 0
         self._lock = threading.Lock()
@@ -33,6 +35,7 @@ class WatchedHasher(PasswordHasher):
     def _enter(self) -> None:
         with self._lock:
             self.threads.add(threading.get_ident())
+            self.nice.add(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
             self.running += 1
             self.most = max(self.most, self.running)
         self.started.set()
@@ -78,6 +81,7 @@ async def test_unknown_emails_do_the_same_argon2_work(redis: Redis, prefix: str)
         assert (result == acct) == (pw == "long enough pw")
     assert counts == [(0, 1)] * 4  # one verify each, never a hash instead
     assert threading.get_ident() not in hasher.threads  # never on the event loop's thread
+    assert hasher.nice == {min(19, os.getpriority(os.PRIO_PROCESS, 0) + HASH_NICE)}  # yields
 
 
 async def test_at_most_the_configured_threads_hash_at_once(redis: Redis, prefix: str) -> None:
