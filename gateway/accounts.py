@@ -56,7 +56,7 @@ RedisClient = Redis | RedisCluster
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 DAY_MS = 86_400_000
-HASH_NICE = 10  # password hashing threads run at this nice level (Linux)
+HASH_NICE = 10  # password hashing threads run this much nicer than the process (Linux)
 
 
 class StoreError(Exception):
@@ -862,7 +862,10 @@ def _lower_priority() -> None:
     priority.
     """
     with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASH_NICE)
+        tid = threading.get_native_id()
+        os.setpriority(
+            os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + HASH_NICE)
+        )
 
 
 def counts_towards_cap(record: KeyRecord, now_ms: int) -> bool:
