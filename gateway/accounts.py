@@ -76,7 +76,7 @@ class Busy(StoreError):
 
 
 @dataclass(frozen=True, slots=True)
-class Counter:
+class AttemptCounter:
     """One fixed-window attempt counter of a throttle (see ``Store.take_attempt``)."""
 
     name: str  # short and printable; the Store adds prefix and hash tag
@@ -818,7 +818,7 @@ class Store:
         # several of them at once, which a Cluster allows only in one slot.
         return f"{self.prefix}:t:{{login}}:{name}"
 
-    async def take_attempt(self, counters: Sequence[Counter], marker: str) -> int:
+    async def take_attempt(self, counters: Sequence[AttemptCounter], marker: str) -> int:
         """Count one attempt against every counter, unless one is already full.
 
         Returns 0 when the attempt was counted (go on and check the

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 
-from gateway.accounts import Counter, Store
+from gateway.accounts import AttemptCounter, Store
 from gateway.config import DashboardConfig
 
 
@@ -65,9 +65,9 @@ async def login_attempt_wait_s(store: Store, cfg: DashboardConfig, email: str, i
     window = cfg.login_window_s * 1000
     wait_ms = await store.take_attempt(
         (
-            Counter(pair, cfg.login_per_email_ip, window),
-            Counter(per_ip, cfg.login_per_ip, window),
-            Counter(
+            AttemptCounter(pair, cfg.login_per_email_ip, window),
+            AttemptCounter(per_ip, cfg.login_per_ip, window),
+            AttemptCounter(
                 per_email, cfg.login_per_email, cfg.login_email_window_s * 1000, skippable=True
             ),
         ),

@@ -255,3 +255,28 @@ async def test_good_next_is_still_followed(
         "/dashboard/login", {"email": user.email, "password": PASSWORD, "next": target}
     )
     assert resp.headers["Location"] == target == "/dashboard/usage?window=7d"
+
+
+async def test_a_log_in_flood_gets_503_not_a_queue(
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
+) -> None:
+    """One hashing thread, 10 ms of patience: the rest are told to come back."""
+    client = await proxied_app(
+        make_config, aiohttp_client, password_hash_threads=1, password_hash_wait_s=0.01
+    )
+    token = await anonymous_token(client)
+
+    async def attempt(i: int) -> tuple[int, str]:
+        resp = await client.post(
+            "/dashboard/login",
+            data={"email": new_email(), "password": "a guess", "csrf_token": token},
+            headers={"X-Forwarded-For": f"192.0.2.{i + 1}"},
+            allow_redirects=False,
+        )
+        await resp.read()
+        return resp.status, resp.headers.get("Retry-After", "")
+
+    results = await asyncio.gather(*(attempt(i) for i in range(6)))
+    statuses = Counter(status for status, _ in results)
+    assert set(statuses) <= {401, 503} and statuses[503] >= 1, statuses
+    assert all(after == "5" for status, after in results if status == 503)
