@@ -2,7 +2,10 @@
 
 Every operator command reads the same config as the server (``--config`` /
 ``GATEWAY_CONFIG``, ``GATEWAY_REDIS_URL``) and prints JSON with ``--json``.
-Errors go to stderr with a non-zero exit and say what to do next.
+Errors go to stderr as one line, with a non-zero exit, and say what to do
+next: 1 the request was wrong (no such key), 2 the config is wrong, 3 Redis
+cannot be reached or refused our password. Never a traceback, never a
+password (URLs are shown without their credentials).
 """
 
 from __future__ import annotations
@@ -15,13 +18,24 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import orjson
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    RedisClusterException,
+    RedisError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.accounts import Store, StoreError
 from gateway.config import Config, ConfigError, data_dir, load_config
 from gateway.embedded import RedisProcess, ensure_embedded
 from gateway.redisconn import admin_connect
+
+EXIT_REDIS = 3
 
 T = TypeVar("T")
 
@@ -288,32 +302,74 @@ def _read_password() -> str:
     return getpass.getpass("Password: ")
 
 
-def _run_store_command(cfg: Config, args: argparse.Namespace, command: Command) -> int:
-    async def run() -> tuple[Any, str]:
-        url, proc = cfg.redis.url, None
-        if not url:
-            url, proc = ensure_embedded(data_dir(cfg))
-        redis = admin_connect(cfg.redis, url)
-        try:
-            store = Store(
-                redis,
-                prefix=cfg.redis.prefix,
-                plans=[p.name for p in cfg.plans],
-                default_plan=cfg.default_plan,
-            )
-            return await command(store)
-        finally:
-            await redis.aclose()
-            if proc is not None:
-                _stop(proc)
+def redis_failure(exc: BaseException, url: str) -> str:
+    """One line for the operator: what failed, where, and what to do about it."""
+    where = f"Redis at {_safe_url(url)}" if url else "the embedded Redis"
+    if isinstance(exc, AuthenticationError | AuthorizationError):
+        return (
+            f"{where} refused our credentials ({_first_line(exc)}); put the right "
+            "password in redis.url or GATEWAY_REDIS_URL (redis://:PASSWORD@host:port)"
+        )
+    if isinstance(exc, RedisTimeoutError):
+        return (
+            f"{where} did not answer in time; check that it is up and not overloaded, "
+            "and that redis.url / GATEWAY_REDIS_URL points at it"
+        )
+    if isinstance(exc, RedisConnectionError | OSError):
+        return (
+            f"cannot connect to {where} ({_first_line(exc)}); start Redis or fix "
+            "redis.url / GATEWAY_REDIS_URL"
+        )
+    return f"{where} failed the command ({type(exc).__name__}: {_first_line(exc)})"
 
-    value, text = asyncio.run(run())
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return "".join(c if c.isprintable() else "?" for c in line)[:200]
+
+
+def _safe_url(url: str) -> str:
+    """``url`` without its password (and user): safe for a terminal or a log."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<redis.url>"
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}"
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _run_store_command(cfg: Config, args: argparse.Namespace, command: Command) -> int:
+    url = cfg.redis.url
+    try:
+        value, text = asyncio.run(_store_call(cfg, command))
+    except (RedisError, RedisClusterException, OSError) as exc:
+        print(f"gateway: {redis_failure(exc, url)}", file=sys.stderr)
+        return EXIT_REDIS
     if args.json:
         sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(text + "\n")
     sys.stdout.flush()
     return 0
+
+
+async def _store_call(cfg: Config, command: Command) -> tuple[Any, str]:
+    url, proc = cfg.redis.url, None
+    if not url:
+        url, proc = ensure_embedded(data_dir(cfg))
+    redis = admin_connect(cfg.redis, url)
+    try:
+        return await command(Store.from_config(redis, cfg))
+    finally:
+        await redis.aclose()
+        if proc is not None:
+            _stop(proc)
 
 
 def _stop(proc: RedisProcess) -> None:

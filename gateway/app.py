@@ -73,12 +73,7 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
             connect_timeout_s=cfg.redis.connect_timeout_ms / 1000,
         )
         app[T.LIMITER] = MuxLimiter(mux, cfg.plans, cfg.redis.prefix)
-    app[T.STORE] = Store(
-        admin,
-        prefix=cfg.redis.prefix,
-        plans=[p.name for p in cfg.plans],
-        default_plan=cfg.default_plan,
-    )
+    app[T.STORE] = Store.from_config(admin, cfg)
     try:
         yield
     finally:

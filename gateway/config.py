@@ -195,7 +195,6 @@ class DashboardConfig:
     session_max_age_s: int = 7 * 24 * 3600
     secure_cookies: bool = False
     public_url: str = ""  # shown in endpoint examples; empty = from the request
-    max_keys_per_account: int = 20
     # Account security (gateway/security_store.py, dashboard/account_security.py).
     reset_link_ttl_s: int = 3600  # `gateway accounts reset-password` links work this long, once
     login_code_ttl_s: int = 300  # time to type the two-step code after the password
@@ -203,6 +202,29 @@ class DashboardConfig:
     recovery_codes: int = 10  # recovery codes issued when two-step log-in is turned on
     session_seen_interval_s: int = 60  # "last seen" of a session is written at most this often
     max_sessions_per_account: int = 50  # a log-in past this ends the account's oldest session
+    max_keys_per_account: int = 20  # keys still in a rotation grace period count
+    # Revoked and expired key records are deleted this long after they stop
+    # working, and an account keeps at most max_inactive_keys of them (oldest
+    # go first): records never pile up and the keys page stays small.
+    inactive_key_retention_s: int = 30 * 86_400
+    max_inactive_keys: int = 20
+    # Log-in throttle, counted BEFORE the password is checked (fixed windows).
+    # Per (email, client IP) and per client IP (IPv6 grouped by /64), plus a
+    # looser per-email ceiling against slow guessing from many addresses; an
+    # (email, IP) pair that logged in within login_remember_s skips that
+    # ceiling, so strangers cannot lock the owner out.
+    login_window_s: int = 900
+    login_per_email_ip: int = 5
+    login_per_ip: int = 20
+    login_email_window_s: int = 3_600
+    login_per_email: int = 30
+    login_remember_s: int = 30 * 86_400
+    signup_window_s: int = 3_600
+    signup_per_ip: int = 10  # each sign-up costs an argon2 hash
+    # argon2 runs in this many threads at most, off the event loop; a log-in
+    # that waits longer than password_hash_wait_s for one answers 503.
+    password_hash_threads: int = 2
+    password_hash_wait_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

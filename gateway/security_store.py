@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyotp
-from argon2 import PasswordHasher
 from redis.commands.core import AsyncScript
 
 from gateway.accounts import Account, NotFound, Store, StoreError, normalize_email
@@ -104,11 +103,10 @@ def new_recovery_code() -> str:
 class SecurityStore:
     """Security operations on top of the shared ``Store`` (same Redis, same prefix)."""
 
-    def __init__(self, store: Store, hasher: PasswordHasher | None = None) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.redis: Any = store.redis  # decode_responses=True; see Store.__init__
         self.prefix = store.prefix
-        self._hasher = hasher or PasswordHasher()
         self._touch: AsyncScript | None = None
         self._step: AsyncScript | None = None
 
@@ -149,7 +147,7 @@ class SecurityStore:
         if len(password) > MAX_PASSWORD:
             raise StoreError(f"the new password must have at most {MAX_PASSWORD} characters")
         await self.store.account(account_id)  # NotFound for an erased account
-        pw = await asyncio.to_thread(self._hasher.hash, password)
+        pw = await self.store.hash_password(password)  # bounded pool, off the loop
         await self.redis.hset(self._acct(account_id), "pw", pw)
 
     # -- sessions --------------------------------------------------------------
@@ -340,8 +338,8 @@ class SecurityStore:
             return None
         return PendingLogin(data["acct"], data.get("next", ""), int(data.get("tries", 0)))
 
-    async def pending_login_failed(self, token: str) -> int:
-        """Count a wrong code; returns the number of wrong codes so far."""
+    async def pending_login_try(self, token: str) -> int:
+        """Count one code try, before it is checked; returns the tries so far."""
         return int(await self.redis.hincrby(self._pending(token), "tries", 1))
 
     async def end_pending_login(self, token: str) -> None:
