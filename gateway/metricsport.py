@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Final
 
 from aiohttp import web
@@ -93,3 +94,16 @@ class MetricsListener:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retry
         await self._runner.cleanup()
+
+
+async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
+    """``cleanup_ctx`` for an app served by a runner that is not ours (gunicorn's own)."""
+    address = app[T.CONFIG].server.metrics_listen
+    listener = MetricsListener(app[T.METRICS], address) if address else None
+    if listener is not None:
+        await listener.start()
+    try:
+        yield
+    finally:
+        if listener is not None:
+            await listener.close()

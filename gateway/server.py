@@ -471,6 +471,7 @@ async def gunicorn_app() -> web.AppRunner:
     and with ``PROMETHEUS_MULTIPROC_DIR`` set it reports every worker.
     """
     from gateway.app import create_app
+    from gateway.config import load_config
 
     setup_logging()
-    return GatewayRunner(create_app())
+    return GatewayRunner(create_app(load_config()))

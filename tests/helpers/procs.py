@@ -97,8 +97,10 @@ def gateway_processes(
             if metrics_ports is not None:
                 metrics_ports.append(metrics_port)
             proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve", "--host", LOOPBACK, "--port", str(port)]
-                + ["--metrics-listen", f"{LOOPBACK}:{metrics_port}"],
+                [
+                    *(sys.executable, "-m", "gateway", "serve", "--host", LOOPBACK),
+                    *("--port", str(port), "--metrics-listen", f"{LOOPBACK}:{metrics_port}"),
+                ],
                 env=full_env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

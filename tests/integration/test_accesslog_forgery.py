@@ -101,14 +101,30 @@ async def test_newline_in_path_writes_one_escaped_line(
     assert line.count(" status=") == 1
 
 
-async def test_gunicorn_writes_access_lines_without_the_key(
+def _gunicorn(entry: str, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+    cmd = [gunicorn, entry, "--worker-class", "aiohttp.GunicornUVLoopWebWorker"]
+    cmd += ["--workers", "2", "--bind", f"{HOST}:{port}", "--no-control-socket"]
+    if entry.endswith(":create_app()"):  # gunicorn's runner: its access log, our format
+        cmd += ["--access-logfile", "-"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+
+
+@pytest.mark.parametrize("entry", ["gateway.server:gunicorn_app", "gateway.app:create_app()"])
+async def test_gunicorn_access_lines_and_metrics_port(
+    entry: str,
     tmp_path: Path,
     redis_url: str,
     prefix: str,
     mock_nodes: dict[str, MockNode],
     api_key: str,
 ) -> None:
-    """Under gunicorn (``gateway.server:gunicorn_app``) there used to be no access log."""
+    """Under gunicorn (``gateway.server:gunicorn_app``) there used to be no access log.
+
+    Both gunicorn entries keep ``/metrics`` off the public port and serve it,
+    merged over the workers, on ``server.metrics_listen``.
+    """
     pytest.importorskip("gunicorn")
     port, metrics_port = free_port(), free_port()
     cfg = tmp_path / "gw.toml"
@@ -127,23 +143,7 @@ async def test_gunicorn_writes_access_lines_without_the_key(
     }
     env.pop("GATEWAY_LOG_LEVEL", None)
     log = tmp_path / "gunicorn.log"
-    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                gunicorn,
-                "gateway.server:gunicorn_app",
-                "--worker-class",
-                "aiohttp.GunicornUVLoopWebWorker",
-                "--workers",
-                "2",
-                "--bind",
-                f"{HOST}:{port}",
-            ],
-            env=env,
-            stdout=out,
-            stderr=out,
-        )
+    proc = _gunicorn(entry, port, env, log)
     try:
         async with aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(force_close=True)
@@ -168,6 +168,13 @@ async def test_gunicorn_writes_access_lines_without_the_key(
                     assert resp.status == 200
             async with session.get(f"http://{HOST}:{port}/metrics") as resp:
                 assert resp.status == 404
+            deadline = time.monotonic() + 30
+            while True:  # both workers booted (a SIGTERM before that is lost by gunicorn)
+                output = log.read_text()
+                if "metrics on" in output and "is in use" in output:
+                    break
+                assert time.monotonic() < deadline, output
+                await asyncio.sleep(0.1)
             deadline = time.monotonic() + 10
             while True:  # one worker holds the metrics port; it reports both
                 try:
@@ -179,10 +186,19 @@ async def test_gunicorn_writes_access_lines_without_the_key(
                     await asyncio.sleep(0.1)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while True:  # asynchronously: the mock nodes live on this event loop
+            if proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise AssertionError(log.read_text()[-3000:])
+            await asyncio.sleep(0.05)
     output = log.read_text()
-    lines = [line for line in output.splitlines() if "gateway.access" in line]
-    rpc_lines = [line for line in lines if "path=/bsc/***" in line]
+    rpc_lines = [
+        line for line in output.splitlines() if "access remote=" in line and "path=/bsc/***" in line
+    ]
     assert len(rpc_lines) == 3, output[-3000:]
     assert all("status=200" in line and "key_id=key_" in line for line in rpc_lines)
     assert api_key not in output

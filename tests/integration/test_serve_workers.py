@@ -74,6 +74,15 @@ def _config(path: Path, prefix: str, bsc_url: str, opbnb_url: str, **server: Any
     return path
 
 
+def _popen(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+
+
+def _proc_file(pid: int, name: str) -> bytes:
+    return Path(f"/proc/{pid}/{name}").read_bytes()
+
+
 class Gateway:
     """One ``gateway serve --workers N`` process and its port."""
 
@@ -94,9 +103,7 @@ async def start(
 ) -> AsyncIterator[Callable[..., Any]]:
     started: list[Gateway] = []
 
-    async def run(
-        workers: int = 2, env: dict[str, str] | None = None, **server: Any
-    ) -> Gateway:
+    async def run(workers: int = 2, env: dict[str, str] | None = None, **server: Any) -> Gateway:
         port = free_port()
         cfg = _config(
             tmp_path / f"gw-{port}.toml",
@@ -114,10 +121,7 @@ async def start(
             **(env or {}),
         }
         cmd = [sys.executable, "-m", "gateway", "serve", "--host", HOST, "--port", str(port)]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [*cmd, "--workers", str(workers)], env=full_env, stdout=out, stderr=out
-            )
+        proc = _popen([*cmd, "--workers", str(workers)], full_env, log)
         gw = Gateway(proc, port, log)
         started.append(gw)
         await _until(lambda: "workers on http://" in gw.output() or proc.poll() is not None)
@@ -194,8 +198,10 @@ async def test_workers_killed_again_and_again_are_restarted(
         except AssertionError:
             raise AssertionError(gw.output()[-4000:]) from None
         deadline = time.monotonic() + 30
-        while await _call(session, gw, api_key) != 200 and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)  # the restarted workers start listening
+        while True:  # the restarted workers start listening
+            if await _call(session, gw, api_key) == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
         after = [await _call(session, gw, api_key) for _ in range(10)]
     print(f"\nSRV kill-9: kills={len(killed) + 6} in_s={elapsed:.1f} during={statuses}")
     assert gw.proc.poll() is None, gw.output()
@@ -263,7 +269,14 @@ async def test_worker_environment_holds_no_redis_password(
 ) -> None:
     """The old supervisor put the whole config, secrets included, in every worker's env."""
     user, password = f"gw{secrets.token_hex(4)}", secrets.token_hex(16)
-    await redis.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all")
+    await redis.acl_setuser(
+        user,
+        enabled=True,
+        passwords=[f"+{password}"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all"],
+    )
     try:
         secret_url = redis_url.replace("redis://", f"redis://{user}:{password}@", 1)
         gw = await start(workers=2, env={"GATEWAY_REDIS_URL": secret_url})
@@ -272,17 +285,17 @@ async def test_worker_environment_holds_no_redis_password(
         workers = gw.workers()
         assert len(workers) == 2
         for pid in workers:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = _proc_file(pid, "environ")
+            cmdline = _proc_file(pid, "cmdline")
             assert password.encode() not in environ
             assert password.encode() not in cmdline
             assert b"GATEWAY_WORKER_CONFIG" not in environ
             assert b"GATEWAY_REDIS_URL" not in environ
     finally:
-        await redis.execute_command("ACL", "DELUSER", user)
+        await redis.acl_deluser(user)
 
 
-async def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, redis_url: str) -> None:
+def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, redis_url: str) -> None:
     """Before: the banner, then a traceback. Now: the port named, no banner, exit 1."""
     with socket.socket() as holder:
         holder.bind((HOST, 0))
@@ -292,8 +305,10 @@ async def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, redis_url: str) 
         env.pop("GATEWAY_CONFIG", None)
         for extra in ([], ["--workers", "2"]):
             result = subprocess.run(
-                [sys.executable, "-m", "gateway", "serve", "--host", HOST, "--port", str(port)]
-                + ["--metrics-listen", "", *extra],
+                [
+                    *(sys.executable, "-m", "gateway", "serve", "--host", HOST),
+                    *("--port", str(port), "--metrics-listen", "", *extra),
+                ],
                 env=env,
                 capture_output=True,
                 text=True,
