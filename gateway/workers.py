@@ -22,7 +22,9 @@ once with a clear message.
   workers, and once they listen SIGTERM the old ones (they drain). A config
   that does not load, or new workers none of which listens within
   ``server.worker_ready_timeout_s``, keeps the old workers serving.
-* SIGINT/SIGTERM: passed on to every worker; the supervisor exits when all have.
+* SIGINT/SIGTERM: passed on to every worker; the supervisor exits when all
+  have. A worker still running ``_KILL_AFTER_S`` past its drain timeout is
+  killed, so a stuck worker cannot keep the supervisor (and the port) forever.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from gateway.server import ListenError, bind_listener
 log = logging.getLogger("gateway.workers")
 
 _TICK_S = 0.2
+_KILL_AFTER_S = 10.0  # beyond server.drain_timeout_s, when stopping
 # Environment the config loader reads: secrets live here, workers get the config by pipe.
 _CONFIG_ENV = ("GATEWAY_CONFIG", "GATEWAY_REDIS_URL", "GATEWAY_WORKER_CONFIG")
 _CONFIG_ENV_PREFIXES = ("GATEWAY_UPSTREAM_",)
@@ -120,6 +123,7 @@ class Supervisor:
         self._deaths: dict[int, int] = {}  # slot -> quick deaths in a row
         self._signals: list[int] = []
         self._stopping = False
+        self._stop_deadline = 0.0
         self._banner = False
         self._ready_r, self._ready_w = os.pipe()
         os.set_blocking(self._ready_r, False)
@@ -179,6 +183,13 @@ class Supervisor:
             if self._stopping:
                 if not self._workers:
                     return code
+                if time.monotonic() > self._stop_deadline:
+                    for worker in self._workers:
+                        log.error(
+                            "worker pid=%s did not drain in time; killing it", worker.proc.pid
+                        )
+                        _signal(worker, signal.SIGKILL)
+                    self._stop_deadline = float("inf")
                 continue
             self._check_reload()
             self._fill_slots()
@@ -203,6 +214,9 @@ class Supervisor:
             return
         if not self._stopping:
             log.info("stopping signal=%s workers=%s", signal.Signals(signum).name, len(self))
+            self._stop_deadline = (
+                time.monotonic() + self._cfg.server.drain_timeout_s + _KILL_AFTER_S
+            )
         self._stopping = True
         for worker in self._workers:
             _signal(worker, signum)
