@@ -10,6 +10,7 @@ environment holds the Redis password.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import secrets
 import signal
@@ -41,6 +42,10 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(p) for p in text.split()]
+
+
+def _dead(pid: int) -> bool:
+    return not _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -188,7 +193,7 @@ async def test_workers_killed_again_and_again_are_restarted(
             killed.append(victim)
             # Its listening socket is gone once it is a zombie; before that the
             # kernel may still queue a connection on it (SO_REUSEPORT), and lose it.
-            await _until(lambda v=victim: not _alive(v), 10, "the victim to die")
+            await _until(functools.partial(_dead, victim), 10, "the victim to die")
             statuses.append(await _call(session, gw, api_key))  # the healthy one answers
         elapsed = time.monotonic() - started
         for _ in range(3):  # and both at once, three times
