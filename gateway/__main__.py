@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.accounts import Store, StoreError
-from gateway.config import Config, ConfigError, data_dir, load_config
+from gateway.config import Config, ConfigError, data_dir, listen_address, load_config
 from gateway.embedded import RedisProcess, ensure_embedded
 from gateway.redisconn import admin_connect
 
@@ -79,7 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listen address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default from config: 8545)")
     serve.add_argument(
-        "--workers", type=int, help="worker processes sharing the port with SO_REUSEPORT"
+        "--workers",
+        type=int,
+        help="worker processes sharing the port with SO_REUSEPORT (SIGHUP reloads the config)",
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help='/metrics listener (default from config: 127.0.0.1:9464; "" for none)',
     )
 
     accounts = sub.add_parser("accounts", help="manage accounts").add_subparsers(
@@ -186,7 +193,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         from gateway.serve import serve
 
-        return serve(cfg, demo=args.demo, host=args.host, port=args.port, workers=args.workers)
+        if args.metrics_listen and listen_address(args.metrics_listen) is None:
+            print("gateway: --metrics-listen: expected HOST:PORT", file=sys.stderr)
+            return 2
+        config_path = args.config
+        return serve(
+            cfg,
+            demo=args.demo,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            metrics_listen=args.metrics_listen,
+            reload=lambda: load_config(config_path),
+        )
     try:
         return _run_store_command(cfg, args, _command(args, cfg))
     except StoreError as exc:

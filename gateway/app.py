@@ -1,8 +1,12 @@
 """``create_app(config)``: wires the parts; each resource has one cleanup_ctx.
 
-Also the gunicorn entry point: ``gunicorn gateway.app:create_app
---worker-class aiohttp.GunicornUVLoopWebWorker`` calls ``create_app()``
+Also a gunicorn entry point: ``gunicorn 'gateway.app:create_app()'
+--worker-class aiohttp.GunicornUVLoopWebWorker`` (with the parentheses:
+aiohttp's worker takes an app or an *async* factory) calls ``create_app()``
 with no argument, which loads the config from ``GATEWAY_CONFIG`` / env.
+Such an app is served by gunicorn's own runner, so it opens its ``/metrics``
+listener itself (one cleanup_ctx); ``gateway.server:gunicorn_app`` and
+``gateway serve`` use ``GatewayRunner``, which does that (and more).
 """
 
 from __future__ import annotations
@@ -23,15 +27,18 @@ from gateway.embedded import ensure_embedded
 from gateway.handlers import RpcHandler
 from gateway.limiter import MuxLimiter, RedisLimiter
 from gateway.metrics import Metrics
+from gateway.metricsport import metrics_listener_ctx
 from gateway.ops import setup_ops_routes
 from gateway.redisconn import admin_connect, connect
 from gateway.redismux import MuxRedis
+from gateway.server import setup_logging
 from gateway.upstream import NodePool
 from gateway.usage import ErrorCounter
 
 
 def create_app(config: Config | None = None) -> web.Application:
     """The whole gateway as one aiohttp application."""
+    hosted = config is None  # gunicorn's runner, not ours (see the module docstring)
     cfg = config if config is not None else load_config()
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes, handler_args={"access_log_class": AccessLogger}
@@ -42,6 +49,9 @@ def create_app(config: Config | None = None) -> web.Application:
     app.cleanup_ctx.append(_redis_ctx)
     app.cleanup_ctx.append(_pools_ctx)
     app.cleanup_ctx.append(_errors_ctx)
+    if hosted:
+        setup_logging()  # gunicorn configures only its own loggers
+        app.cleanup_ctx.append(metrics_listener_ctx)
     slots = asyncio.Semaphore(cfg.limits.max_in_flight)
     handlers = [RpcHandler(cfg, net, app[T.METRICS], slots) for net in cfg.networks]
     for handler in handlers:

@@ -94,6 +94,18 @@ class ServerConfig:
     drain_timeout_s: float = 15.0  # SIGTERM: in-flight calls get this long to finish
     # Trust X-Forwarded-For from these proxies (CIDRs) for the IP allowlist.
     trusted_proxies: tuple[str, ...] = ()
+    # An answer the client leaves unread (the socket's write buffer stays
+    # full) for this long drops the connection; 0 turns the check off.
+    write_timeout_s: float = 30.0
+    # /metrics is served here, never on the public port; "" turns it off.
+    # With several workers one of them holds it at a time (gateway/server.py).
+    metrics_listen: str = "127.0.0.1:9464"
+    # `serve --workers`: a worker that dies is restarted after this delay,
+    # doubled for each quick death in a row, at most restart_backoff_max_s.
+    restart_backoff_s: float = 0.5
+    restart_backoff_max_s: float = 30.0
+    # SIGHUP: new workers get this long to listen before the old ones drain anyway.
+    worker_ready_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +347,11 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
             ipaddress.ip_network(cidr, strict=False)
         except ValueError:
             raise ConfigError(f"server.trusted_proxies[{i}]: not an IP network") from None
+    if (
+        sections["server"].metrics_listen
+        and listen_address(sections["server"].metrics_listen) is None
+    ):
+        raise ConfigError('server.metrics_listen: expected "host:port" (or "" for none)')
 
     nets_raw = {k: dict(v) for k, v in DEFAULT_NETWORKS.items()}
     for name, table in _table(raw, "networks").items():
@@ -507,6 +524,15 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
         weights=types.MappingProxyType(dict(weights)),
         max_logs_range=logs_range,
     )
+
+
+def listen_address(text: str) -> tuple[str, int] | None:
+    """``"127.0.0.1:9464"`` / ``"[::1]:9464"`` -> (host, port); None when malformed."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return None
+    return host, int(port)
 
 
 def data_dir(cfg: Config) -> Path:

@@ -5,7 +5,8 @@
 timeout) and every network has at least one node in rotation; otherwise 503
 with the problems listed, so a load balancer stops sending traffic.
 ``/metrics`` is the Prometheus text of this process, or of every worker in
-multiprocess mode (see ``gateway.metrics``).
+multiprocess mode (see ``gateway.metrics``); it is served on its own
+listener (``gateway.metricsport``), not among the public routes here.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text; routed only on the metrics listener (``server.metrics_listen``)."""
     body = request.app[T.METRICS].exposition()
     resp = web.Response(body=body, headers=_NO_STORE)
     resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
@@ -55,4 +57,3 @@ async def metrics(request: web.Request) -> web.Response:
 def setup_ops_routes(app: web.Application) -> None:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)

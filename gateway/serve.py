@@ -1,4 +1,8 @@
-"""``gateway serve``: one process, N SO_REUSEPORT workers, or the offline demo."""
+"""``gateway serve``: one process, N workers (``gateway.workers``), or the offline demo.
+
+This module is also each worker's entry point (``python -m gateway.serve
+--worker ...``, started by the supervisor only).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,11 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import orjson
 from aiohttp import web
@@ -24,8 +24,10 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config, NetworkConfig, data_dir
 from gateway.embedded import RedisProcess, ensure_embedded
-from gateway.metrics import MULTIPROC_ENV, multiprocess_dir
-from gateway.server import serve_app
+from gateway.server import ListenError, bind_listener, serve_app, setup_logging
+from gateway.workers import Supervisor, config_to_raw
+
+__all__ = ["config_to_raw", "serve"]
 
 log = logging.getLogger("gateway.serve")
 
@@ -41,13 +43,6 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _logging() -> None:
-    logging.basicConfig(
-        level=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-
-
 def serve(
     cfg: Config,
     *,
@@ -55,29 +50,55 @@ def serve(
     host: str | None = None,
     port: int | None = None,
     workers: int | None = None,
+    metrics_listen: str | None = None,
+    reload: Callable[[], Config] | None = None,
 ) -> int:
-    _logging()
-    server = dataclasses.replace(
-        cfg.server,
-        host=host or cfg.server.host,
-        port=cfg.server.port if port is None else port,
-        workers=workers or cfg.server.workers,
-    )
-    cfg = dataclasses.replace(cfg, server=server)
-    if demo:
-        return _serve_demo(cfg)
-    embedded: RedisProcess | None = None
-    if not cfg.redis.url:
-        url, embedded = ensure_embedded(data_dir(cfg))
-        cfg = dataclasses.replace(cfg, redis=dataclasses.replace(cfg.redis, url=url))
+    """Run the gateway; the exit code. ``reload`` re-reads the config on SIGHUP (workers).
+
+    A port that cannot be bound is one line on stderr and exit code 1; the
+    ready banner is printed only once the port listens.
+    """
+    setup_logging()
+
+    def overridden(base: Config) -> Config:
+        server = dataclasses.replace(
+            base.server,
+            host=host or base.server.host,
+            port=base.server.port if port is None else port,
+            workers=workers or base.server.workers,
+            metrics_listen=base.server.metrics_listen if metrics_listen is None else metrics_listen,
+        )
+        return dataclasses.replace(base, server=server)
+
+    cfg = overridden(cfg)
     try:
-        if server.workers <= 1:
-            _run(create_app(cfg), cfg)
-            return 0
-        return _supervise(cfg)
-    finally:
-        if embedded is not None:
-            embedded.stop()
+        if demo or cfg.server.workers <= 1:  # a busy port fails before Redis or nodes start
+            bind_listener(cfg.server.host, cfg.server.port, reuse_port=False, backlog=1).close()
+        if demo:
+            return _serve_demo(cfg)
+        embedded: RedisProcess | None = None
+        if not cfg.redis.url:
+            url, embedded = ensure_embedded(data_dir(cfg))
+            cfg = dataclasses.replace(cfg, redis=dataclasses.replace(cfg.redis, url=url))
+        try:
+            if cfg.server.workers <= 1:
+                _run(create_app(cfg), cfg)
+                return 0
+
+            def reloaded() -> Config:
+                assert reload is not None
+                fresh = overridden(reload())
+                if not fresh.redis.url:
+                    fresh = dataclasses.replace(fresh, redis=cfg.redis)
+                return fresh
+
+            return Supervisor(cfg, reloaded if reload is not None else None).run()
+        finally:
+            if embedded is not None:
+                embedded.stop()
+    except ListenError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
 
 
 def _run(
@@ -86,14 +107,34 @@ def _run(
     *,
     reuse_port: bool = False,
     print_banner: bool = True,
+    ready_fd: int | None = None,
+    parent: int | None = None,
 ) -> None:
-    """Serve one app in this process until SIGINT/SIGTERM, then drain (server.py)."""
+    """Serve one app in this process until SIGINT/SIGTERM, then drain (server.py).
+
+    ``ready_fd`` (a worker's pipe to its supervisor) gets this pid once the
+    port listens; ``parent`` is watched and its death stops (drains) us.
+    """
 
     _raise_open_files(cfg.server.max_connections + _SPARE_FILES)
 
     async def main() -> None:
         built = app if isinstance(app, web.Application) else await app
+        stop = asyncio.Event()
+        watcher = (
+            asyncio.create_task(_watch_parent(parent, stop), name="watch-parent")
+            if parent is not None
+            else None
+        )
         ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if ready_fd is not None:
+            ready.add_done_callback(
+                lambda f: (
+                    os.write(ready_fd, b"%d\n" % os.getpid())
+                    if not f.cancelled() and f.exception() is None
+                    else None
+                )
+            )
         if print_banner:
             ready.add_done_callback(
                 lambda f: (
@@ -106,7 +147,18 @@ def _run(
                     else None
                 )
             )
-        await serve_app(built, cfg.server.host, cfg.server.port, reuse_port=reuse_port, ready=ready)
+        try:
+            await serve_app(
+                built,
+                cfg.server.host,
+                cfg.server.port,
+                reuse_port=reuse_port,
+                ready=ready,
+                stop=stop,
+            )
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
     with asyncio.Runner(loop_factory=_new_loop) as runner:
         runner.run(main())
@@ -142,122 +194,63 @@ def _raise_open_files(wanted: int) -> None:
         )
 
 
-def _supervise(cfg: Config) -> int:
-    """Start N worker processes on one port (SO_REUSEPORT) and keep them running.
+def _worker_main(argv: list[str]) -> int:
+    """A ``serve --workers`` worker: config from the inherited pipe, never from env.
 
-    Workers get the parent's exact config (JSON in ``GATEWAY_WORKER_CONFIG``)
-    and a shared ``PROMETHEUS_MULTIPROC_DIR`` so that any worker's
-    ``/metrics`` reports all of them. A worker that dies is restarted (unless
-    they keep dying at once); SIGINT/SIGTERM are passed on to every worker,
-    which then drains, and the supervisor exits when all have.
+    ``--config-fd N --ready-fd M --parent P``: read the config JSON from fd N
+    (then closed), write our pid to fd M once listening, and stop (drain)
+    when process P, the supervisor, is gone.
     """
-    metrics_dir, own_dir = multiprocess_dir(), False
-    if metrics_dir is None:
-        metrics_dir, own_dir = tempfile.mkdtemp(prefix="gateway-metrics-"), True
-    else:  # an operator's directory: start from zero, as prometheus-client asks
-        for stale in Path(metrics_dir).glob("*.db"):
-            stale.unlink(missing_ok=True)
-    env = {
-        **os.environ,
-        "GATEWAY_WORKER_CONFIG": orjson.dumps(config_to_raw(cfg)).decode(),
-        MULTIPROC_ENV: metrics_dir,
-    }
-    cmd = [sys.executable, "-m", "gateway.serve", "--worker"]
-    procs: list[subprocess.Popen[bytes]] = []
-    stopping: list[int] = []
-    starts: list[float] = []
+    from gateway.config import config_from_dict
 
-    def spawn() -> None:
-        starts.append(time.monotonic())
-        procs.append(subprocess.Popen(cmd, env=env))
-
-    def forward(signum: int, _frame: object) -> None:
-        stopping.append(signum)
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
-
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    code = 0
+    setup_logging()
+    opts = dict(zip(argv[1::2], (int(v) for v in argv[2::2]), strict=True))
+    parent = opts["--parent"]
+    _die_with_parent(parent)
+    with open(opts["--config-fd"], "rb") as pipe:
+        cfg = config_from_dict(orjson.loads(pipe.read()), {})
     try:
-        for _ in range(cfg.server.workers):
-            spawn()
-        print(
-            f"======== {len(procs)} workers on http://{cfg.server.host}:{cfg.server.port} ========",
-            flush=True,
+        _run(
+            create_app(cfg),
+            cfg,
+            reuse_port=True,
+            print_banner=False,
+            ready_fd=opts["--ready-fd"],
+            parent=parent,
         )
-        while procs:
-            time.sleep(0.2)
-            for proc in [p for p in procs if p.poll() is not None]:
-                procs.remove(proc)
-                _mp_dead(proc.pid, metrics_dir)
-                if stopping:
-                    code = max(code, proc.returncode or 0)
-                    continue
-                recent = [t for t in starts if time.monotonic() - t < 30]
-                if len(recent) > 2 * cfg.server.workers:
-                    log.error("workers keep dying; stopping (last exit code %s)", proc.returncode)
-                    forward(signal.SIGTERM, None)
-                    code = 1
-                    continue
-                log.warning(
-                    "worker exited pid=%s code=%s; starting another", proc.pid, proc.returncode
-                )
-                spawn()
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        for proc in procs:  # only if the loop itself failed
-            proc.kill()
-            proc.wait()
-        if own_dir:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-    return code
+    except ListenError as exc:
+        log.error("worker cannot listen: %s", exc)
+        return 3
+    return 0
 
 
-def _mp_dead(pid: int, path: str) -> None:
-    from prometheus_client import multiprocess
-
-    with contextlib.suppress(OSError):
-        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def config_to_raw(cfg: Config) -> dict[str, Any]:
-    """``cfg`` in the TOML shape ``config_from_dict`` reads (for worker processes)."""
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM this process when ``parent`` dies (Linux); exit now if it already has.
 
-    def plain(value: Any) -> Any:
-        if isinstance(value, frozenset):
-            return sorted(value)
-        if isinstance(value, tuple):
-            return [plain(v) for v in value]
-        if isinstance(value, Mapping):
-            return {k: plain(v) for k, v in value.items()}
-        return value
+    The fallback for other systems, and for a parent gone before the prctl
+    call, is ``_watch_parent``'s poll of the parent pid.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
 
-    def table(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-        return {
-            f.name: plain(getattr(obj, f.name))
-            for f in dataclasses.fields(obj)
-            if f.name not in skip
-        }
-
-    raw: dict[str, Any] = {
-        name: table(getattr(cfg, name))
-        for name in ("server", "limits", "redis", "upstream", "dashboard")
-    }
-    raw["networks"] = {n.name: table(n, ("name",)) for n in cfg.networks}
-    raw["plans"] = {p.name: table(p, ("name",)) for p in cfg.plans}
-    raw["default_plan"] = cfg.default_plan
-    return raw
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no usable libc
+            log.warning("PR_SET_PDEATHSIG unavailable; polling the parent pid only")
+    if os.getppid() != parent:
+        raise SystemExit(0)
 
 
-def _worker_main() -> None:
-    from gateway.config import config_from_dict, load_config
-
-    _logging()
-    blob = os.environ.get("GATEWAY_WORKER_CONFIG")
-    cfg = config_from_dict(orjson.loads(blob), {}) if blob else load_config()
-    _run(create_app(cfg), cfg, reuse_port=True, print_banner=False)
+async def _watch_parent(parent: int, stop: asyncio.Event, interval_s: float = 1.0) -> None:
+    """Set ``stop`` once ``parent`` is no longer this process's parent."""
+    while os.getppid() == parent:  # noqa: ASYNC110 - nothing to wait on but the pid
+        await asyncio.sleep(interval_s)
+    log.warning("supervisor pid=%s is gone; stopping", parent)
+    stop.set()
 
 
 # -- the offline demo --------------------------------------------------------
@@ -267,8 +260,6 @@ def _serve_demo(cfg: Config) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="gateway-demo-")
     redis_proc = RedisProcess(Path(tmp.name), persist=False)
     url = redis_proc.start()
-    if cfg.server.port == 8545 and not _port_free(cfg.server.host, cfg.server.port):
-        log.warning("port 8545 is taken; pass --port")
 
     async def build() -> web.Application:
         nodes = [
@@ -338,15 +329,6 @@ def _demo_banner(base: str, key: str, networks: tuple[NetworkConfig, ...]) -> st
     return "\n".join(lines)
 
 
-def _port_free(host: str, port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock, contextlib.suppress(OSError):
-        sock.bind((host, port))
-        return True
-    return False
-
-
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
-        _worker_main()
+    if sys.argv[1:2] == ["--worker"]:
+        raise SystemExit(_worker_main(sys.argv[1:]))

@@ -13,10 +13,19 @@ connection gets a watchdog with three phases:
 * idle (between requests) and "handler running" are not watched here; the
   former is aiohttp's keep-alive timeout, the latter the upstream deadline.
 
+Independently of the phase, an answer the client does not read is watched:
+once the transport's write buffer passes its high-water mark (the protocol
+is paused for writing) it must drain below the low-water mark within
+``server.write_timeout_s``, or the connection is aborted (not closed: a
+close would wait for a flush that never comes). Without it a client that
+never reads pins the answer's buffers, and the handler awaiting ``drain()``,
+for as long as it likes.
+
 A phase that overruns closes the connection (counted in
-``gateway_client_timeouts``). The timer is lazy, like aiohttp's keep-alive
-timer: a phase change only writes a deadline; the one timer per connection
-reschedules itself when it fires early, so a busy keep-alive connection
+``gateway_client_timeouts`` with phase ``header``, ``body`` or ``write``).
+The timer is lazy, like aiohttp's keep-alive timer: a phase change only
+writes a deadline; the one timer per connection reschedules itself when it
+fires early, so a busy keep-alive connection
 costs no timer operations per request.
 
 ``server.max_connections`` caps open connections per process: one more is
@@ -27,6 +36,8 @@ them, and they may hold an API key).
 
 Use ``GatewayRunner(app)`` wherever aiohttp would use ``web.AppRunner``:
 ``gateway serve`` (``serve_app``), gunicorn (``gunicorn_app``) and tests.
+The runner also opens the ``/metrics`` listener (``gateway.metricsport``) on
+``server.metrics_listen``; with several processes one holds it at a time.
 On shutdown the runner stops listening, answers in-flight requests with
 ``Connection: close``, waits up to ``server.drain_timeout_s`` for them and
 only then runs the app's cleanup (pools, Redis).
@@ -35,8 +46,11 @@ only then runs the app's cleanup (pools, Redis).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import signal
+import socket
 from typing import Any, Final
 
 from aiohttp import web
@@ -48,6 +62,7 @@ from gateway import typedefs as T
 from gateway.accesslog import AccessLogger
 from gateway.config import ServerConfig
 from gateway.metrics import Metrics, mark_process_dead
+from gateway.metricsport import MetricsListener
 
 log = logging.getLogger("gateway.server")
 
@@ -73,11 +88,13 @@ class _Watch:
         "metrics",
         "rejected",
         "timeouts",
+        "write_timeout",
     )
 
     def __init__(self, cfg: ServerConfig, metrics: Metrics | None) -> None:
         self.head_timeout = cfg.header_timeout_s
         self.body_timeout = cfg.body_timeout_s
+        self.write_timeout = cfg.write_timeout_s
         self.max_connections = cfg.max_connections
         self.connections = 0
         self.rejected = 0
@@ -88,7 +105,14 @@ class _Watch:
 class GatewayProtocol(RequestHandler):
     """aiohttp's request handler plus the watchdog, the cap and drain hints."""
 
-    __slots__ = ("_gw_deadline", "_gw_payload", "_gw_phase", "_gw_timer", "_gw_watch")
+    __slots__ = (
+        "_gw_deadline",
+        "_gw_payload",
+        "_gw_phase",
+        "_gw_timer",
+        "_gw_watch",
+        "_gw_write_deadline",
+    )
 
     def __init__(
         self, manager: GatewayServer, *, loop: asyncio.AbstractEventLoop, **kwargs: Any
@@ -97,6 +121,7 @@ class GatewayProtocol(RequestHandler):
         self._gw_watch = manager.watch
         self._gw_phase = _IDLE
         self._gw_deadline = 0.0
+        self._gw_write_deadline = 0.0  # 0: the client reads what we write
         self._gw_timer: asyncio.TimerHandle | None = None
         self._gw_payload: Any = None
 
@@ -161,25 +186,50 @@ class GatewayProtocol(RequestHandler):
         deadline = loop.time() + timeout
         self._gw_phase = phase
         self._gw_deadline = deadline
+        self._gw_arm(deadline)
+
+    def _gw_arm(self, deadline: float) -> None:
         timer = self._gw_timer
         if timer is not None:
             if timer.when() <= deadline:
                 return  # fires first, then reschedules itself to the deadline
             timer.cancel()
-        self._gw_timer = loop.call_at(deadline, self._gw_check)
+        self._gw_timer = self._loop.call_at(deadline, self._gw_check)
+
+    # -- clients that do not read --------------------------------------------
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        timeout = self._gw_watch.write_timeout
+        if timeout > 0:
+            self._gw_write_deadline = deadline = self._loop.time() + timeout
+            self._gw_arm(deadline)
+
+    def resume_writing(self) -> None:
+        self._gw_write_deadline = 0.0  # the timer finds nothing to do and lapses
+        super().resume_writing()
 
     def _gw_check(self) -> None:
         self._gw_timer = None
+        transport = self.transport
+        if transport is None:
+            return
+        loop = self._loop
+        now = loop.time()
+        write_deadline = self._gw_write_deadline
+        if write_deadline:
+            if now >= write_deadline:
+                self._gw_write_stalled(transport)
+                return
+            self._gw_timer = loop.call_at(write_deadline, self._gw_check)
         phase = self._gw_phase
-        if phase == _IDLE or self._force_close or self.transport is None:
+        if phase == _IDLE or self._force_close:
             return
         if phase == _BODY and self._gw_payload is not None and self._gw_payload.is_eof():
             self._gw_phase = _IDLE
             self._gw_payload = None
             return
-        loop = self._loop
-        if loop.time() < self._gw_deadline:
-            self._gw_timer = loop.call_at(self._gw_deadline, self._gw_check)
+        if now < self._gw_deadline:
+            self._gw_arm(self._gw_deadline)
             return
         watch = self._gw_watch
         watch.timeouts += 1
@@ -190,6 +240,21 @@ class GatewayProtocol(RequestHandler):
         self._gw_phase = _IDLE
         self._gw_payload = None
         self.force_close()
+
+    def _gw_write_stalled(self, transport: asyncio.Transport) -> None:
+        watch = self._gw_watch
+        watch.timeouts += 1
+        if watch.metrics is not None:
+            watch.metrics.client_timeouts.labels("write").inc()
+        log.info(
+            "unread answer, connection aborted after_s=%s buffered=%s remote=%s",
+            watch.write_timeout,
+            transport.get_write_buffer_size(),
+            _peer(transport),
+        )
+        self._gw_write_deadline = 0.0
+        self._force_close = True
+        transport.abort()  # drops the buffer; connection_lost wakes the writer
 
     # -- drain ---------------------------------------------------------------
     async def finish_response(
@@ -256,11 +321,48 @@ class GatewayServer(web.Server):
         return GatewayProtocol(self, loop=self._loop, **self._kwargs)
 
 
-class GatewayRunner(web.AppRunner):
-    """``web.AppRunner`` with the gateway's protocol and server settings from config."""
+class ListenError(Exception):
+    """The public port could not be bound; the message names it and says why."""
 
-    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+
+def bind_listener(host: str, port: int, *, reuse_port: bool, backlog: int) -> socket.socket:
+    """A listening socket on ``host:port``, or ``ListenError`` naming the address.
+
+    Bound before the app starts (Redis, pools), so that a busy port fails at
+    once with one clear line instead of a traceback after a ready banner.
+    """
+    where = f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        return socket.create_server(
+            infos[0][4][:2], family=infos[0][0], backlog=backlog, reuse_port=reuse_port
+        )
+    except socket.gaierror as exc:
+        raise ListenError(f"cannot listen on {where}: unknown host ({exc.strerror})") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        if exc.errno == errno.EADDRINUSE:
+            reason = "the port is already in use by another process"
+        raise ListenError(f"cannot listen on {where}: {reason}") from None
+
+
+class GatewayRunner(web.AppRunner):
+    """``web.AppRunner`` with the gateway's protocol and server settings from config.
+
+    ``setup()`` also starts the ``/metrics`` listener on ``server.metrics_listen``
+    (``metrics_listen=""`` turns it off for this runner).
+    """
+
+    def __init__(
+        self, app: web.Application, *, metrics_listen: str | None = None, **kwargs: Any
+    ) -> None:
         cfg = app[T.CONFIG].server
+        listen = cfg.metrics_listen if metrics_listen is None else metrics_listen
+        self.metrics_listener = (
+            MetricsListener(app[T.METRICS], listen) if listen and T.METRICS in app else None
+        )
         kwargs.setdefault("keepalive_timeout", cfg.keepalive_timeout_s)
         kwargs.setdefault("shutdown_timeout", cfg.drain_timeout_s)
         kwargs.setdefault("access_log_class", AccessLogger)
@@ -279,11 +381,18 @@ class GatewayRunner(web.AppRunner):
         server.watch = _Watch(self.app[T.CONFIG].server, self.app.get(T.METRICS))
         return server
 
+    async def setup(self) -> None:
+        await super().setup()
+        if self.metrics_listener is not None:
+            await self.metrics_listener.start()
+
     async def cleanup(self) -> None:
         """Stop listening, drain in-flight calls, run the app's cleanup."""
         try:
             await super().cleanup()
         finally:
+            if self.metrics_listener is not None:
+                await self.metrics_listener.close()
             mark_process_dead()
 
     @property
@@ -306,8 +415,10 @@ async def serve_app(
 ) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop``), then drain and clean up.
 
-    ``ready`` receives the bound port once the socket listens.
+    The port is bound first: a busy one raises ``ListenError`` before anything
+    else starts. ``ready`` receives the bound port once the socket listens.
     """
+    sock = bind_listener(host, port, reuse_port=reuse_port, backlog=backlog)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
@@ -316,7 +427,7 @@ async def serve_app(
     runner = GatewayRunner(app)
     try:
         await runner.setup()
-        site = web.TCPSite(runner, host, port, backlog=backlog, reuse_port=reuse_port)
+        site = web.SockSite(runner, sock, backlog=backlog)
         await site.start()
         bound = runner.addresses[0][1] if runner.addresses else port
         if ready is not None and not ready.done():
@@ -331,6 +442,21 @@ async def serve_app(
         for sig in signals:
             loop.remove_signal_handler(sig)
         await runner.cleanup()
+        sock.close()
+
+
+def setup_logging() -> None:
+    """Log lines to stderr at ``$GATEWAY_LOG_LEVEL`` (INFO), unless a host configured logging.
+
+    Gunicorn configures only its own loggers: without this the access log
+    (``gateway.access``, INFO) was dropped there.
+    """
+    if logging.getLogger().handlers:
+        return
+    logging.basicConfig(
+        level=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
 
 
 async def gunicorn_app() -> web.AppRunner:
@@ -339,7 +465,13 @@ async def gunicorn_app() -> web.AppRunner:
     client timeouts, the connection cap and the drain apply under gunicorn too
     (keep-alive and drain then come from the gateway config, not gunicorn's
     flags; keep gunicorn's ``--graceful-timeout`` above ``server.drain_timeout_s``).
+
+    The access log goes to stderr like under ``gateway serve``. ``/metrics``
+    is on ``server.metrics_listen``: one worker holds it, the others retry,
+    and with ``PROMETHEUS_MULTIPROC_DIR`` set it reports every worker.
     """
     from gateway.app import create_app
+    from gateway.config import load_config
 
-    return GatewayRunner(create_app())
+    setup_logging()
+    return GatewayRunner(create_app(load_config()))
