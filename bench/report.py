@@ -253,6 +253,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             "",
         ]
     out += render_cpu_by_part(targets)
+    out += render_scale(report.get("scale"))
     ratios: dict[str, dict[str, float | None]] = report.get("ratios", {})
     if ratios:
         names = list(ratios)
@@ -325,6 +326,42 @@ def render_cpu_by_part(targets: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def render_scale(scale: dict[str, Any] | None) -> list[str]:
+    """Markdown lines for ``bench scale``: throughput against the ideal line."""
+    if not scale:
+        return []
+    out = [
+        "## Scaling",
+        "",
+        "| workers | req/s | ideal req/s | efficiency | speed-up | gateway CPU µs/req "
+        "| Redis CPU µs/admitted | at its limit |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in scale["rows"]:
+        out.append(
+            f"| {r['workers']} | {_fmt(r['throughput_rps'], 0)} | {_fmt(r['ideal_rps'], 0)} "
+            f"| {r['efficiency']:.2f} | {r['speedup']:.2f}x "
+            f"| {_fmt(r.get('gateway_cpu_us_per_req'), 0)} "
+            f"| {_fmt(r.get('redis_cpu_us_per_admitted'), 1)} | {r.get('at_limit', '')} |"
+        )
+    out.append("")
+    return out
+
+
+def _plot_scale(ax: Any, scale: dict[str, Any]) -> None:
+    rows = scale["rows"]
+    xs = [r["workers"] for r in rows]
+    ax.plot(xs, [r["throughput_rps"] for r in rows], marker="o", label="measured")
+    ax.plot(xs, [r["ideal_rps"] for r in rows], linestyle="--", color="grey", label="ideal")
+    ax.set_xticks(xs)
+    ax.set_xlabel("gateway workers")
+    ax.set_ylabel("answers per second")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left")
+    ax.set_title("throughput vs workers (ideal: 1-worker throughput x N)")
+
+
 # ---- plot ----------------------------------------------------------------------
 
 
@@ -336,8 +373,11 @@ def plot(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
     import matplotlib.pyplot as plt
 
     tl = report.get("timeline")
-    rows = 2 if tl else 1
+    scale = report.get("scale")
+    rows = 1 + bool(tl) + bool(scale)
     fig, axes = plt.subplots(rows, 1, figsize=(9, 4.2 * rows), squeeze=False)
+    if scale:
+        _plot_scale(axes[rows - 1][0], scale)
     ax = axes[0][0]
     ticks = [0.0, 90.0, 99.0, 99.9, 99.99, 99.999]
     for name, summary in report.get("targets", {}).items():

@@ -251,3 +251,29 @@ def at_limit(
         if total >= limit_pct / 100.0 * capacity:
             return f"the machine: all CPUs {total / len(cpu_busy_pct):.0f}% busy"
     return f"none saturated (busiest: {busiest['part']} at {busiest['core_pct']:.0f}% of a core)"
+
+
+def scale_rows(throughput: Mapping[int, float]) -> list[dict[str, Any]]:
+    """Per worker count: throughput, the ideal (1-worker x N), efficiency, speed-up.
+
+    The ideal line is anchored at the smallest count measured, scaled
+    linearly (``base / base_count * n``), so a run that starts at 2 still
+    has a line.
+    """
+    if not throughput:
+        return []
+    base_n = min(throughput)
+    per_worker = throughput[base_n] / base_n
+    rows = []
+    for n in sorted(throughput):
+        ideal = per_worker * n
+        rows.append(
+            {
+                "workers": n,
+                "throughput_rps": throughput[n],
+                "ideal_rps": ideal,
+                "efficiency": throughput[n] / ideal if ideal > 0 else 0.0,
+                "speedup": throughput[n] / throughput[base_n] if throughput[base_n] > 0 else 0.0,
+            }
+        )
+    return rows

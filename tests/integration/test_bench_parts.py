@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.stack import child_env
 
 
@@ -28,3 +30,21 @@ def test_steady_report_lists_cpu_of_each_part(tmp_path: Path) -> None:
     assert gw["admitted"] == gw["kinds"]["ok"] > 0
     assert gw["redis_cpu_us_per_admitted"] > 0
     assert gw["at_limit"]
+
+
+def test_scale_runs_one_then_two_workers(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "scale", "--max-workers", "2", "--duration", "1s",
+         "--connections", "8", "--min-efficiency", "0", "--json", "--quiet",
+         "--out-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=180, env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    rows = report["scale"]["rows"]
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert rows[1]["ideal_rps"] == pytest.approx(2 * rows[0]["throughput_rps"])
+    two = {r["part"] for r in report["targets"]["2 workers"]["cpu_by_part"]}
+    assert {"gateway worker 1", "gateway worker 2"} <= two  # really restarted with 2
+    assert report["targets"]["2 workers"]["connections"] == 16  # same per worker
+    assert list(tmp_path.glob("scale-*.png"))
