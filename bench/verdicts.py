@@ -229,22 +229,25 @@ def at_limit(
     for r in known:
         if r.get("cpus"):
             groups.setdefault(tuple(r["cpus"]), []).append(r)
+    found = []
     for cpuset, members in sorted(groups.items()):
         ours = sum(r["core_pct"] for r in members)
         capacity = 100.0 * len(cpuset)
         top = max(members, key=lambda r: r["core_pct"])
         label = "CPU " + ",".join(map(str, cpuset))
+        machine = [cpu_busy_pct[c] for c in cpuset if cpu_busy_pct and c in cpu_busy_pct]
         if ours >= limit_pct / 100.0 * capacity:
-            return (
+            found.append(
                 f"{label} saturated by its {len(members)} pinned parts "
                 f"({ours:.0f}% of {capacity:.0f}%; busiest {top['part']} {top['core_pct']:.0f}%)"
             )
-        machine = [cpu_busy_pct[c] for c in cpuset if cpu_busy_pct and c in cpu_busy_pct]
-        if machine and sum(machine) >= limit_pct / 100.0 * capacity:
-            return (
+        elif machine and sum(machine) >= limit_pct / 100.0 * capacity:
+            found.append(
                 f"{label} saturated by other processes: {sum(machine):.0f}% busy, "
                 f"ours {ours:.0f}% of it"
             )
+    if found:
+        return "; ".join(found)
     if cpu_busy_pct and not groups:
         total = sum(cpu_busy_pct.values())
         capacity = 100.0 * len(cpu_busy_pct)

@@ -79,6 +79,11 @@ def test_at_limit_blames_other_processes_when_the_cpu_is_busy_but_not_ours() -> 
     assert v.at_limit(rows, {0: 99.0, 1: 50.0}) == (
         "CPU 0 saturated by other processes: 99% busy, ours 40% of it"
     )
+    both = v.at_limit(rows, {0: 99.0, 1: 95.0})
+    assert both == (
+        "CPU 0 saturated by other processes: 99% busy, ours 40% of it; "
+        "CPU 1 saturated by other processes: 95% busy, ours 10% of it"
+    )
     unpinned = [_row("gateway", 40.0)]
     assert v.at_limit(unpinned, {0: 95.0, 1: 93.0}) == "the machine: all CPUs 94% busy"
     assert v.at_limit(unpinned, {0: 50.0, 1: 50.0}).startswith("none saturated")
