@@ -46,10 +46,10 @@ def pin_self() -> tuple[CpuPlan, dict[str, Any]]:
     return plan, machine
 
 
-def where(plan: CpuPlan, other: str) -> str:
+def where(plan: CpuPlan, other: str, subject: str = "client") -> str:
     if plan.server is None:
         return "not pinned"
-    return f"client on CPU {list(plan.server)}, {other} on CPU {list(plan.others or ())}"
+    return f"{subject} on CPU {list(plan.server)}, {other} on CPU {list(plan.others or ())}"
 
 
 async def closed_loop(
@@ -84,6 +84,7 @@ def emit(
     as_json: bool,
     params: dict[str, Any],
     machine: dict[str, Any],
+    cpu_label: str = "client CPU µs/call",
 ) -> None:
     """Print the table (or JSON): req/s and client CPU µs per call, per candidate."""
     if as_json:
@@ -92,6 +93,7 @@ def emit(
             "setup": setup,
             "machine": machine,
             "params": params,
+            "cpu_of": cpu_label,
             "rows": [
                 {**asdict(r), "rps": r.rps, "cpu_us_per_call": r.cpu_us_per_call} for r in rows
             ],
@@ -100,11 +102,11 @@ def emit(
         return
     print(f"{title}: {setup}")
     extras = sorted({k for r in rows for k in r.extra})
-    head = f"{'candidate':<34} {'calls/s':>10} {'client CPU µs/call':>19}"
+    head = f"{'candidate':<42} {'calls/s':>10} {cpu_label:>19}"
     print(head + "".join(f" {k:>22}" for k in extras))
     for r in rows:
         cpu = r.cpu_us_per_call
-        line = f"{r.name:<34} {r.rps:>10,.0f} {cpu if cpu is not None else float('nan'):>19.1f}"
+        line = f"{r.name:<42} {r.rps:>10,.0f} {cpu if cpu is not None else float('nan'):>19.1f}"
         for k in extras:
             value = r.extra.get(k)
             line += f" {value if value is not None else float('nan'):>22.1f}"

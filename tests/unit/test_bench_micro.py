@@ -32,11 +32,16 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         ("bench.micro.redismux", ["redis.asyncio Redis.evalsha", "gateway MuxRedis.evalsha"]),
         ("bench.clientcost", ["gateway NodeClient (lean)"]),  # the old name still works
+        (
+            "bench.micro.watchdog",
+            ["web.AppRunner, 16 conns", "GatewayRunner (watchdog, cap), 16 conns"],
+        ),
     ],
 )
 def test_micro_benchmark_runs(module: str, names: list[str]) -> None:
+    extra = ["--connections", "16"] if module.endswith("watchdog") else []
     out = subprocess.run(
-        [sys.executable, "-m", module, "--seconds", "0.3", "--json"],
+        [sys.executable, "-m", module, "--seconds", "0.3", "--json", *extra],
         capture_output=True, text=True, timeout=120, env=child_env(),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
