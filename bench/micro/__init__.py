@@ -8,7 +8,9 @@ docstring can be re-checked on any machine:
 * ``python -m bench.micro.nodeclient``: gateway/nodeclient.py and the load
   generator's client vs ``aiohttp.ClientSession``;
 * ``python -m bench.micro.redismux``: ``EVALSHA`` through gateway/redismux.py
-  vs ``redis.asyncio``.
+  vs ``redis.asyncio``;
+* ``python -m bench.micro.watchdog``: gateway/server.py's ``GatewayRunner``
+  (slow-client watchdog, connection cap) vs plain ``web.AppRunner``.
 
 Every module takes ``--json``.
 """
