@@ -101,11 +101,16 @@ async def snapshot(stack: Stack | None) -> PartsSnapshot:
         if not proc.alive:
             continue
         pids = process_tree(proc.pid)
-        if len(pids) == 1:
-            names = [(name, pids[0])]
-        else:  # a supervisor and its workers, workers numbered by pid order
-            names = [(f"{name} supervisor", pids[0])]
-            names += [(f"{name} worker {i}", p) for i, p in enumerate(sorted(pids[1:]), 1)]
+        if len(pids) == 1 or proc is not stack.gateway:
+            # one part; a forked helper (Redis's AOF rewrite) counts with its parent
+            used = [pid_cpu_seconds(p) for p in pids]
+            if used[0] is not None:
+                cpu_s[name] = sum(x for x in used if x is not None)
+                cpus[name] = proc.cpus
+            continue
+        # the gateway's supervisor and its workers, workers numbered by pid order
+        names = [(f"{name} supervisor", pids[0])]
+        names += [(f"{name} worker {i}", p) for i, p in enumerate(sorted(pids[1:]), 1)]
         for part, pid in names:
             value = pid_cpu_seconds(pid)
             if value is not None:
