@@ -47,6 +47,8 @@ def create_app(config: Config | None = None) -> web.Application:
     for handler in handlers:
         app.router.add_route("*", handler.network.prefix, handler.handle)
         app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
+        # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
+        app.router.add_route("*", handler.network.prefix + "/{tail:.*}", handler.handle)
     app[T.HANDLERS] = handlers
     app.on_startup.append(_bind_handlers)
     setup_ops_routes(app)
