@@ -8,6 +8,7 @@ object with ``"Method"`` in it would show up here as the other method.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +16,10 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from gateway import rpc
 from gateway.accounts import Store
 from gateway.app import create_app
 from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
@@ -236,3 +240,109 @@ async def test_other_paths_under_a_prefix_are_401_json(
         "id": 4,
         "error": {"code": -32001, "message": "Invalid authentication credentials"},
     }
+
+
+# -- property: what a Go node decodes is what the gateway validated (item 12) -----
+OFFERED = ["eth_chainId", "eth_call", "eth_getBalance", "eth_getLogs", "net_version"]
+FORBIDDEN = ["debug_traceTransaction", "admin_addPeer", "personal_sign", "eth_blockNumber"]
+
+
+def _case_variants(name: str) -> st.SearchStrategy[str]:
+    """``name`` in any letter case, sometimes with a character Go folds onto a letter."""
+    folds = {"s": "\u017f", "k": "\u212a"}
+
+    def build(flags: list[int]) -> str:
+        out = []
+        for ch, flag in zip(name, flags, strict=True):
+            if flag == 2 and ch in folds:
+                out.append(folds[ch])
+            else:
+                out.append(ch.upper() if flag else ch)
+        return "".join(out)
+
+    return st.lists(st.integers(0, 2), min_size=len(name), max_size=len(name)).map(build)
+
+
+_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+_values = st.recursive(
+    _leaf,
+    lambda kids: (
+        st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3)
+    ),
+    max_leaves=8,
+)
+_id_values = (
+    st.integers(-(2**70), 2**70)
+    | st.text(max_size=6)
+    | st.none()
+    | st.builds(lambda v: {"id": v}, st.integers())  # nested: an invalid id
+)
+_member_names = st.sampled_from(["jsonrpc", "id", "method", "params"]).flatmap(_case_variants)
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)  # raw unicode; names go escaped
+
+
+@st.composite
+def _raw_call(draw: st.DrawFn) -> bytes:
+    """One request object as raw JSON text: valid core, hostile extras, duplicates."""
+    members: list[tuple[str, str]] = [
+        ("jsonrpc", '"2.0"'),
+        ("method", _text(draw(st.sampled_from(OFFERED + FORBIDDEN[:1])))),
+    ]
+    if draw(st.booleans()):
+        members.append(("id", _text(draw(_id_values))))
+    if draw(st.booleans()):
+        members.append(("params", _text(draw(st.lists(_values, max_size=3)))))
+    for _ in range(draw(st.integers(0, 4))):
+        name = draw(_member_names | st.text(max_size=6))
+        if name.casefold() == "method" or draw(st.booleans()):
+            value = _text(draw(st.sampled_from(OFFERED + FORBIDDEN)))
+        else:
+            value = _text(draw(_values))
+        members.insert(draw(st.integers(0, len(members))), (name, value))
+    return ("{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in members) + "}").encode()
+
+
+_bodies = _raw_call() | st.lists(_raw_call(), min_size=1, max_size=4).map(
+    lambda items: b"[" + b",".join(items) + b"]"
+)
+
+
+@pytest.fixture
+async def roomy_go_client(
+    make_config: MakeConfig, aiohttp_client: Any, go_node: MockNode
+) -> Client:
+    return await _client(
+        make_config, aiohttp_client, go_node, plans={"free": {"rate": 100000, "burst": 100000}}
+    )
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=_bodies)
+async def test_go_node_decodes_exactly_the_validated_calls(
+    roomy_go_client: Client, go_node: MockNode, api_key: str, body: bytes
+) -> None:
+    go_node.received.clear()
+    resp = await roomy_go_client.post(f"/bsc/{api_key}", data=body, headers=JSON)
+    assert resp.status in (200, 204), await resp.read()
+    parsed = rpc.parse_body(body)
+    objs = parsed if isinstance(parsed, list) else [parsed]
+    methods = frozenset(OFFERED)
+    validated = [rpc.validate_call(o, methods) for o in objs]
+    want = [
+        (c.method, orjson.dumps([] if c.params is None else c.params))
+        for c in validated
+        if c.error is None
+    ]
+    assert calls_seen(go_node) == want
+    assert all(method in methods for method, _ in calls_seen(go_node))
