@@ -103,6 +103,7 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
             cfg.limits.upstream_connect_timeout_s,
             cfg.limits.upstream_timeout_s,
             metrics=metrics,
+            max_response_bytes=cfg.limits.max_response_bytes,
         )
         await pool.start()
         pools[net.name] = pool

@@ -104,6 +104,8 @@ class LimitsConfig:
     upstream_connect_timeout_s: float = 2.0
     upstream_timeout_s: float = 10.0
     max_in_flight: int = 2_048
+    # A node's answer above this is refused (502); larger ones are streamed.
+    max_response_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

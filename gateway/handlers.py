@@ -25,6 +25,7 @@ from gateway.clientip import ClientIP
 from gateway.config import Config, NetworkConfig
 from gateway.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
 from gateway.metrics import Metrics
+from gateway.nodeclient import NodeRequestError, NodeStream
 from gateway.typedefs import CLIENT_IP, KEY_ID, RPC_METHOD
 from gateway.upstream import NodePool, UpstreamError
 from gateway.usage import ErrorCounter
@@ -33,6 +34,9 @@ log = logging.getLogger("gateway.rpc")
 
 JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
 NON_IDEMPOTENT = frozenset({"eth_sendRawTransaction"})
+# Single answers longer than this (or of unknown length) are streamed, not
+# buffered; the common small answer keeps the one-buffer path.
+STREAM_OVER = 1 << 20
 REDIS_LOG_INTERVAL_S = 10.0  # at most one "Redis unavailable" line per this many seconds
 _MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON decoder
 
@@ -69,6 +73,28 @@ class _Request:
         self.calls = calls
         self.is_batch = is_batch
         self.error = error
+
+
+class _Relay:
+    """A large single answer to stream once the in-flight slot is given back."""
+
+    __slots__ = ("client_id", "gid", "headers", "khash", "req", "stream")
+
+    def __init__(
+        self,
+        stream: NodeStream,
+        gid: int,
+        client_id: Any,
+        headers: dict[str, str],
+        khash: str,
+        req: _Request,
+    ) -> None:
+        self.stream = stream
+        self.gid = gid
+        self.client_id = client_id
+        self.headers = headers
+        self.khash = khash
+        self.req = req
 
 
 class _LogLimiter:
@@ -165,7 +191,10 @@ class RpcHandler:
             admitted = await self._admit(request, khash, req)
             if isinstance(admitted, web.Response):
                 return admitted
-            return await self._forward(khash, req, admitted)
+            answer = await self._forward(khash, req, admitted)
+        if isinstance(answer, _Relay):  # a large answer: relayed without holding a slot
+            return await self._relay(request, answer)
+        return answer
 
     # -- the steps -------------------------------------------------------------
     def _check_http(self, request: web.Request) -> web.Response | None:
@@ -262,7 +291,9 @@ class RpcHandler:
             return self._refused(decision, req)
         return self._limit_headers(decision)
 
-    async def _forward(self, khash: str, req: _Request, headers: dict[str, str]) -> web.Response:
+    async def _forward(
+        self, khash: str, req: _Request, headers: dict[str, str]
+    ) -> web.Response | _Relay:
         """Send the canonical form of the valid calls; relay with the client's ids."""
         if req.error is not None:
             kind, reason = req.error
@@ -278,13 +309,19 @@ class RpcHandler:
         out = rpc.encode_batch(forward, gid) if req.is_batch else rpc.encode_call(forward[0], gid)
         idempotent = not any(c.method in NON_IDEMPOTENT for c in forward)
         try:
-            reply = await self.pool.forward(out, idempotent=idempotent)
+            reply = await self.pool.forward(
+                out, idempotent=idempotent, stream_over=None if req.is_batch else STREAM_OVER
+            )
         except UpstreamError as exc:
             self.errors.add(khash)
             kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
             return self._upstream_failed(kind, req, headers)
         if not any(c.answered for c in calls):
+            if isinstance(reply, NodeStream):
+                reply.close()
             return _no_content(headers)
+        if isinstance(reply, NodeStream):
+            return _Relay(reply, gid, calls[0].id, headers, khash, req)
         try:
             if req.is_batch:
                 answer, is_error = rpc.restore_batch(reply, calls, gid)
@@ -297,6 +334,67 @@ class RpcHandler:
         if is_error:
             self.errors.add(khash)
         return _reply(answer, 200, headers)
+
+    async def _relay(self, request: web.Request, relay: _Relay) -> web.StreamResponse:
+        """Stream a large single answer with the client's id spliced into its head.
+
+        Memory stays bounded: the node is read only as fast as the client
+        takes the bytes (``resp.write`` waits for the socket to drain, the
+        node stream pauses its socket when unread). An answer in another
+        shape than geth's is buffered (up to ``limits.max_response_bytes``)
+        and restored the slow way. Once the head has gone out, a node that
+        fails (or runs past the cap) mid-answer can only be reported by
+        cutting the client's connection; a client that goes away (or is
+        dropped by ``server.write_timeout_s``) releases everything.
+        """
+        stream, req = relay.stream, relay.req
+        head = b'{"jsonrpc":"2.0","id":%d,' % relay.gid
+        resp: web.StreamResponse | None = None
+        try:
+            first = b""
+            while len(first) <= len(head):
+                chunk = await stream.read()
+                if not chunk:
+                    break
+                first += chunk
+            if not first.startswith(head):
+                whole = first + await stream.read_all()
+                answer, is_error = rpc.restore_single(whole, relay.gid, relay.client_id)
+                if is_error:
+                    self.errors.add(relay.khash)
+                return _reply(answer, 200, relay.headers)
+            if first.startswith(b'"error"', len(head)):
+                self.errors.add(relay.khash)
+            new_head = b'{"jsonrpc":"2.0","id":%s,' % orjson.dumps(relay.client_id)
+            resp = web.StreamResponse(status=200, headers=relay.headers)
+            resp.headers.update(CORS_HEADERS)
+            resp.content_type = "application/json"
+            if stream.length is not None:
+                resp.content_length = stream.length - len(head) + len(new_head)
+            await resp.prepare(request)
+            await resp.write(new_head + first[len(head) :])
+            del first
+            while chunk := await stream.read():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+        except NodeRequestError as exc:
+            self.errors.add(relay.khash)
+            if resp is None:  # nothing sent yet: a proper error answer
+                kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
+                return self._upstream_failed(kind, req, relay.headers)
+            log.warning("node failed mid-answer network=%s error=%s", self.network.name, exc)
+            if request.transport is not None:
+                request.transport.abort()
+            return resp
+        except rpc.BadAnswer as exc:
+            self.errors.add(relay.khash)
+            log.warning("bad node answer network=%s reason=%s", self.network.name, exc)
+            return self._upstream_failed(rpc.UPSTREAM_UNAVAILABLE, req, relay.headers)
+        except ConnectionError:  # the client went away, or was dropped for not reading
+            return resp if resp is not None else web.Response(status=499)
+        finally:
+            stream.close()  # no-op once read to the end; drops a half-read node answer
 
     def _limit_headers(self, decision: Decision) -> dict[str, str]:
         """IETF RateLimit headers (draft-ietf-httpapi-ratelimit-headers-07 form)."""

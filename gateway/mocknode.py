@@ -84,6 +84,9 @@ class MockNodeOptions:
     # When set, every POST is answered 200 with exactly these bytes (a broken
     # node, a proxy's HTML page, an answer of hundreds of megabytes).
     raw_answer: bytes | None = None
+    # When > 0, eth_call and eth_getLogs answer a hex string result of about
+    # this many bytes (a 50 MB eth_getLogs, a hostile node).
+    result_bytes: int = 0
 
     def __post_init__(self) -> None:
         rates = (self.error_rate, self.rate_429, self.drop_rate)
@@ -598,6 +601,8 @@ class MockNode:
             result = handler(self, call.get("params"))
         except (TypeError, ValueError, IndexError, KeyError):
             return _err(cid, -32602, "Invalid params")
+        if opts.result_bytes > 0 and method in ("eth_call", "eth_getLogs"):
+            result = "0x" + "ab" * (opts.result_bytes // 2)
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
     def _fault_body(self, body: bytes, code: int, message: str) -> bytes:

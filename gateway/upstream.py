@@ -48,7 +48,7 @@ import orjson
 
 from gateway.config import NetworkConfig, UpstreamConfig
 from gateway.metrics import Metrics, NodeMetrics
-from gateway.nodeclient import NodeClient, NodeRequestError
+from gateway.nodeclient import NodeClient, NodeRequestError, NodeStream
 
 log = logging.getLogger("gateway.upstream")
 
@@ -59,7 +59,11 @@ _RELAYED_4XX: Final = frozenset({400, 413, 422})
 
 
 class UpstreamError(Exception):
-    """No node produced an answer; ``timeout`` tells 504 from 502."""
+    """No node produced an answer; ``timeout`` tells 504 from 502.
+
+    An answer over ``limits.max_response_bytes`` is one too: it is not
+    retried elsewhere (another node would send the same answer).
+    """
 
     def __init__(self, message: str, *, timeout: bool = False) -> None:
         super().__init__(message)
@@ -137,12 +141,14 @@ class _Failed(Exception):
         sent: bool = True,
         node_fault: bool = True,
         resend_ok: bool = False,
+        final: bool = False,
     ) -> None:
         super().__init__(message)
         self.timeout = timeout
         self.sent = sent
         self.node_fault = node_fault
         self.resend_ok = resend_ok
+        self.final = final  # no other node would do better: stop trying
 
 
 class NodePool:
@@ -157,8 +163,10 @@ class NodePool:
         *,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_response_bytes: int | None = None,
     ) -> None:
         self.network = network
+        self.max_response_bytes = max_response_bytes
         self.clock = clock  # injectable for tests; monotonic seconds
         self.cfg = cfg
         self.connect_timeout_s = connect_timeout_s
@@ -260,11 +268,16 @@ class NodePool:
         }
 
     # -- forwarding ----------------------------------------------------------
-    async def forward(self, body: bytes, *, idempotent: bool = True) -> bytes:
-        """POST ``body`` to a node and return its answer bytes (any 2xx).
+    async def forward(
+        self, body: bytes, *, idempotent: bool = True, stream_over: int | None = None
+    ) -> bytes | NodeStream:
+        """POST ``body`` to a node and return its answer (any 2xx).
 
-        Raises ``UpstreamError`` once the attempts, the deadline or the retry
-        budget run out; see the module docstring for the retry rules.
+        The answer is its bytes; with ``stream_over`` (lean client only) a
+        longer 2xx answer comes as a ``NodeStream`` the caller must read to
+        the end or close. Raises ``UpstreamError`` once the attempts, the
+        deadline or the retry budget run out (see the module docstring), or
+        for an answer over ``max_response_bytes``.
         """
         session = self.session
         assert session is not None, "NodePool.start() was not awaited"
@@ -292,7 +305,12 @@ class NodePool:
             try:
                 if node.client is not None:
                     payload = await _lean_attempt(
-                        node, node.client, body, min(remaining, self.attempt_timeout_s)
+                        node,
+                        node.client,
+                        body,
+                        min(remaining, self.attempt_timeout_s),
+                        self.max_response_bytes,
+                        stream_over,
                     )
                 else:
                     timeout = (
@@ -302,11 +320,13 @@ class NodePool:
                             total=remaining, sock_connect=self.connect_timeout_s
                         )
                     )
-                    payload = await self._attempt(session, node, body, timeout)
+                    payload = await self._attempt(
+                        session, node, body, timeout, self.max_response_bytes
+                    )
             except _Failed as exc:
                 self._failed(node, exc)
                 last = UpstreamError(str(exc), timeout=exc.timeout)
-                if exc.sent and not idempotent and not exc.resend_ok:
+                if exc.final or (exc.sent and not idempotent and not exc.resend_ok):
                     break
                 continue
             finally:
@@ -319,14 +339,27 @@ class NodePool:
 
     @staticmethod
     async def _attempt(
-        session: aiohttp.ClientSession, node: Node, body: bytes, limit: aiohttp.ClientTimeout
+        session: aiohttp.ClientSession,
+        node: Node,
+        body: bytes,
+        limit: aiohttp.ClientTimeout,
+        max_bytes: int | None,
     ) -> bytes:
         try:
             async with session.post(
                 node.url, data=body, headers=_JSON_HEADERS, timeout=limit
             ) as resp:
-                payload = await resp.read()
                 status = resp.status
+                if max_bytes is None:
+                    payload = await resp.read()
+                else:
+                    if resp.content_length is not None and resp.content_length > max_bytes:
+                        raise _too_large(node)
+                    payload = await resp.content.read(max_bytes + 1)
+                    while not resp.content.at_eof() and len(payload) <= max_bytes:
+                        payload += await resp.content.read(max_bytes + 1 - len(payload))
+                    if len(payload) > max_bytes:
+                        raise _too_large(node)
         except aiohttp.ConnectionTimeoutError:
             raise _Failed(f"{node.name}: connect timed out", timeout=True, sent=False) from None
         except TimeoutError:
@@ -337,7 +370,9 @@ class NodePool:
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise _Failed(f"{node.name}: failed ({exc.__class__.__name__})") from None
-        return _judge(node, status, payload)
+        answer = _judge(node, status, payload)
+        assert isinstance(answer, bytes)  # this transport never streams
+        return answer
 
     def _failed(self, node: Node, exc: _Failed) -> None:
         node.failures += 1
@@ -399,7 +434,9 @@ class NodePool:
                 if resp.status != 200:
                     return None
                 reply = orjson.loads(await resp.read())
-                return int(reply["result"], 16)
+                head = int(reply["result"], 16)
+                # a hostile node's absurd head would break the metrics and lag math
+                return head if 0 <= head < 1 << 63 else None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError, TypeError):
             return None
 
@@ -420,10 +457,15 @@ class NodePool:
             await self.close()
 
 
-def _judge(node: Node, status: int, payload: bytes) -> bytes:
-    """The answer bytes to relay, or ``_Failed`` saying whose fault it was."""
+def _too_large(node: Node) -> _Failed:
+    return _Failed(f"{node.name}: answer over the size limit", node_fault=False, final=True)
+
+
+def _judge(node: Node, status: int, payload: bytes | NodeStream) -> bytes | NodeStream:
+    """The answer to relay, or ``_Failed`` saying whose fault it was."""
     if 200 <= status < 300:
         return payload
+    assert isinstance(payload, bytes)  # only 2xx answers are streamed
     if status in _RELAYED_4XX and payload[:1] in (b"{", b"["):
         return payload  # a JSON-RPC answer about the request itself
     if status == 429:
@@ -434,9 +476,20 @@ def _judge(node: Node, status: int, payload: bytes) -> bytes:
     )
 
 
-async def _lean_attempt(node: Node, client: NodeClient, body: bytes, timeout_s: float) -> bytes:
+async def _lean_attempt(
+    node: Node,
+    client: NodeClient,
+    body: bytes,
+    timeout_s: float,
+    max_bytes: int | None,
+    stream_over: int | None,
+) -> bytes | NodeStream:
     try:
-        status, payload = await client.post(body, timeout_s)
+        status, payload = await client.post(
+            body, timeout_s, max_bytes=max_bytes, stream_over=stream_over
+        )
     except NodeRequestError as exc:
+        if exc.too_large:
+            raise _too_large(node) from None
         raise _Failed(f"{node.name}: {exc}", timeout=exc.timeout, sent=exc.sent) from None
     return _judge(node, status, payload)

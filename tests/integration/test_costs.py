@@ -3,6 +3,7 @@ at least one compute unit, including ones the gateway answers itself."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -52,3 +53,21 @@ async def test_free_bodies_are_rate_limited_too(
         resp = await tight.post(f"/bsc/{key}", data=b"garbage", headers=JSON)
         statuses.append(resp.status)
     assert statuses == [200, 200, 200, 429, 429]
+
+
+async def test_redis_failures_are_logged_rate_limited(
+    make_config: MakeConfig,
+    aiohttp_client: Any,
+    caplog: pytest.LogCaptureFixture,
+    unused_tcp_port: int,
+) -> None:
+    cfg = make_config({"redis": {"url": f"redis://127.0.0.1:{unused_tcp_port}"}})
+    client: Client = await aiohttp_client(create_app(cfg))
+    call = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}'
+    with caplog.at_level(logging.WARNING, logger="gateway.rpc"):
+        for _ in range(20):
+            resp = await client.post("/bsc/" + "A" * 32, data=call, headers=JSON)
+            assert resp.status == 503
+    lines = [r.getMessage() for r in caplog.records if "redis unavailable" in r.getMessage()]
+    assert len(lines) == 1, lines  # one line per interval, not one per request
+    assert "fail=closed" in lines[0] and "A" * 32 not in lines[0]

@@ -149,6 +149,7 @@ async def test_cancelled_call_drops_its_connection(
     node.options = dataclasses.replace(node.options, latency_ms=0)
     # the late answer must not be handed to the next caller
     status, body = await client.post(CALL, 5.0)
+    assert isinstance(body, bytes)
     assert status == 200 and b'"result":"0x38"' in body
 
 
