@@ -77,14 +77,12 @@ class Node:
         "client",
         "consecutive_failures",
         "down_until",
-        "failures",
         "head",
         "healthy",
         "in_flight",
         "lagging",
         "metrics",
         "name",
-        "requests",
         "url",
     )
 
@@ -96,9 +94,7 @@ class Node:
         self.lagging = False
         self.consecutive_failures = 0
         self.down_until = 0.0  # taken out until this monotonic time
-        self.in_flight = 0
-        self.requests = 0
-        self.failures = 0
+        self.in_flight = 0  # calls and requests counted in metrics, not here
         self.metrics = metrics
         self.client: NodeClient | None = None
 
@@ -300,7 +296,6 @@ class NodePool:
                 if prev.metrics is not None:
                     prev.metrics.retry.inc()
             tried += (node,)
-            node.requests += 1
             node.in_flight += 1
             try:
                 if node.client is not None:
@@ -375,7 +370,6 @@ class NodePool:
         return answer
 
     def _failed(self, node: Node, exc: _Failed) -> None:
-        node.failures += 1
         metrics = node.metrics
         if metrics is not None:
             (metrics.timeout if exc.timeout else metrics.error).inc()
