@@ -59,10 +59,15 @@ def _no_constants(name: str) -> Any:
 
 
 def loads_exact(body: bytes | str) -> Any:
-    """Parse keeping every number as its original literal (slow path)."""
+    """Parse keeping every number as its original literal (slow path).
+
+    Bytes must be UTF-8 (RFC 8259 §8.1): the stdlib would also guess UTF-16
+    and UTF-32 and skip a BOM, which orjson, and the nodes, do not.
+    """
     try:
+        text = body.decode() if isinstance(body, bytes) else body
         return json.loads(
-            body, parse_int=_fragment, parse_float=_fragment, parse_constant=_no_constants
+            text, parse_int=_fragment, parse_float=_fragment, parse_constant=_no_constants
         )
     except (ValueError, RecursionError, UnicodeDecodeError) as exc:
         raise ParseError(str(exc)) from None

@@ -47,12 +47,26 @@ def test_big_ints_keep_their_digits() -> None:
     )
 
 
-@pytest.mark.parametrize("body", [b"", b"{", b"NaN", b"[1,]", b"\xff", b"[" * 100_000])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{",
+        b"NaN",
+        b"[1,]",
+        b"\xff",
+        b"[" * 100_000,
+        '{"a":1}'.encode("utf-16"),  # JSON on the wire is UTF-8 only
+        b"\xef\xbb\xbf{}",  # nor a BOM
+    ],
+)
 def test_parse_errors(body: bytes) -> None:
     with pytest.raises(rpc.ParseError):
         rpc.loads(body)
     with pytest.raises(rpc.ParseError):
         rpc.loads_exact(body)
+    with pytest.raises(rpc.ParseError):
+        rpc.parse_body(body)
 
 
 def test_validate_call() -> None:
