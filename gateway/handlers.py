@@ -25,7 +25,7 @@ from gateway.clientip import ClientIP
 from gateway.config import Config, NetworkConfig
 from gateway.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
 from gateway.metrics import Metrics
-from gateway.nodeclient import NodeRequestError, NodeStream
+from gateway.nodeclient import NodeStream
 from gateway.typedefs import CLIENT_IP, KEY_ID, RPC_METHOD
 from gateway.upstream import NodePool, UpstreamError
 from gateway.usage import ErrorCounter
@@ -378,7 +378,7 @@ class RpcHandler:
                 await resp.write(chunk)
             await resp.write_eof()
             return resp
-        except NodeRequestError as exc:
+        except UpstreamError as exc:
             self.errors.add(relay.khash)
             if resp is None:  # nothing sent yet: a proper error answer
                 kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE

@@ -46,16 +46,32 @@ from aiohttp.http_parser import HttpResponseParser
 _PARSER_LIMIT = 2**17
 
 
-class NodeRequestError(Exception):
-    """A call failed; ``sent`` tells whether the node may have received it."""
+class UpstreamError(Exception):
+    """A call to a node, or to a network's nodes, failed: the one upstream error type.
+
+    ``sent``: the node may have received the call (what the retry rules for
+    non-idempotent calls need); ``timeout``: 504 rather than 502;
+    ``too_large``: the answer ran past ``limits.max_response_bytes`` (no
+    other node would do better); ``node_fault``: counts towards taking the
+    node out; ``resend_ok``: the node refused it unread (HTTP 429).
+    """
 
     def __init__(
-        self, message: str, *, sent: bool, timeout: bool = False, too_large: bool = False
+        self,
+        message: str,
+        *,
+        sent: bool = True,
+        timeout: bool = False,
+        too_large: bool = False,
+        node_fault: bool = True,
+        resend_ok: bool = False,
     ) -> None:
         super().__init__(message)
         self.sent = sent
         self.timeout = timeout
         self.too_large = too_large
+        self.node_fault = node_fault
+        self.resend_ok = resend_ok
 
 
 class NodeStream:
@@ -79,20 +95,20 @@ class NodeStream:
         self._done = False
 
     async def read(self) -> bytes:
-        """The next chunk, ``b""`` at the end; ``NodeRequestError`` on failure."""
+        """The next chunk, ``b""`` at the end; ``UpstreamError`` on failure."""
         if self._done:
             return b""
         try:
             chunk: bytes = await asyncio.wait_for(self._payload.readany(), self._timeout)
         except TimeoutError:
             self.close()
-            raise NodeRequestError("timed out mid-answer", sent=True, timeout=True) from None
-        except NodeRequestError:
+            raise UpstreamError("timed out mid-answer", sent=True, timeout=True) from None
+        except UpstreamError:
             self.close()
             raise
         except Exception as exc:  # the parser's framing errors, set on the payload
             self.close()
-            raise NodeRequestError(f"answer broken: {exc!r}", sent=True) from None
+            raise UpstreamError(f"answer broken: {exc!r}", sent=True) from None
         if not chunk:
             self._done = True
             self._conn._stream_done()
@@ -100,7 +116,7 @@ class NodeStream:
         self._seen += len(chunk)
         if self._max is not None and self._seen > self._max:
             self.close()
-            raise NodeRequestError("answer over the size limit", sent=True, too_large=True)
+            raise UpstreamError("answer over the size limit", sent=True, too_large=True)
         return chunk
 
     async def read_all(self) -> bytes:
@@ -150,7 +166,7 @@ class _Conn(BaseProtocol):
             with contextlib.suppress(HttpProcessingError):
                 self._http.feed_eof()  # completes a body delimited by the close
             if payload is not None and not payload.is_eof():
-                payload.set_exception(NodeRequestError("connection lost mid-answer", sent=True))
+                payload.set_exception(UpstreamError("connection lost mid-answer", sent=True))
             self._client._discard(self)
             return
         waiter = self._waiter
@@ -162,7 +178,7 @@ class _Conn(BaseProtocol):
                 self._drain()
                 return
         self._fail(
-            NodeRequestError(f"connection lost: {exc!r}" if exc else "connection closed", sent=True)
+            UpstreamError(f"connection lost: {exc!r}" if exc else "connection closed", sent=True)
         )
         self._client._discard(self)
 
@@ -178,7 +194,7 @@ class _Conn(BaseProtocol):
         try:
             messages, _, _ = self._http.feed_data(data)
         except HttpProcessingError as exc:
-            error = NodeRequestError(f"bad HTTP from node: {exc}", sent=True)
+            error = UpstreamError(f"bad HTTP from node: {exc}", sent=True)
             if self._streaming and self._payload is not None:
                 self._payload.set_exception(error)
             self._fail(error)
@@ -202,9 +218,7 @@ class _Conn(BaseProtocol):
         length = int(raw_length) if raw_length is not None and raw_length.isdigit() else None
         if self._max_bytes is not None and length is not None and length > self._max_bytes:
             self._fail(
-                NodeRequestError(
-                    f"answer of {length} bytes over the limit", sent=True, too_large=True
-                )
+                UpstreamError(f"answer of {length} bytes over the limit", sent=True, too_large=True)
             )
             self._abort()
             return True
@@ -245,9 +259,7 @@ class _Conn(BaseProtocol):
             self._body.append(chunk)
             self._size += len(chunk)
             if self._max_bytes is not None and self._size > self._max_bytes:
-                self._fail(
-                    NodeRequestError("answer over the size limit", sent=True, too_large=True)
-                )
+                self._fail(UpstreamError("answer over the size limit", sent=True, too_large=True))
                 self._abort()
                 return
         if not payload.is_eof():
@@ -261,7 +273,7 @@ class _Conn(BaseProtocol):
         else:
             self._abort()
 
-    def _fail(self, exc: NodeRequestError) -> None:
+    def _fail(self, exc: UpstreamError) -> None:
         waiter, self._waiter, self._payload = self._waiter, None, None
         self._body, self._size = [], 0
         if waiter is not None and not waiter.done():
@@ -287,7 +299,7 @@ class _Conn(BaseProtocol):
 
     def on_timeout(self) -> None:
         if self._waiter is not None and not self._waiter.done():
-            self._fail(NodeRequestError("timed out", sent=True, timeout=True))
+            self._fail(UpstreamError("timed out", sent=True, timeout=True))
             self._abort()
 
 
@@ -343,7 +355,7 @@ class NodeClient:
         max_bytes: int | None = None,
         stream_over: int | None = None,
     ) -> tuple[int, bytes | NodeStream]:
-        """(status, answer) of one POST, or ``NodeRequestError``.
+        """(status, answer) of one POST, or ``UpstreamError``.
 
         The answer is its bytes, or a ``NodeStream`` for a 2xx answer longer
         than ``stream_over`` (or of unknown length) when that is given.
@@ -388,7 +400,7 @@ class NodeClient:
         try:
             return await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
-            raise NodeRequestError("no free connection in time", sent=False, timeout=True) from None
+            raise UpstreamError("no free connection in time", sent=False, timeout=True) from None
 
     async def _open(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> _Conn:
         self._opening += 1
@@ -400,9 +412,9 @@ class NodeClient:
                 timeout_s,
             )
         except TimeoutError:
-            raise NodeRequestError("connect timed out", sent=False, timeout=True) from None
+            raise UpstreamError("connect timed out", sent=False, timeout=True) from None
         except OSError as exc:
-            raise NodeRequestError(f"unreachable ({exc.__class__.__name__})", sent=False) from None
+            raise UpstreamError(f"unreachable ({exc.__class__.__name__})", sent=False) from None
         finally:
             self._opening -= 1
         self._all.add(conn)
@@ -435,7 +447,7 @@ class NodeClient:
         self._idle.clear()
         for waiter in self._waiters:
             if not waiter.done():
-                waiter.set_exception(NodeRequestError("client closed", sent=False))
+                waiter.set_exception(UpstreamError("client closed", sent=False))
         self._waiters.clear()
         await asyncio.sleep(0)
 

@@ -48,7 +48,9 @@ import orjson
 
 from gateway.config import NetworkConfig, UpstreamConfig
 from gateway.metrics import Metrics, NodeMetrics
-from gateway.nodeclient import NodeClient, NodeRequestError, NodeStream
+from gateway.nodeclient import NodeClient, NodeStream, UpstreamError
+
+__all__ = ["Node", "NodePool", "UpstreamError"]  # UpstreamError: nodeclient's, shared
 
 log = logging.getLogger("gateway.upstream")
 
@@ -56,18 +58,6 @@ PROBE_BODY: Final = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params
 _JSON_HEADERS: Final = {"Content-Type": "application/json"}
 # A node's 4xx answer that judges the request, not the node: relayed when JSON.
 _RELAYED_4XX: Final = frozenset({400, 413, 422})
-
-
-class UpstreamError(Exception):
-    """No node produced an answer; ``timeout`` tells 504 from 502.
-
-    An answer over ``limits.max_response_bytes`` is one too: it is not
-    retried elsewhere (another node would send the same answer).
-    """
-
-    def __init__(self, message: str, *, timeout: bool = False) -> None:
-        super().__init__(message)
-        self.timeout = timeout
 
 
 class Node:
@@ -124,27 +114,6 @@ class _Budget:
             self.tokens -= 1.0
             return True
         return False
-
-
-class _Failed(Exception):
-    """One attempt failed: ``sent`` if the node may have received the call."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        timeout: bool = False,
-        sent: bool = True,
-        node_fault: bool = True,
-        resend_ok: bool = False,
-        final: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.timeout = timeout
-        self.sent = sent
-        self.node_fault = node_fault
-        self.resend_ok = resend_ok
-        self.final = final  # no other node would do better: stop trying
 
 
 class NodePool:
@@ -318,10 +287,10 @@ class NodePool:
                     payload = await self._attempt(
                         session, node, body, timeout, self.max_response_bytes
                     )
-            except _Failed as exc:
+            except UpstreamError as exc:
                 self._failed(node, exc)
-                last = UpstreamError(str(exc), timeout=exc.timeout)
-                if exc.final or (exc.sent and not idempotent and not exc.resend_ok):
+                last = exc
+                if exc.too_large or (exc.sent and not idempotent and not exc.resend_ok):
                     break
                 continue
             finally:
@@ -356,20 +325,22 @@ class NodePool:
                     if len(payload) > max_bytes:
                         raise _too_large(node)
         except aiohttp.ConnectionTimeoutError:
-            raise _Failed(f"{node.name}: connect timed out", timeout=True, sent=False) from None
+            raise UpstreamError(
+                f"{node.name}: connect timed out", timeout=True, sent=False
+            ) from None
         except TimeoutError:
-            raise _Failed(f"{node.name}: timed out", timeout=True) from None
+            raise UpstreamError(f"{node.name}: timed out", timeout=True) from None
         except aiohttp.ClientConnectorError as exc:
-            raise _Failed(
+            raise UpstreamError(
                 f"{node.name}: unreachable ({exc.os_error.__class__.__name__})", sent=False
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise _Failed(f"{node.name}: failed ({exc.__class__.__name__})") from None
+            raise UpstreamError(f"{node.name}: failed ({exc.__class__.__name__})") from None
         answer = _judge(node, status, payload)
         assert isinstance(answer, bytes)  # this transport never streams
         return answer
 
-    def _failed(self, node: Node, exc: _Failed) -> None:
+    def _failed(self, node: Node, exc: UpstreamError) -> None:
         metrics = node.metrics
         if metrics is not None:
             (metrics.timeout if exc.timeout else metrics.error).inc()
@@ -451,20 +422,22 @@ class NodePool:
             await self.close()
 
 
-def _too_large(node: Node) -> _Failed:
-    return _Failed(f"{node.name}: answer over the size limit", node_fault=False, final=True)
+def _too_large(node: Node) -> UpstreamError:
+    return UpstreamError(
+        f"{node.name}: answer over the size limit", node_fault=False, too_large=True
+    )
 
 
 def _judge(node: Node, status: int, payload: bytes | NodeStream) -> bytes | NodeStream:
-    """The answer to relay, or ``_Failed`` saying whose fault it was."""
+    """The answer to relay, or ``UpstreamError`` saying whose fault it was."""
     if 200 <= status < 300:
         return payload
     assert isinstance(payload, bytes)  # only 2xx answers are streamed
     if status in _RELAYED_4XX and payload[:1] in (b"{", b"["):
         return payload  # a JSON-RPC answer about the request itself
     if status == 429:
-        raise _Failed(f"{node.name}: HTTP 429", resend_ok=True)
-    raise _Failed(
+        raise UpstreamError(f"{node.name}: HTTP 429", resend_ok=True)
+    raise UpstreamError(
         f"{node.name}: HTTP {status}",
         node_fault=status >= 500 or status in (401, 403, 404, 405, 408),
     )
@@ -482,8 +455,8 @@ async def _lean_attempt(
         status, payload = await client.post(
             body, timeout_s, max_bytes=max_bytes, stream_over=stream_over
         )
-    except NodeRequestError as exc:
+    except UpstreamError as exc:
         if exc.too_large:
             raise _too_large(node) from None
-        raise _Failed(f"{node.name}: {exc}", timeout=exc.timeout, sent=exc.sent) from None
+        raise UpstreamError(f"{node.name}: {exc}", timeout=exc.timeout, sent=exc.sent) from None
     return _judge(node, status, payload)
