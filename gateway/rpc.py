@@ -200,9 +200,18 @@ def parse_body(body: bytes) -> Any:
         except orjson.JSONEncodeError as exc:
             raise ParseError(str(exc)) from None
         return parsed
-    if needs_exact(parsed):
+    if needs_exact(parsed) or (b"-0" in body and _zero_id(parsed)):
         return loads_exact(body)
     return parsed
+
+
+def _zero_id(parsed: Any) -> bool:
+    """An id orjson read as 0, which may have been written ``-0``."""
+    if type(parsed) is dict:
+        return type(parsed.get("id")) is int and parsed["id"] == 0
+    if type(parsed) is list:
+        return any(type(o) is dict and type(o.get("id")) is int and o["id"] == 0 for o in parsed)
+    return False
 
 
 def call_error_obj(call: Call) -> dict[str, Any]:
