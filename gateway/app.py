@@ -57,6 +57,8 @@ def create_app(config: Config | None = None) -> web.Application:
     for handler in handlers:
         app.router.add_route("*", handler.network.prefix, handler.handle)
         app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
+        # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
+        app.router.add_route("*", handler.network.prefix + "/{tail:.*}", handler.handle)
     app[T.HANDLERS] = handlers
     app.on_startup.append(_bind_handlers)
     setup_ops_routes(app)
@@ -106,6 +108,7 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
             cfg.limits.upstream_connect_timeout_s,
             cfg.limits.upstream_timeout_s,
             metrics=metrics,
+            max_response_bytes=cfg.limits.max_response_bytes,
         )
         await pool.start()
         pools[net.name] = pool

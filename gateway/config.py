@@ -119,6 +119,8 @@ class LimitsConfig:
     # eth_getLogs block ranges (to - from + 1) above this answer -32602 before
     # any node sees them; a plan's own max_logs_range overrides it; 0 = none.
     max_logs_range: int = 10_000
+    # A node's answer above this is refused (502); larger ones are streamed.
+    max_response_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,11 @@
 """The RPC handler: read -> parse -> key -> admit (one Redis call) -> forward -> relay.
 
-Nothing reaches a node before the key and the limit have passed. A single
-call is forwarded as the original bytes and the node's answer relayed as
-bytes; only a batch with calls we must answer ourselves is re-encoded.
+Nothing reaches a node before the key and the limit have passed, and what
+reaches it is rebuilt by the gateway from the validated method and params
+with a gateway-chosen id (``rpc.encode_call``): Go nodes match JSON keys
+case-insensitively and take the last one, so the client's own bytes could
+name any method. The client's id is put back into the answer
+(``rpc.restore_single`` splices it without parsing a large result).
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -23,6 +25,7 @@ from gateway.clientip import ClientIP
 from gateway.config import Config, NetworkConfig
 from gateway.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
 from gateway.metrics import Metrics
+from gateway.nodeclient import NodeStream
 from gateway.typedefs import CLIENT_IP, KEY_ID, RPC_METHOD
 from gateway.upstream import NodePool, UpstreamError
 from gateway.usage import ErrorCounter
@@ -31,8 +34,11 @@ log = logging.getLogger("gateway.rpc")
 
 JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
 NON_IDEMPOTENT = frozenset({"eth_sendRawTransaction"})
-_PARSE_FAILED = object()
-_TOO_DEEP = object()
+# Single answers longer than this (or of unknown length) are streamed, not
+# buffered; the common small answer keeps the one-buffer path.
+STREAM_OVER = 1 << 20
+REDIS_LOG_INTERVAL_S = 10.0  # at most one "Redis unavailable" line per this many seconds
+_MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON decoder
 
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
@@ -53,6 +59,68 @@ _STATUS_ERROR = {
 }
 
 
+class _Request:
+    """What the handler learned from a body: its calls, or why it has none."""
+
+    __slots__ = ("calls", "error", "is_batch")
+
+    def __init__(
+        self,
+        calls: list[rpc.Call],
+        is_batch: bool,
+        error: tuple[rpc.ErrorKind, str | None] | None = None,
+    ) -> None:
+        self.calls = calls
+        self.is_batch = is_batch
+        self.error = error
+
+
+class _Relay:
+    """A large single answer to stream once the in-flight slot is given back."""
+
+    __slots__ = ("client_id", "gid", "headers", "khash", "req", "stream")
+
+    def __init__(
+        self,
+        stream: NodeStream,
+        gid: int,
+        client_id: Any,
+        headers: dict[str, str],
+        khash: str,
+        req: _Request,
+    ) -> None:
+        self.stream = stream
+        self.gid = gid
+        self.client_id = client_id
+        self.headers = headers
+        self.khash = khash
+        self.req = req
+
+
+class _LogLimiter:
+    """At most one log line per ``interval_s``; the lines in between are counted.
+
+    A Redis outage fails every request: logging each one would bury the log
+    (and cost more than the request), logging none hides the outage.
+    """
+
+    __slots__ = ("_interval", "_next", "_suppressed")
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval = interval_s
+        self._next = 0.0
+        self._suppressed = 0
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        self._next = now + self._interval
+        suppressed, self._suppressed = self._suppressed, 0
+        log.warning(msg + " suppressed=%d", *args, suppressed)
+
+
 class RpcHandler:
     """Serves one network's prefix; one instance per network."""
 
@@ -70,7 +138,9 @@ class RpcHandler:
         self.network = network
         # Shared by every network's handler: at most limits.max_in_flight calls
         # are worked on at once per worker; the rest wait in arrival order, so
-        # CPU per call does not balloon with concurrency.
+        # CPU per call does not balloon with concurrency. A request takes a slot
+        # only once its whole body is read and its key has the right shape, so
+        # a slow or keyless client holds nothing shared.
         self.slots = slots or asyncio.Semaphore(cfg.limits.max_in_flight)
         self.methods = network.methods
         self.metrics = metrics
@@ -83,6 +153,8 @@ class RpcHandler:
         self._policies = {
             p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
         }
+        self._gid = 1  # the next id a node sees; the client's id never leaves the gateway
+        self._redis_log = _LogLimiter(REDIS_LOG_INTERVAL_S)
 
     def bind(self, limiter: Limiter, pool: NodePool, errors: ErrorCounter) -> None:
         """Attach the resources made by the app's cleanup contexts (at startup)."""
@@ -93,87 +165,104 @@ class RpcHandler:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
-            async with self.slots:
-                response = await self._handle(request)
+            response = await self._handle(request)
         except Exception:  # never a traceback to the client
             log.exception("internal error network=%s", self.network.name)
-            response = _reply(rpc.error_body(rpc.INTERNAL_ERROR), 500)
+            response = error_reply(rpc.INTERNAL_ERROR)
         self._net_metrics.answered(
             request.get(RPC_METHOD, "-"), response.status, time.perf_counter() - started
         )
         return response
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        """read -> parse -> key -> admit -> forward -> relay."""
+        refused = self._check_http(request)
+        if refused is not None:
+            return refused
+        body = await self._read(request)
+        if isinstance(body, web.Response):
+            return body
+        req = self._parse(body)
+        key = rpc_key(request)
+        if key is None:
+            return self._request_error(rpc.UNAUTHORIZED, req)
+        khash = key_hash(key)
+        async with self.slots:  # only now: the body is whole and the key well formed
+            admitted = await self._admit(request, khash, req)
+            if isinstance(admitted, web.Response):
+                return admitted
+            answer = await self._forward(khash, req, admitted)
+        if isinstance(answer, _Relay):  # a large answer: relayed without holding a slot
+            return await self._relay(request, answer)
+        return answer
+
+    # -- the steps -------------------------------------------------------------
+    def _check_http(self, request: web.Request) -> web.Response | None:
+        """405 / 415 / 413 (declared length), and the CORS preflight."""
         method = request.method
         if method != hdrs.METH_POST:
             if method == hdrs.METH_OPTIONS:
                 return web.Response(status=204, headers=PREFLIGHT_HEADERS)
-            resp = _reply(rpc.error_body(rpc.METHOD_NOT_ALLOWED, None, "use POST"), 405)
-            resp.headers[hdrs.ALLOW] = "POST, OPTIONS"
-            return resp
+            return error_reply(
+                rpc.METHOD_NOT_ALLOWED, data="use POST", headers={hdrs.ALLOW: "POST, OPTIONS"}
+            )
         ctype = request.headers.get(hdrs.CONTENT_TYPE)
         if ctype is not None:
             mime = ctype.partition(";")[0].strip().lower()
             if mime not in JSON_TYPES and not mime.endswith("+json"):
-                return _reply(
-                    rpc.error_body(
-                        rpc.UNSUPPORTED_MEDIA_TYPE, None, "Content-Type must be application/json"
-                    ),
-                    415,
+                return error_reply(
+                    rpc.UNSUPPORTED_MEDIA_TYPE, data="Content-Type must be application/json"
                 )
         length = request.content_length
         if length is not None and length > self.max_body:
             return self._too_large()
+        return None
+
+    async def _read(self, request: web.Request) -> bytes | web.Response:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._too_large()
         except ConnectionError:  # client gone, or too slow (server.body_timeout_s)
-            return _reply(rpc.error_body(rpc.INVALID_REQUEST, None, "body incomplete"), 408)
+            return error_reply(rpc.REQUEST_TIMEOUT, data="body incomplete")
         if len(body) > self.max_body:
             return self._too_large()
+        return body
 
-        # Parse first so that even auth errors can echo the ids.
+    def _parse(self, body: bytes) -> _Request:
+        """Parse before the key check, so that even auth errors can echo the ids."""
         try:
-            parsed: Any = rpc.loads(body)
-            if rpc.has_float_id(parsed):
-                parsed = rpc.loads_exact(body)
+            parsed: Any = rpc.parse_body(body)
         except rpc.ParseError:
-            parsed = _PARSE_FAILED
+            return _Request([], False, (rpc.PARSE_ERROR, None))
         if body.count(b"[") + body.count(b"{") > self.max_depth and json_too_deep(
             parsed, self.max_depth
         ):  # the count is a cheap upper bound of the depth
-            parsed = _TOO_DEEP
-        calls: list[rpc.Call] = []
-        request_error: tuple[rpc.ErrorKind, str | None] | None = None
-        is_batch = type(parsed) is list
-        if parsed is _PARSE_FAILED:
-            request_error = (rpc.PARSE_ERROR, None)
-        elif parsed is _TOO_DEEP:
-            is_batch = False
-            request_error = (rpc.INVALID_REQUEST, f"JSON nested deeper than {self.max_depth}")
-        elif is_batch:
-            if not parsed:
-                request_error = (rpc.INVALID_REQUEST, "empty batch")
-            elif len(parsed) > self.max_batch:
-                request_error = (
-                    rpc.INVALID_REQUEST,
-                    f"batch of {len(parsed)} calls exceeds the limit of {self.max_batch}",
-                )
-            else:
-                methods = self.methods
-                calls = [rpc.validate_call(obj, methods) for obj in parsed]
-        else:
-            calls = [rpc.validate_call(parsed, self.methods)]
+            return _Request(
+                [], False, (rpc.INVALID_REQUEST, f"JSON nested deeper than {self.max_depth}")
+            )
+        methods = self.methods
+        if type(parsed) is not list:
+            return _Request([rpc.validate_call(parsed, methods)], False)
+        if not parsed:
+            return _Request([], True, (rpc.INVALID_REQUEST, "empty batch"))
+        if len(parsed) > self.max_batch:
+            reason = f"batch of {len(parsed)} calls exceeds the limit of {self.max_batch}"
+            return _Request([], True, (rpc.INVALID_REQUEST, reason))
+        return _Request([rpc.validate_call(obj, methods) for obj in parsed], True)
 
-        key = rpc_key(request)
-        if key is None:
-            return self._request_error(rpc.UNAUTHORIZED, calls, is_batch, request_error)
-        khash = key_hash(key)
+    async def _admit(
+        self, request: web.Request, khash: str, req: _Request
+    ) -> dict[str, str] | web.Response:
+        """One Redis round trip: key, state, allowlists, quota, bucket, usage.
 
-        # One Redis round trip: key, state, allowlists, quota, bucket, usage.
+        Only validated methods are counted, weighed and checked against the
+        key's method allowlist; every keyed request costs at least one
+        compute unit, even one we answer ourselves. Returns the RateLimit
+        headers of an admitted request, or the refusal.
+        """
         counts: dict[str, int] = {}
-        for call in calls:
+        for call in req.calls:
             if call.error is None:
                 counts[call.method] = counts.get(call.method, 0) + 1
         if len(counts) == 1:
@@ -183,50 +272,129 @@ class RpcHandler:
         try:
             decision = await self.limiter.admit(
                 khash,
-                max(1, len(calls)),
+                max(1, len(req.calls)),
                 counts,
                 request.headers.get(hdrs.ORIGIN, ""),
                 ip_bits(self.client_ip(request)),
             )
-        except LimiterUnavailable:
-            self.metrics.redis_errors.labels("open" if self.fail_open else "closed").inc()
+        except LimiterUnavailable as exc:
+            mode = "open" if self.fail_open else "closed"
+            self.metrics.redis_errors.labels(mode).inc()
+            self._redis_log.warning(
+                "redis unavailable network=%s fail=%s error=%s", self.network.name, mode, exc
+            )
             if not self.fail_open:
-                return self._request_error(
-                    rpc.SERVICE_UNAVAILABLE, calls, is_batch, request_error, status=503
-                )
+                return self._request_error(rpc.SERVICE_UNAVAILABLE, req)
             decision = Decision(Status.ADMITTED, "")
         request[KEY_ID] = decision.key_id
         if decision.status is not Status.ADMITTED:
-            return self._refused(decision, calls, is_batch, request_error)
+            return self._refused(decision, req)
+        return self._limit_headers(decision)
 
-        headers = self._limit_headers(decision)
-        if request_error is not None:
-            kind, reason = request_error
-            return _reply(rpc.error_body(kind, None, reason), kind.http_status, headers)
-
+    async def _forward(
+        self, khash: str, req: _Request, headers: dict[str, str]
+    ) -> web.Response | _Relay:
+        """Send the canonical form of the valid calls; relay with the client's ids."""
+        if req.error is not None:
+            kind, reason = req.error
+            return error_reply(kind, None, reason, headers)
+        calls = req.calls
         forward = [c for c in calls if c.error is None]
-        answered = [c for c in calls if c.answered]
         if not forward:
-            if not answered:
+            if not any(c.answered for c in calls):
                 return _no_content(headers)
-            return self._local_answer(calls, is_batch, headers)
-
-        rewrite = len(forward) != len(calls)
+            return self._local_answer(req, headers)
+        gid = self._gid
+        self._gid = gid + len(forward) if gid < _MAX_GID else 1
+        out = rpc.encode_batch(forward, gid) if req.is_batch else rpc.encode_call(forward[0], gid)
         idempotent = not any(c.method in NON_IDEMPOTENT for c in forward)
-        out = self._rewrite(body, calls) if rewrite else body
         try:
-            reply = await self.pool.forward(out, idempotent=idempotent)
+            reply = await self.pool.forward(
+                out, idempotent=idempotent, stream_over=None if req.is_batch else STREAM_OVER
+            )
         except UpstreamError as exc:
             self.errors.add(khash)
             kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
-            return self._upstream_failed(kind, calls, is_batch, headers)
-        if b'"error"' in reply:
-            self.errors.add(khash)
-        if not answered:
+            return self._upstream_failed(kind, req, headers)
+        if not any(c.answered for c in calls):
+            if isinstance(reply, NodeStream):
+                reply.close()
             return _no_content(headers)
-        if rewrite:
-            reply = _merge(calls, reply)
-        return _reply(reply, 200, headers)
+        if isinstance(reply, NodeStream):
+            return _Relay(reply, gid, calls[0].id, headers, khash, req)
+        try:
+            if req.is_batch:
+                answer, is_error = rpc.restore_batch(reply, calls, gid)
+            else:
+                answer, is_error = rpc.restore_single(reply, gid, calls[0].id)
+        except rpc.BadAnswer as exc:
+            self.errors.add(khash)
+            log.warning("bad node answer network=%s reason=%s", self.network.name, exc)
+            return self._upstream_failed(rpc.UPSTREAM_UNAVAILABLE, req, headers)
+        if is_error:
+            self.errors.add(khash)
+        return _reply(answer, 200, headers)
+
+    async def _relay(self, request: web.Request, relay: _Relay) -> web.StreamResponse:
+        """Stream a large single answer with the client's id spliced into its head.
+
+        Memory stays bounded: the node is read only as fast as the client
+        takes the bytes (``resp.write`` waits for the socket to drain, the
+        node stream pauses its socket when unread). An answer in another
+        shape than geth's is buffered (up to ``limits.max_response_bytes``)
+        and restored the slow way. Once the head has gone out, a node that
+        fails (or runs past the cap) mid-answer can only be reported by
+        cutting the client's connection; a client that goes away (or is
+        dropped by ``server.write_timeout_s``) releases everything.
+        """
+        stream, req = relay.stream, relay.req
+        head = b'{"jsonrpc":"2.0","id":%d,' % relay.gid
+        resp: web.StreamResponse | None = None
+        try:
+            first = b""
+            while len(first) <= len(head):
+                chunk = await stream.read()
+                if not chunk:
+                    break
+                first += chunk
+            if not first.startswith(head):
+                whole = first + await stream.read_all()
+                answer, is_error = rpc.restore_single(whole, relay.gid, relay.client_id)
+                if is_error:
+                    self.errors.add(relay.khash)
+                return _reply(answer, 200, relay.headers)
+            if first.startswith(b'"error"', len(head)):
+                self.errors.add(relay.khash)
+            new_head = b'{"jsonrpc":"2.0","id":%s,' % orjson.dumps(relay.client_id)
+            resp = web.StreamResponse(status=200, headers=relay.headers)
+            resp.headers.update(CORS_HEADERS)
+            resp.content_type = "application/json"
+            if stream.length is not None:
+                resp.content_length = stream.length - len(head) + len(new_head)
+            await resp.prepare(request)
+            await resp.write(new_head + first[len(head) :])
+            del first
+            while chunk := await stream.read():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+        except UpstreamError as exc:
+            self.errors.add(relay.khash)
+            if resp is None:  # nothing sent yet: a proper error answer
+                kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
+                return self._upstream_failed(kind, req, relay.headers)
+            log.warning("node failed mid-answer network=%s error=%s", self.network.name, exc)
+            if request.transport is not None:
+                request.transport.abort()
+            return resp
+        except rpc.BadAnswer as exc:
+            self.errors.add(relay.khash)
+            log.warning("bad node answer network=%s reason=%s", self.network.name, exc)
+            return self._upstream_failed(rpc.UPSTREAM_UNAVAILABLE, req, relay.headers)
+        except ConnectionError:  # the client went away, or was dropped for not reading
+            return resp if resp is not None else web.Response(status=499)
+        finally:
+            stream.close()  # no-op once read to the end; drops a half-read node answer
 
     def _limit_headers(self, decision: Decision) -> dict[str, str]:
         """IETF RateLimit headers (draft-ietf-httpapi-ratelimit-headers-07 form)."""
@@ -241,39 +409,28 @@ class RpcHandler:
 
     # -- answers we make ourselves --------------------------------------------
     def _too_large(self) -> web.Response:
-        return _reply(
-            rpc.error_body(rpc.BODY_TOO_LARGE, None, f"body exceeds {self.max_body} bytes"), 413
-        )
+        return error_reply(rpc.BODY_TOO_LARGE, data=f"body exceeds {self.max_body} bytes")
 
+    @staticmethod
     def _request_error(
-        self,
         kind: rpc.ErrorKind,
-        calls: Sequence[rpc.Call],
-        is_batch: bool,
-        request_error: tuple[rpc.ErrorKind, str | None] | None,
-        status: int | None = None,
+        req: _Request,
         headers: dict[str, str] | None = None,
         data: Any = None,
     ) -> web.Response:
         """A request-level failure: one error per call of a batch, each with its id."""
-        status = status or kind.http_status
-        if request_error is not None or not calls:
-            return _reply(rpc.error_body(kind, None, data), status, headers)
-        if not is_batch:
-            return _reply(rpc.error_body(kind, calls[0].id, data), status, headers)
+        calls = req.calls
+        if req.error is not None or not calls:
+            return error_reply(kind, None, data, headers)
+        if not req.is_batch:
+            return error_reply(kind, calls[0].id, data, headers)
         items = [rpc.error_obj(kind, c.id, data) for c in calls]
-        return _reply(orjson.dumps(items), status, headers)
+        return _reply(orjson.dumps(items), kind.http_status, headers)
 
-    def _refused(
-        self,
-        decision: Decision,
-        calls: Sequence[rpc.Call],
-        is_batch: bool,
-        request_error: tuple[rpc.ErrorKind, str | None] | None,
-    ) -> web.Response:
+    def _refused(self, decision: Decision, req: _Request) -> web.Response:
         kind = _STATUS_ERROR[decision.status]
         if kind is not rpc.RATE_LIMITED:
-            return self._request_error(kind, calls, is_batch, request_error)
+            return self._request_error(kind, req)
         self._net_metrics.rate_limited()
         retry_ms = max(1, decision.retry_ms)
         data: dict[str, Any] = {"retry_after_ms": retry_ms}
@@ -284,63 +441,36 @@ class RpcHandler:
             retry_ms = data["retry_after_ms"] = 1000
         headers = self._limit_headers(decision)
         headers[hdrs.RETRY_AFTER] = str(-(-retry_ms // 1000))
-        return self._request_error(kind, calls, is_batch, request_error, headers=headers, data=data)
+        return self._request_error(kind, req, headers, data)
 
-    def _local_answer(
-        self, calls: Sequence[rpc.Call], is_batch: bool, headers: dict[str, str]
-    ) -> web.Response:
-        errors = [rpc.call_error_obj(c) for c in calls if c.answered]
-        body = orjson.dumps(errors if is_batch else errors[0])
+    @staticmethod
+    def _local_answer(req: _Request, headers: dict[str, str]) -> web.Response:
+        errors = [rpc.call_error_obj(c) for c in req.calls if c.answered]
+        body = orjson.dumps(errors if req.is_batch else errors[0])
         return _reply(body, 200, headers)
 
+    @staticmethod
     def _upstream_failed(
-        self,
-        kind: rpc.ErrorKind,
-        calls: Sequence[rpc.Call],
-        is_batch: bool,
-        headers: dict[str, str],
+        kind: rpc.ErrorKind, req: _Request, headers: dict[str, str]
     ) -> web.Response:
-        if not is_batch:
-            return _reply(rpc.error_body(kind, calls[0].id), kind.http_status, headers)
+        if not req.is_batch:
+            return error_reply(kind, req.calls[0].id, None, headers)
         items = [
             rpc.call_error_obj(c) if c.error is not None else rpc.error_obj(kind, c.id)
-            for c in calls
+            for c in req.calls
             if c.answered
         ]
         return _reply(orjson.dumps(items), kind.http_status, headers)
 
-    @staticmethod
-    def _rewrite(body: bytes, calls: Sequence[rpc.Call]) -> bytes:
-        """Only the forwardable calls, numbers kept exactly as the client wrote them."""
-        exact = rpc.loads_exact(body)
-        return orjson.dumps([obj for obj, c in zip(exact, calls, strict=True) if c.error is None])
 
-
-def _merge(calls: Sequence[rpc.Call], reply: bytes) -> bytes:
-    """Put the node's answers and our per-call errors back in request order."""
-    try:
-        answers = rpc.loads_exact(reply)
-    except rpc.ParseError:
-        answers = None
-    if type(answers) is not list:
-        answers = [answers] if type(answers) is dict else []
-    by_id: dict[bytes, list[Any]] = {}
-    for item in answers:
-        ident = orjson.dumps(item.get("id")) if type(item) is dict else b"null"
-        by_id.setdefault(ident, []).append(item)
-    out: list[Any] = []
-    for call in calls:
-        if not call.answered:
-            continue
-        if call.error is not None:
-            out.append(rpc.call_error_obj(call))
-            continue
-        bucket = by_id.get(orjson.dumps(call.id))
-        if bucket:
-            out.append(bucket.pop(0))
-        else:
-            out.append(rpc.error_obj(rpc.UPSTREAM_UNAVAILABLE, call.id, "no answer from node"))
-    return orjson.dumps(out)
+def error_reply(
+    kind: rpc.ErrorKind,
+    id_: Any = None,
+    data: Any = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """The one way an error leaves the handler: its body and HTTP status from the catalogue."""
+    return _reply(rpc.error_body(kind, id_, data), kind.http_status, headers)
 
 
 def _no_content(headers: dict[str, str]) -> web.Response:
@@ -358,7 +488,10 @@ def _reply(body: bytes, status: int, headers: dict[str, str] | None = None) -> w
 
 def rpc_key(request: web.Request) -> str | None:
     """The request's well-formed key, or None (missing, malformed, mismatched)."""
-    key = extract_key(request.match_info.get("key", ""), request.headers.get(hdrs.AUTHORIZATION))
+    match = request.match_info
+    if "tail" in match:  # /bsc/ or /bsc/KEY/extra: never a key, whatever the header says
+        return None
+    key = extract_key(match.get("key", ""), request.headers.get(hdrs.AUTHORIZATION))
     if key is BAD_KEY or not key or not well_formed(key):
         return None
     return key

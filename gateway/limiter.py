@@ -138,7 +138,8 @@ class PlanTable:
     def _build(self, methods: Mapping[str, int]) -> list[str]:
         out = [str(len(self._plans))]
         for plan, fixed in zip(self._plans, self._fixed, strict=True):
-            cost = sum(plan.cost(m) * n for m, n in methods.items())
+            # nothing is free: a body we answer ourselves still costs one unit
+            cost = max(1, sum(plan.cost(m) * n for m, n in methods.items()))
             out.extend(fixed)
             out.append(str(cost))
         for method, count in methods.items():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import decimal
 import hashlib
 import json
 import random
@@ -32,7 +33,7 @@ from typing import Any, Final, Literal, cast
 
 import orjson
 
-__all__ = ["LatencyDist", "MockNode", "MockNodeOptions", "start_mock_node"]
+__all__ = ["LatencyDist", "MockNode", "MockNodeOptions", "go_decode", "start_mock_node"]
 
 LatencyDist = Literal["uniform", "exponential"]
 
@@ -72,6 +73,20 @@ class MockNodeOptions:
     block_time_s: float = 1.0
     start_block: int = 1_000_000
     seed: int | None = None
+    # How the node reads a request: "exact" (strict, first parser wins), or
+    # "go" as geth / BSC / op-geth do with encoding/json: keys matched
+    # case-insensitively, the last one wins ("Method" overrides "method").
+    decode: Literal["exact", "go"] = "exact"
+    # What the node does with ids: "echo" them exactly; "js" reads them as
+    # float64 and writes them back as JavaScript does (2**64 comes back as
+    # 18446744073709552000); "refuse_null" answers -32600 to ``id: null``.
+    ids: Literal["echo", "js", "refuse_null"] = "echo"
+    # When set, every POST is answered 200 with exactly these bytes (a broken
+    # node, a proxy's HTML page, an answer of hundreds of megabytes).
+    raw_answer: bytes | None = None
+    # When > 0, eth_call and eth_getLogs answer a hex string result of about
+    # this many bytes (a 50 MB eth_getLogs, a hostile node).
+    result_bytes: int = 0
 
     def __post_init__(self) -> None:
         rates = (self.error_rate, self.rate_429, self.drop_rate)
@@ -81,6 +96,10 @@ class MockNodeOptions:
             raise ValueError("latency_ms, latency_jitter_ms, block_time_s must be >= 0")
         if self.latency_dist not in ("uniform", "exponential"):
             raise ValueError(f"latency_dist: unknown distribution {self.latency_dist!r}")
+        if self.decode not in ("exact", "go"):
+            raise ValueError(f"decode: unknown mode {self.decode!r}")
+        if self.ids not in ("echo", "js", "refuse_null"):
+            raise ValueError(f"ids: unknown mode {self.ids!r}")
 
 
 class _BadRequest(Exception):
@@ -124,6 +143,67 @@ def _loads_exact(body: bytes) -> Any:
     return json.loads(
         body, parse_int=orjson.Fragment, parse_float=orjson.Fragment, parse_constant=reject
     )
+
+
+class _GoObject(dict[str, Any]):
+    """A JSON object that also remembers its members in order, duplicates included."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+_GO_FIELDS: Final = {"jsonrpc": str, "id": object, "method": str, "params": object}
+
+
+def go_decode(body: bytes) -> Any:
+    """Read a request the way Go's ``encoding/json`` fills geth's message struct.
+
+    Each member whose name equals a field's name under Unicode case folding
+    sets that field, later members overwriting earlier ones; a ``null`` for a
+    string field leaves it as it was; every other member is ignored.
+    Numbers keep their literal (``json.RawMessage``).
+    """
+
+    def reject(name: str) -> Any:
+        raise ValueError(f"not JSON: {name}")
+
+    msg = json.loads(
+        body,
+        parse_int=orjson.Fragment,
+        parse_float=orjson.Fragment,
+        parse_constant=reject,
+        object_pairs_hook=_GoObject,
+    )
+    if isinstance(msg, list):
+        return [_go_struct(item) for item in msg]
+    return _go_struct(msg)
+
+
+def _go_struct(obj: Any) -> Any:
+    if not isinstance(obj, _GoObject):
+        return obj
+    out: dict[str, Any] = {}
+    for key, value in obj.pairs:
+        name = key.casefold()
+        kind = _GO_FIELDS.get(name)
+        if kind is None or (value is None and kind is str):
+            continue
+        out[name] = value
+    return out
+
+
+def _js_id(cid: Any) -> Any:
+    """An id as a JavaScript node writes it back: through a float64."""
+    if type(cid) is not int and type(cid) is not float:
+        return cid
+    f = float(cid)
+    if not f.is_integer():
+        return f
+    digits = format(decimal.Decimal(repr(f)), "f").partition(".")[0]
+    return orjson.Fragment(digits)
 
 
 def _hash32(*parts: object) -> str:
@@ -298,6 +378,9 @@ class _Conn(asyncio.Protocol):
                 status, reply = 429, node._fault_body(body, -32005, "Rate limit exceeded")
                 extra = b"Retry-After: 1\r\n"
                 self._emit(_http(status, reply, close=close, extra=extra), node._delay(), close)
+            elif opts.raw_answer is not None:
+                node._count_calls(body)
+                self._emit(_http(200, opts.raw_answer, close=close), node._delay(), close)
             else:
                 status, reply = node._answer(body)
                 self._emit(_http(status, reply, close=close), node._delay(), close)
@@ -405,6 +488,9 @@ class MockNode:
         self.requests = 0
         self.calls = 0
         self.by_method: collections.Counter[str] = collections.Counter()
+        # (method, params) of every call as the node understood it (decode="go" only)
+        self.received: list[tuple[Any, Any]] = []
+        self.bodies: list[bytes] = []  # every request body (decode="go" only)
         self.port = 0
         self.url = ""
         self._down = False
@@ -463,16 +549,21 @@ class MockNode:
     def _answer(self, body: bytes) -> tuple[int, bytes]:
         """The JSON-RPC answer to one HTTP body: (HTTP status, reply bytes)."""
         try:
+            if self.options.decode == "go":
+                self.bodies.append(body)
+                return self._answer_parsed(go_decode(body))
+            if self.options.ids == "js":
+                return self._answer_parsed(orjson.loads(body), floats_ok=True)
             try:
                 return self._answer_parsed(_loads(body))
             except _Reparse:
                 return self._answer_parsed(_loads_exact(body))
-        except ValueError:
+        except (ValueError, RecursionError):
             return 200, orjson.dumps(_err(None, -32700, "Parse error"))
 
-    def _answer_parsed(self, msg: Any) -> tuple[int, bytes]:
+    def _answer_parsed(self, msg: Any, floats_ok: bool = False) -> tuple[int, bytes]:
         calls = msg if isinstance(msg, list) else [msg]
-        if any(isinstance(c, dict) and type(c.get("id")) is float for c in calls):
+        if not floats_ok and any(isinstance(c, dict) and type(c.get("id")) is float for c in calls):
             raise _Reparse  # before counting, so a re-read does not count twice
         if isinstance(msg, list):
             if not msg:
@@ -490,6 +581,13 @@ class MockNode:
             return _err(None, -32600, "Invalid Request")
         cid = call.get("id")
         method = call.get("method")
+        opts = self.options
+        if opts.decode == "go":
+            self.received.append((method, call.get("params")))
+        if opts.ids == "js":
+            cid = _js_id(cid)
+        elif opts.ids == "refuse_null" and "id" in call and cid is None:
+            return _err(None, -32600, "Invalid Request: id must not be null")
         if not isinstance(method, str) or call.get("jsonrpc") != "2.0":
             return _err(cid, -32600, "Invalid Request")
         self.calls += 1
@@ -503,6 +601,8 @@ class MockNode:
             result = handler(self, call.get("params"))
         except (TypeError, ValueError, IndexError, KeyError):
             return _err(cid, -32602, "Invalid params")
+        if opts.result_bytes > 0 and method in ("eth_call", "eth_getLogs"):
+            result = "0x" + "ab" * (opts.result_bytes // 2)
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
     def _fault_body(self, body: bytes, code: int, message: str) -> bytes:

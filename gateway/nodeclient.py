@@ -16,6 +16,15 @@ client keeps what the forwarding hop needs and nothing else:
 
 Errors say whether the request may have reached the node (``sent``), which
 is what the retry rules for non-idempotent calls need.
+
+Large answers are not held whole: with ``stream_over``, a 2xx answer longer
+than that (or of unknown length) is handed over as a ``NodeStream`` as soon
+as its head is in. The payload buffer is aiohttp's ``StreamReader``, which
+pauses reading the node's socket above ``2 * _PARSER_LIMIT`` bytes and
+resumes once the reader has taken them, so a client that does not read
+holds the node connection paused, not hundreds of megabytes. ``max_bytes``
+caps any answer: refused from its Content-Length when that is known,
+cut off when the bytes run past it.
 """
 
 from __future__ import annotations
@@ -33,16 +42,94 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import HttpResponseParser
 
-_MAX_RESPONSE = 2**26  # parser buffer limit; larger bodies are streamed through it
+# The payload buffer: reading the node pauses above twice this many unread bytes.
+_PARSER_LIMIT = 2**17
 
 
-class NodeRequestError(Exception):
-    """A call failed; ``sent`` tells whether the node may have received it."""
+class UpstreamError(Exception):
+    """A call to a node, or to a network's nodes, failed: the one upstream error type.
 
-    def __init__(self, message: str, *, sent: bool, timeout: bool = False) -> None:
+    ``sent``: the node may have received the call (what the retry rules for
+    non-idempotent calls need); ``timeout``: 504 rather than 502;
+    ``too_large``: the answer ran past ``limits.max_response_bytes`` (no
+    other node would do better); ``node_fault``: counts towards taking the
+    node out; ``resend_ok``: the node refused it unread (HTTP 429).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sent: bool = True,
+        timeout: bool = False,
+        too_large: bool = False,
+        node_fault: bool = True,
+        resend_ok: bool = False,
+    ) -> None:
         super().__init__(message)
         self.sent = sent
         self.timeout = timeout
+        self.too_large = too_large
+        self.node_fault = node_fault
+        self.resend_ok = resend_ok
+
+
+class NodeStream:
+    """A 2xx answer still arriving; ``read`` it to the end or ``close`` it.
+
+    Reading to the end hands the connection back to the pool; ``close``
+    before the end drops it (the rest of the answer is for nobody).
+    """
+
+    __slots__ = ("_conn", "_done", "_max", "_payload", "_seen", "_timeout", "length")
+
+    def __init__(
+        self, conn: _Conn, payload: Any, length: int | None, max_bytes: int | None, timeout_s: float
+    ) -> None:
+        self._conn = conn
+        self._payload = payload
+        self.length = length  # the node's Content-Length, when it sent one
+        self._max = max_bytes
+        self._timeout = timeout_s  # for each read: a node that stalls mid-answer
+        self._seen = 0
+        self._done = False
+
+    async def read(self) -> bytes:
+        """The next chunk, ``b""`` at the end; ``UpstreamError`` on failure."""
+        if self._done:
+            return b""
+        try:
+            chunk: bytes = await asyncio.wait_for(self._payload.readany(), self._timeout)
+        except TimeoutError:
+            self.close()
+            raise UpstreamError("timed out mid-answer", sent=True, timeout=True) from None
+        except UpstreamError:
+            self.close()
+            raise
+        except Exception as exc:  # the parser's framing errors, set on the payload
+            self.close()
+            raise UpstreamError(f"answer broken: {exc!r}", sent=True) from None
+        if not chunk:
+            self._done = True
+            self._conn._stream_done()
+            return b""
+        self._seen += len(chunk)
+        if self._max is not None and self._seen > self._max:
+            self.close()
+            raise UpstreamError("answer over the size limit", sent=True, too_large=True)
+        return chunk
+
+    async def read_all(self) -> bytes:
+        """The rest of the answer (bounded by ``max_bytes``)."""
+        parts = []
+        while chunk := await self.read():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._conn._abort()
 
 
 class _Conn(BaseProtocol):
@@ -52,15 +139,20 @@ class _Conn(BaseProtocol):
         super().__init__(loop)
         self._client = client
         parser = HttpResponseParser(
-            self, loop, _MAX_RESPONSE, read_until_eof=True, auto_decompress=False
+            self, loop, _PARSER_LIMIT, read_until_eof=True, auto_decompress=False
         )
         self._http = parser
         self._parser = parser  # BaseProtocol pauses/resumes this one under flow control
-        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self._waiter: asyncio.Future[tuple[int, bytes | NodeStream]] | None = None
         self._payload: Any = None
         self._status = 0
         self._keep = True
         self._body: list[bytes] = []
+        self._size = 0
+        self._max_bytes: int | None = None
+        self._stream_over: int | None = None
+        self._timeout_s = 0.0
+        self._streaming = False  # a NodeStream owns the payload now
         self._draining = False
         self.closed = False
         self.idle_since = 0.0
@@ -69,6 +161,14 @@ class _Conn(BaseProtocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)
         self.closed = True
+        if self._streaming:
+            payload = self._payload
+            with contextlib.suppress(HttpProcessingError):
+                self._http.feed_eof()  # completes a body delimited by the close
+            if payload is not None and not payload.is_eof():
+                payload.set_exception(UpstreamError("connection lost mid-answer", sent=True))
+            self._client._discard(self)
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done() and self._payload is not None:
             # a body delimited by the connection's end is complete now
@@ -78,7 +178,7 @@ class _Conn(BaseProtocol):
                 self._drain()
                 return
         self._fail(
-            NodeRequestError(f"connection lost: {exc!r}" if exc else "connection closed", sent=True)
+            UpstreamError(f"connection lost: {exc!r}" if exc else "connection closed", sent=True)
         )
         self._client._discard(self)
 
@@ -86,25 +186,68 @@ class _Conn(BaseProtocol):
         if not data:
             # BaseProtocol.resume_reading() re-enters here with b"" to resume a
             # paused parser; while we are draining, the drain loop handles it.
-            if self._draining or self._waiter is None:
+            if self._draining or (self._waiter is None and not self._streaming):
                 return
-        elif self._waiter is None:  # nothing asked: the node broke protocol; drop it
-            self._abort()
+        elif self._waiter is None and not self._streaming:
+            self._abort()  # nothing asked: the node broke protocol; drop it
             return
         try:
             messages, _, _ = self._http.feed_data(data)
         except HttpProcessingError as exc:
-            self._fail(NodeRequestError(f"bad HTTP from node: {exc}", sent=True))
+            error = UpstreamError(f"bad HTTP from node: {exc}", sent=True)
+            if self._streaming and self._payload is not None:
+                self._payload.set_exception(error)
+            self._fail(error)
             self._abort()
             return
+        if self._streaming:
+            return  # the payload buffer has it; the NodeStream's reader takes it
         for message, payload in messages:
             self._status = message.code
             self._keep = not message.should_close
             self._payload = payload
+            if self._head_in(message, payload):
+                return
         if self._payload is not None:
             self._drain()
 
     # -- internals -----------------------------------------------------------------
+    def _head_in(self, message: Any, payload: Any) -> bool:
+        """Refuse an answer over the cap, or hand a large one over as a stream."""
+        raw_length = message.headers.get("Content-Length")
+        length = int(raw_length) if raw_length is not None and raw_length.isdigit() else None
+        if self._max_bytes is not None and length is not None and length > self._max_bytes:
+            self._fail(
+                UpstreamError(f"answer of {length} bytes over the limit", sent=True, too_large=True)
+            )
+            self._abort()
+            return True
+        over = self._stream_over
+        if (
+            over is None
+            or not 200 <= message.code < 300
+            or (length is not None and length <= over)
+            or payload.is_eof()
+        ):
+            return False
+        self._streaming = True
+        waiter, self._waiter = self._waiter, None
+        stream = NodeStream(self, payload, length, self._max_bytes, self._timeout_s)
+        if waiter is not None and not waiter.done():
+            waiter.set_result((message.code, stream))
+        else:
+            stream.close()
+        return True
+
+    def _stream_done(self) -> None:
+        """The NodeStream read the whole answer: the connection is free again."""
+        self._streaming = False
+        self._payload = None
+        if self._keep and not self.closed:
+            self._client._release(self)
+        else:
+            self._abort()
+
     def _drain(self) -> None:
         payload = self._payload
         self._draining = True
@@ -114,10 +257,15 @@ class _Conn(BaseProtocol):
             self._draining = False
         if chunk:
             self._body.append(chunk)
+            self._size += len(chunk)
+            if self._max_bytes is not None and self._size > self._max_bytes:
+                self._fail(UpstreamError("answer over the size limit", sent=True, too_large=True))
+                self._abort()
+                return
         if not payload.is_eof():
             return
         waiter, self._waiter, self._payload = self._waiter, None, None
-        body, self._body = b"".join(self._body), []
+        body, self._body, self._size = b"".join(self._body), [], 0
         if waiter is not None and not waiter.done():
             waiter.set_result((self._status, body))
         if self._keep and not self.closed:
@@ -125,9 +273,9 @@ class _Conn(BaseProtocol):
         else:
             self._abort()
 
-    def _fail(self, exc: NodeRequestError) -> None:
+    def _fail(self, exc: UpstreamError) -> None:
         waiter, self._waiter, self._payload = self._waiter, None, None
-        self._body = []
+        self._body, self._size = [], 0
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
@@ -137,16 +285,21 @@ class _Conn(BaseProtocol):
             self.transport.abort()
         self._client._discard(self)
 
-    def request(self, data: bytes) -> asyncio.Future[tuple[int, bytes]]:
+    def request(
+        self, data: bytes, max_bytes: int | None, stream_over: int | None, timeout_s: float
+    ) -> asyncio.Future[tuple[int, bytes | NodeStream]]:
         assert self.transport is not None
-        waiter: asyncio.Future[tuple[int, bytes]] = self._loop.create_future()
+        waiter: asyncio.Future[tuple[int, bytes | NodeStream]] = self._loop.create_future()
         self._waiter = waiter
+        self._max_bytes = max_bytes
+        self._stream_over = stream_over
+        self._timeout_s = timeout_s
         self.transport.write(data)
         return waiter
 
     def on_timeout(self) -> None:
         if self._waiter is not None and not self._waiter.done():
-            self._fail(NodeRequestError("timed out", sent=True, timeout=True))
+            self._fail(UpstreamError("timed out", sent=True, timeout=True))
             self._abort()
 
 
@@ -194,18 +347,33 @@ class NodeClient:
     def open_connections(self) -> int:
         return len(self._all)
 
-    async def post(self, body: bytes, timeout_s: float) -> tuple[int, bytes]:
-        """(status, body bytes) of one POST, or ``NodeRequestError``."""
+    async def post(
+        self,
+        body: bytes,
+        timeout_s: float,
+        *,
+        max_bytes: int | None = None,
+        stream_over: int | None = None,
+    ) -> tuple[int, bytes | NodeStream]:
+        """(status, answer) of one POST, or ``UpstreamError``.
+
+        The answer is its bytes, or a ``NodeStream`` for a 2xx answer longer
+        than ``stream_over`` (or of unknown length) when that is given.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         conn = await self._acquire(loop, timeout_s)
         data = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
-        waiter = conn.request(data)
+        waiter = conn.request(data, max_bytes, stream_over, timeout_s)
         timer = loop.call_at(deadline, conn.on_timeout)
         try:
             return await waiter
         except asyncio.CancelledError:
             conn.on_timeout()  # the answer would arrive for nobody: drop the connection
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                answer = waiter.result()[1]
+                if isinstance(answer, NodeStream):
+                    answer.close()
             raise
         finally:
             timer.cancel()
@@ -232,7 +400,7 @@ class NodeClient:
         try:
             return await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
-            raise NodeRequestError("no free connection in time", sent=False, timeout=True) from None
+            raise UpstreamError("no free connection in time", sent=False, timeout=True) from None
 
     async def _open(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> _Conn:
         self._opening += 1
@@ -244,9 +412,9 @@ class NodeClient:
                 timeout_s,
             )
         except TimeoutError:
-            raise NodeRequestError("connect timed out", sent=False, timeout=True) from None
+            raise UpstreamError("connect timed out", sent=False, timeout=True) from None
         except OSError as exc:
-            raise NodeRequestError(f"unreachable ({exc.__class__.__name__})", sent=False) from None
+            raise UpstreamError(f"unreachable ({exc.__class__.__name__})", sent=False) from None
         finally:
             self._opening -= 1
         self._all.add(conn)
@@ -279,7 +447,7 @@ class NodeClient:
         self._idle.clear()
         for waiter in self._waiters:
             if not waiter.done():
-                waiter.set_exception(NodeRequestError("client closed", sent=False))
+                waiter.set_exception(UpstreamError("client closed", sent=False))
         self._waiters.clear()
         await asyncio.sleep(0)
 

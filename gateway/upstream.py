@@ -48,7 +48,9 @@ import orjson
 
 from gateway.config import NetworkConfig, UpstreamConfig
 from gateway.metrics import Metrics, NodeMetrics
-from gateway.nodeclient import NodeClient, NodeRequestError
+from gateway.nodeclient import NodeClient, NodeStream, UpstreamError
+
+__all__ = ["Node", "NodePool", "UpstreamError"]  # UpstreamError: nodeclient's, shared
 
 log = logging.getLogger("gateway.upstream")
 
@@ -58,14 +60,6 @@ _JSON_HEADERS: Final = {"Content-Type": "application/json"}
 _RELAYED_4XX: Final = frozenset({400, 413, 422})
 
 
-class UpstreamError(Exception):
-    """No node produced an answer; ``timeout`` tells 504 from 502."""
-
-    def __init__(self, message: str, *, timeout: bool = False) -> None:
-        super().__init__(message)
-        self.timeout = timeout
-
-
 class Node:
     """One upstream node and what the pool knows about it."""
 
@@ -73,14 +67,12 @@ class Node:
         "client",
         "consecutive_failures",
         "down_until",
-        "failures",
         "head",
         "healthy",
         "in_flight",
         "lagging",
         "metrics",
         "name",
-        "requests",
         "url",
     )
 
@@ -92,9 +84,7 @@ class Node:
         self.lagging = False
         self.consecutive_failures = 0
         self.down_until = 0.0  # taken out until this monotonic time
-        self.in_flight = 0
-        self.requests = 0
-        self.failures = 0
+        self.in_flight = 0  # calls and requests counted in metrics, not here
         self.metrics = metrics
         self.client: NodeClient | None = None
 
@@ -126,25 +116,6 @@ class _Budget:
         return False
 
 
-class _Failed(Exception):
-    """One attempt failed: ``sent`` if the node may have received the call."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        timeout: bool = False,
-        sent: bool = True,
-        node_fault: bool = True,
-        resend_ok: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.timeout = timeout
-        self.sent = sent
-        self.node_fault = node_fault
-        self.resend_ok = resend_ok
-
-
 class NodePool:
     """The nodes of one network; ``forward`` is the only hot-path entry."""
 
@@ -157,8 +128,10 @@ class NodePool:
         *,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_response_bytes: int | None = None,
     ) -> None:
         self.network = network
+        self.max_response_bytes = max_response_bytes
         self.clock = clock  # injectable for tests; monotonic seconds
         self.cfg = cfg
         self.connect_timeout_s = connect_timeout_s
@@ -260,11 +233,16 @@ class NodePool:
         }
 
     # -- forwarding ----------------------------------------------------------
-    async def forward(self, body: bytes, *, idempotent: bool = True) -> bytes:
-        """POST ``body`` to a node and return its answer bytes (any 2xx).
+    async def forward(
+        self, body: bytes, *, idempotent: bool = True, stream_over: int | None = None
+    ) -> bytes | NodeStream:
+        """POST ``body`` to a node and return its answer (any 2xx).
 
-        Raises ``UpstreamError`` once the attempts, the deadline or the retry
-        budget run out; see the module docstring for the retry rules.
+        The answer is its bytes; with ``stream_over`` (lean client only) a
+        longer 2xx answer comes as a ``NodeStream`` the caller must read to
+        the end or close. Raises ``UpstreamError`` once the attempts, the
+        deadline or the retry budget run out (see the module docstring), or
+        for an answer over ``max_response_bytes``.
         """
         session = self.session
         assert session is not None, "NodePool.start() was not awaited"
@@ -287,12 +265,16 @@ class NodePool:
                 if prev.metrics is not None:
                     prev.metrics.retry.inc()
             tried += (node,)
-            node.requests += 1
             node.in_flight += 1
             try:
                 if node.client is not None:
                     payload = await _lean_attempt(
-                        node, node.client, body, min(remaining, self.attempt_timeout_s)
+                        node,
+                        node.client,
+                        body,
+                        min(remaining, self.attempt_timeout_s),
+                        self.max_response_bytes,
+                        stream_over,
                     )
                 else:
                     timeout = (
@@ -302,11 +284,13 @@ class NodePool:
                             total=remaining, sock_connect=self.connect_timeout_s
                         )
                     )
-                    payload = await self._attempt(session, node, body, timeout)
-            except _Failed as exc:
+                    payload = await self._attempt(
+                        session, node, body, timeout, self.max_response_bytes
+                    )
+            except UpstreamError as exc:
                 self._failed(node, exc)
-                last = UpstreamError(str(exc), timeout=exc.timeout)
-                if exc.sent and not idempotent and not exc.resend_ok:
+                last = exc
+                if exc.too_large or (exc.sent and not idempotent and not exc.resend_ok):
                     break
                 continue
             finally:
@@ -319,28 +303,44 @@ class NodePool:
 
     @staticmethod
     async def _attempt(
-        session: aiohttp.ClientSession, node: Node, body: bytes, limit: aiohttp.ClientTimeout
+        session: aiohttp.ClientSession,
+        node: Node,
+        body: bytes,
+        limit: aiohttp.ClientTimeout,
+        max_bytes: int | None,
     ) -> bytes:
         try:
             async with session.post(
                 node.url, data=body, headers=_JSON_HEADERS, timeout=limit
             ) as resp:
-                payload = await resp.read()
                 status = resp.status
+                if max_bytes is None:
+                    payload = await resp.read()
+                else:
+                    if resp.content_length is not None and resp.content_length > max_bytes:
+                        raise _too_large(node)
+                    payload = await resp.content.read(max_bytes + 1)
+                    while not resp.content.at_eof() and len(payload) <= max_bytes:
+                        payload += await resp.content.read(max_bytes + 1 - len(payload))
+                    if len(payload) > max_bytes:
+                        raise _too_large(node)
         except aiohttp.ConnectionTimeoutError:
-            raise _Failed(f"{node.name}: connect timed out", timeout=True, sent=False) from None
+            raise UpstreamError(
+                f"{node.name}: connect timed out", timeout=True, sent=False
+            ) from None
         except TimeoutError:
-            raise _Failed(f"{node.name}: timed out", timeout=True) from None
+            raise UpstreamError(f"{node.name}: timed out", timeout=True) from None
         except aiohttp.ClientConnectorError as exc:
-            raise _Failed(
+            raise UpstreamError(
                 f"{node.name}: unreachable ({exc.os_error.__class__.__name__})", sent=False
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise _Failed(f"{node.name}: failed ({exc.__class__.__name__})") from None
-        return _judge(node, status, payload)
+            raise UpstreamError(f"{node.name}: failed ({exc.__class__.__name__})") from None
+        answer = _judge(node, status, payload)
+        assert isinstance(answer, bytes)  # this transport never streams
+        return answer
 
-    def _failed(self, node: Node, exc: _Failed) -> None:
-        node.failures += 1
+    def _failed(self, node: Node, exc: UpstreamError) -> None:
         metrics = node.metrics
         if metrics is not None:
             (metrics.timeout if exc.timeout else metrics.error).inc()
@@ -399,7 +399,9 @@ class NodePool:
                 if resp.status != 200:
                     return None
                 reply = orjson.loads(await resp.read())
-                return int(reply["result"], 16)
+                head = int(reply["result"], 16)
+                # a hostile node's absurd head would break the metrics and lag math
+                return head if 0 <= head < 1 << 63 else None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError, TypeError):
             return None
 
@@ -420,23 +422,41 @@ class NodePool:
             await self.close()
 
 
-def _judge(node: Node, status: int, payload: bytes) -> bytes:
-    """The answer bytes to relay, or ``_Failed`` saying whose fault it was."""
+def _too_large(node: Node) -> UpstreamError:
+    return UpstreamError(
+        f"{node.name}: answer over the size limit", node_fault=False, too_large=True
+    )
+
+
+def _judge(node: Node, status: int, payload: bytes | NodeStream) -> bytes | NodeStream:
+    """The answer to relay, or ``UpstreamError`` saying whose fault it was."""
     if 200 <= status < 300:
         return payload
+    assert isinstance(payload, bytes)  # only 2xx answers are streamed
     if status in _RELAYED_4XX and payload[:1] in (b"{", b"["):
         return payload  # a JSON-RPC answer about the request itself
     if status == 429:
-        raise _Failed(f"{node.name}: HTTP 429", resend_ok=True)
-    raise _Failed(
+        raise UpstreamError(f"{node.name}: HTTP 429", resend_ok=True)
+    raise UpstreamError(
         f"{node.name}: HTTP {status}",
         node_fault=status >= 500 or status in (401, 403, 404, 405, 408),
     )
 
 
-async def _lean_attempt(node: Node, client: NodeClient, body: bytes, timeout_s: float) -> bytes:
+async def _lean_attempt(
+    node: Node,
+    client: NodeClient,
+    body: bytes,
+    timeout_s: float,
+    max_bytes: int | None,
+    stream_over: int | None,
+) -> bytes | NodeStream:
     try:
-        status, payload = await client.post(body, timeout_s)
-    except NodeRequestError as exc:
-        raise _Failed(f"{node.name}: {exc}", timeout=exc.timeout, sent=exc.sent) from None
+        status, payload = await client.post(
+            body, timeout_s, max_bytes=max_bytes, stream_over=stream_over
+        )
+    except UpstreamError as exc:
+        if exc.too_large:
+            raise _too_large(node) from None
+        raise UpstreamError(f"{node.name}: {exc}", timeout=exc.timeout, sent=exc.sent) from None
     return _judge(node, status, payload)
