@@ -21,9 +21,10 @@ from gateway import rpc
 from gateway.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.clientip import ClientIP
 from gateway.config import Config, NetworkConfig
+from gateway.insight import InsightSink, reply_code
 from gateway.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
 from gateway.metrics import Metrics
-from gateway.typedefs import CLIENT_IP, KEY_ID, RPC_METHOD
+from gateway.typedefs import CLIENT_IP, KEY_HASH, KEY_ID, REPLY_ERROR, RPC_METHOD
 from gateway.upstream import NodePool, UpstreamError
 from gateway.usage import ErrorCounter
 
@@ -59,6 +60,7 @@ class RpcHandler:
     limiter: Limiter
     pool: NodePool
     errors: ErrorCounter
+    insight: InsightSink | None = None  # set at startup when insight is on
 
     def __init__(
         self,
@@ -98,10 +100,33 @@ class RpcHandler:
         except Exception:  # never a traceback to the client
             log.exception("internal error network=%s", self.network.name)
             response = _reply(rpc.error_body(rpc.INTERNAL_ERROR), 500)
-        self._net_metrics.answered(
-            request.get(RPC_METHOD, "-"), response.status, time.perf_counter() - started
-        )
+        elapsed = time.perf_counter() - started
+        self._net_metrics.answered(request.get(RPC_METHOD, "-"), response.status, elapsed)
+        if self.insight is not None and KEY_HASH in request:
+            self._record_insight(request, response, elapsed)
         return response
+
+    def _record_insight(
+        self, request: web.Request, response: web.StreamResponse, elapsed: float
+    ) -> None:
+        """One answered call of an existing key into this worker's insight sums (no I/O)."""
+        assert self.insight is not None
+        status = response.status
+        body = response.body if isinstance(response, web.Response) else None
+        code = 0
+        if isinstance(body, bytes) and (
+            status >= 400 or request.get(REPLY_ERROR, False) or len(body) <= 512
+        ):
+            code = reply_code(body)
+        failed = code != 0 or status >= 400
+        self.insight.record(
+            request[KEY_HASH],
+            request.get(RPC_METHOD, "-"),
+            code,
+            status,
+            elapsed * 1000,
+            self.client_ip(request) if failed else "",
+        )
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         method = request.method
@@ -196,6 +221,8 @@ class RpcHandler:
                 )
             decision = Decision(Status.ADMITTED, "")
         request[KEY_ID] = decision.key_id
+        if decision.key_id:  # an existing key: its calls count in request insight
+            request[KEY_HASH] = khash
         if decision.status is not Status.ADMITTED:
             return self._refused(decision, calls, is_batch, request_error)
 
@@ -222,6 +249,7 @@ class RpcHandler:
             return self._upstream_failed(kind, calls, is_batch, headers)
         if b'"error"' in reply:
             self.errors.add(khash)
+            request[REPLY_ERROR] = True
         if not answered:
             return _no_content(headers)
         if rewrite:
