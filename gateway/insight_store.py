@@ -74,7 +74,7 @@ class MonthCost:
 
     @property
     def estimated_cost(self) -> float:
-        return round(self.compute_units * self.price_per_million_cu / 1_000_000, 6)
+        return self.compute_units * self.price_per_million_cu / 1_000_000
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -232,8 +232,15 @@ def summarize(hashes: Sequence[Mapping[str, str]]) -> list[MethodInsight]:
 
 
 def fmt_money(amount: float) -> str:
-    """An estimated cost: cents for sums of a dollar and more, tenths of a cent below."""
-    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:,.4f}"
+    """A price or cost in dollars: at least cents, up to four decimals, never a false zero."""
+    if amount == 0:
+        return "$0.00"
+    if amount < 0.0001:
+        return "less than $0.0001"
+    text = f"{amount:,.4f}".rstrip("0")
+    if len(text.partition(".")[2]) < 2:
+        text = f"{amount:,.2f}"
+    return "$" + text
 
 
 def fmt_ms(value: float | None) -> str:

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from gateway.accounts import DAY_MS, NotFound, Store, StoreError
 from gateway.auth import key_hash
 from gateway.config import config_from_dict
-from gateway.insight_store import InsightStore
+from gateway.insight_store import InsightStore, fmt_money
 from gateway.key_limits import KeyLimits, keys_channel, parse_daily, parse_rate
 from gateway.limiter import record_key, usage_prefix
 
@@ -97,6 +97,18 @@ async def test_rotation_keeps_the_caps(store: Store) -> None:
     _, new = await store.rotate_key(key_id, 0, account_id=acct)
     fresh = await store.get_key(new.id)
     assert (fresh.rate_cap, fresh.daily_cu_cap) == (3.0, 500)
+
+
+def test_money() -> None:
+    assert [fmt_money(v) for v in (0, 0.00001, 0.0005, 0.5, 0.125, 1, 1234.5)] == [
+        "$0.00",
+        "less than $0.0001",
+        "$0.0005",
+        "$0.50",
+        "$0.125",
+        "$1.00",
+        "$1,234.50",
+    ]
 
 
 def test_form_values() -> None:
