@@ -48,7 +48,7 @@ HOUR_TTL_MS = 49 * HOUR_MS
 _PER_OCTAVE = 4
 _ONE_MS = 12
 MAX_BUCKET = 80
-_FLOOR_MS = 2.0 ** (-_ONE_MS / _PER_OCTAVE)
+_FLOOR_MS: float = math.pow(2.0, -_ONE_MS / _PER_OCTAVE)
 
 
 def bucket_of(latency_ms: float) -> int:

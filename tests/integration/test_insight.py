@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -55,7 +56,7 @@ async def test_record_touches_no_redis_and_flush_writes_the_sums(
     assert 0 < await redis.pttl(slot_key(prefix, khash, NOW // SLOT_MS)) <= 2 * HOUR_MS
     assert 0 < await redis.pttl(hour_key(prefix, khash, NOW // HOUR_MS)) <= 49 * HOUR_MS
     # Only failed calls are logged, newest first, with the network, never more.
-    entries = await redis.xrevrange(log_key(prefix, khash))
+    entries: Any = await redis.xrevrange(log_key(prefix, khash))
     assert [e[1]["method"] for e in entries] == ["eth_getLogs", "eth_call"]
     assert entries[0][1]["ip"] == "2001:db8:1::/48"
     assert entries[1][1]["ip"] == "203.0.113.0/24"

@@ -7,6 +7,7 @@ limiter enforces them in Lua and removes the skip.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -54,4 +55,10 @@ async def test_daily_cap_refuses_then_clearing_it_admits_again(
     reason = answers[3][1]["error"]["data"]["reason"].lower()
     assert "key" in reason and "daily" in reason
     await limits.set_key_limits(account, record.id, rate=None, daily_cu=None)
-    assert [status for status, _ in await _calls(client, key, 1)] == [200]
+    # Cached records are dropped on the PUBLISH: admitted again well within 1 s.
+    for _ in range(20):
+        if (await _calls(client, key, 1))[0][0] == 200:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("still refused 1 s after the cap was cleared")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
@@ -23,7 +24,9 @@ PLANS = config_from_dict({}).plans  # free 25/s, payg 300/s
 
 
 async def _account_key(store: Store, plan: str = "free") -> tuple[str, str, str]:
-    acct = await store.create_account(f"l-{secrets.token_hex(3)}@example.com", "long password", plan)
+    acct = await store.create_account(
+        f"l-{secrets.token_hex(3)}@example.com", "long password", plan
+    )
     key, record = await store.create_key(acct.id, name="capped")
     return acct.id, record.id, key
 
@@ -33,7 +36,7 @@ async def test_caps_are_stored_in_the_record_and_published(
 ) -> None:
     acct, key_id, key = await _account_key(store)
     khash = key_hash(key)
-    pubsub = redis.pubsub()
+    pubsub: Any = redis.pubsub()
     await pubsub.subscribe(keys_channel(prefix))
     await pubsub.get_message(timeout=1)  # the subscribe confirmation
     limits = KeyLimits(store, PLANS)
@@ -123,8 +126,10 @@ def test_form_values() -> None:
             parse_daily(bad)
 
 
-async def test_month_cost_sums_days_since_the_first(redis: Redis, store: Store, prefix: str) -> None:
-    acct, key_id, key = await _account_key(store, "payg")
+async def test_month_cost_sums_days_since_the_first(
+    redis: Redis, store: Store, prefix: str
+) -> None:
+    _, key_id, key = await _account_key(store, "payg")
     _, other_id, other_key = await _account_key(store)
     now = 1_800_000_000_000  # 2027-01-15 08:00 UTC
     for k, day, cu in ((key, 0, 999_000), (key, 14, 1_000), (key, -1, 5), (other_key, 14, 7)):
