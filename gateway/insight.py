@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from gateway.security_store import mask_ip
+from gateway.clientip import mask_ip
 
 log = logging.getLogger("gateway.insight")
 

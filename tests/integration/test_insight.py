@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from gateway.accounts import Store
 from gateway.auth import key_hash
-from gateway.config import config_from_dict
+from gateway.config import ConfigError, config_from_dict
 from gateway.insight import (
     HOUR_MS,
     SLOT_MS,
@@ -24,6 +24,7 @@ from gateway.insight import (
     slot_key,
 )
 from gateway.insight_store import InsightStore, month_start_ms
+from gateway.security_store import SecurityStore
 
 NOW = 1_800_000_000_000  # a fixed moment: slots and hours are computed from it
 
@@ -176,3 +177,34 @@ def test_reply_code() -> None:
 
 def test_month_start() -> None:
     assert month_start_ms(1_800_000_000_000) == 1_798_761_600_000  # 2027-01-15 -> 2027-01-01
+
+
+async def test_deleting_the_account_removes_its_call_logs(
+    redis: Redis, store: Store, prefix: str
+) -> None:
+    acct, _, khash = await _key(store)
+    sink = InsightSink(redis, prefix)
+    sink.record(khash, "eth_call", -32005, 429, 1.0, "198.51.100.7")
+    await sink.flush()
+    assert await redis.exists(log_key(prefix, khash))
+    await SecurityStore(store).delete_account(await store.account(acct))
+    assert not await redis.exists(log_key(prefix, khash))
+
+
+def test_insight_and_price_config_is_validated() -> None:
+    cfg = config_from_dict(
+        {"insight": {"log_cap": 50}, "plans": {"free": {"price_per_million_cu": 0.25}}}
+    )
+    assert cfg.insight.log_cap == 50 and cfg.insight.interval_s == 1.0
+    assert cfg.plan("free").price_per_million_cu == 0.25
+    assert cfg.plan("payg").price_per_million_cu == 0.5
+    for raw, path in (
+        ({"insight": {"interval_s": 0}}, "insight"),
+        ({"insight": {"log_cap": 0}}, "insight"),
+        ({"insight": {"log_cap": -1}}, "insight.log_cap"),
+        ({"insight": {"nope": 1}}, "insight.nope"),
+        ({"plans": {"payg": {"price_per_million_cu": -1}}}, "plans.payg.price_per_million_cu"),
+        ({"plans": {"payg": {"price_per_million_cu": "1"}}}, "plans.payg.price_per_million_cu"),
+    ):
+        with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
+            config_from_dict(raw)
