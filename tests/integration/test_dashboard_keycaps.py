@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
 
+from gateway.auth import generate_key, key_hash
 from gateway.config import Config
 from tests.helpers.dashboard import Element, User, new_email, parse
 
@@ -216,3 +218,18 @@ async def test_usage_and_plan_pages_show_the_month_and_the_price(
     card = doc.find(data_testid="month-cost")
     assert card.testid("month-cost-amount") == "less than $0.0001"  # 1 CU at $0.50 per million
     assert "$0.50 per million" in card.text
+
+
+async def test_made_up_keys_leave_no_insight_behind(
+    client: Any, redis: Redis, prefix: str, api_key: str
+) -> None:
+    for _ in range(5):
+        assert await _rpc(client, generate_key(), "eth_blockNumber") == 401
+    assert await _rpc(client, api_key, "eth_blockNumber") == 200
+    for _ in range(100):  # the real key's call shows up within a few flushes...
+        if await redis.keys(f"{prefix}:*:q:f:*"):
+            break
+        await asyncio.sleep(0.05)
+    found = await redis.keys(f"{prefix}:*:q:*")
+    # ...and it is the only key with insight: unknown keys are never recorded.
+    assert {k.split("}")[0] for k in found} == {f"{prefix}:{{{key_hash(api_key)}"}
