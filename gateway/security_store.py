@@ -40,7 +40,7 @@ from argon2 import PasswordHasher
 from redis.commands.core import AsyncScript
 
 from gateway.accounts import Account, NotFound, Store, StoreError, normalize_email
-from gateway.clientip import mask_ip
+from gateway.clientip import mask_ip as mask_ip  # re-exported: its old home
 from gateway.insight import log_key
 from gateway.limiter import record_key
 

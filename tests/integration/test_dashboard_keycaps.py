@@ -230,6 +230,6 @@ async def test_made_up_keys_leave_no_insight_behind(
         if await redis.keys(f"{prefix}:*:q:f:*"):
             break
         await asyncio.sleep(0.05)
-    found = await redis.keys(f"{prefix}:*:q:*")
+    found: Any = await redis.keys(f"{prefix}:*:q:*")
     # ...and it is the only key with insight: unknown keys are never recorded.
     assert {k.split("}")[0] for k in found} == {f"{prefix}:{{{key_hash(api_key)}"}
