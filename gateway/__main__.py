@@ -33,6 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.accounts import Store, StoreError
 from gateway.config import Config, ConfigError, data_dir, listen_address, load_config
 from gateway.embedded import RedisProcess, ensure_embedded
+from gateway.keycaps_cli import add_limit_parser, limit_command, month_of_key
 from gateway.redisconn import admin_connect
 
 EXIT_REDIS = 3
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long the old key still works (default 24h; 0 = revoke now)",
     )
     kt.add_argument("--json", action="store_true", help="print JSON")
+    add_limit_parser(keys)
 
     usage = sub.add_parser("usage", help="show a key's usage")
     usage.add_argument("key_id")
@@ -250,6 +252,8 @@ def _command(args: argparse.Namespace, cfg: Config) -> Command:
         from gateway.security_cli import reset_password_command
 
         return reset_password_command(args.email, cfg)
+    if args.command == "keys" and args.action == "limit":
+        return limit_command(args, cfg)
     if args.command == "keys":
         return _keys_command(args)
 
@@ -260,7 +264,8 @@ def _command(args: argparse.Namespace, cfg: Config) -> Command:
             f"{u.limited} rate-limited, {u.errors} errors, {u.denied} denied"
         ]
         lines += [f"  {m:<40} {n}" for m, n in u.methods.items()]
-        return u.as_json(), "\n".join(lines)
+        month, month_line = await month_of_key(store, cfg, args.key_id)
+        return {**u.as_json(), "month": month}, "\n".join([*lines, month_line])
 
     return usage
 

@@ -110,6 +110,9 @@ class KeyRecord:
     ips: tuple[str, ...] = ()
     methods: tuple[str, ...] = ()
     rotated_to: str | None = None
+    # The owner's caps (gateway/key_limits.py); None = the plan's.
+    rate_cap: float | None = None
+    daily_cu_cap: int | None = None
 
     def status(self, now_ms: int) -> str:
         """``active``, ``expired`` or ``revoked`` at ``now_ms``."""
@@ -142,6 +145,8 @@ class KeyRecord:
             "ips": list(self.ips),
             "methods": list(self.methods),
             "rotated_to": self.rotated_to,
+            "rate_cap": self.rate_cap,
+            "daily_cu_cap": self.daily_cu_cap,
         }
 
 
@@ -711,6 +716,9 @@ class Store:
                 if old.expires_at is not None:
                     new_expiry = min(new_expiry, old.expires_at)
                 pipe = self.redis.pipeline(transaction=False)
+                if old.rate_cap is not None or old.daily_cu_cap is not None:
+                    caps = {"rcap": old.rate_cap or "", "dcap": old.daily_cu_cap or ""}
+                    pipe.hset(record_key(self.prefix, key_hash(key)), mapping=caps)  # caps go too
                 pipe.hset(
                     record_key(self.prefix, khash), mapping={"exp": new_expiry, "rot": new.id}
                 )
@@ -740,6 +748,8 @@ class Store:
             ips=_split(d.get("ips")),
             methods=_split(d.get("mth")),
             rotated_to=d.get("rot") or None,
+            rate_cap=float(d["rcap"]) if d.get("rcap") else None,
+            daily_cu_cap=_opt_int(d.get("dcap")),
         )
 
     # -- usage ---------------------------------------------------------------

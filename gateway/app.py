@@ -25,6 +25,7 @@ from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
 from gateway.embedded import ensure_embedded
 from gateway.handlers import RpcHandler
+from gateway.insight import InsightSink
 from gateway.limiter import MuxLimiter, RedisLimiter
 from gateway.metrics import Metrics
 from gateway.metricsport import metrics_listener_ctx
@@ -49,6 +50,7 @@ def create_app(config: Config | None = None) -> web.Application:
     app.cleanup_ctx.append(_redis_ctx)
     app.cleanup_ctx.append(_pools_ctx)
     app.cleanup_ctx.append(_errors_ctx)
+    app.cleanup_ctx.append(_insight_ctx)
     if hosted:
         setup_logging()  # gunicorn configures only its own loggers
         app.cleanup_ctx.append(metrics_listener_ctx)
@@ -138,7 +140,33 @@ async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:
             await task
 
 
+async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Request insight per key, flushed by this worker once per interval (and on exit)."""
+    cfg = app[T.CONFIG].insight
+    if not cfg.enabled:
+        yield
+        return
+    sink = InsightSink(
+        app[T.STORE].redis,
+        app[T.CONFIG].redis.prefix,
+        interval_s=cfg.interval_s,
+        log_cap=cfg.log_cap,
+        log_ttl_s=cfg.log_ttl_s,
+        max_keys=cfg.max_keys,
+    )
+    app[T.INSIGHT] = sink
+    task = asyncio.create_task(sink.run(), name="insight-flush")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def _bind_handlers(app: web.Application) -> None:
     """Give the handlers the limiter and pools, which exist once cleanup_ctx ran."""
+    insight = app.get(T.INSIGHT)
     for handler in app[T.HANDLERS]:
         handler.bind(app[T.LIMITER], app[T.POOLS][handler.network.name], app[T.ERRORS])
+        handler.insight = insight

@@ -153,6 +153,8 @@ class PlanConfig:
     daily_quota: int = 0  # compute units per UTC day, 0 = none
     weights: Mapping[str, int] = field(default_factory=dict)
     max_logs_range: int = 0  # 0 = limits.max_logs_range
+    # Price shown as the estimated cost (compute units x price / 1e6); 0 = free.
+    price_per_million_cu: float = 0.0
 
     def cost(self, method: str) -> int:
         """Compute units charged for one call of ``method``."""
@@ -242,6 +244,17 @@ class DashboardConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class InsightConfig:
+    """Request insight per key (gateway/insight.py): summed in each worker, flushed."""
+
+    enabled: bool = True
+    interval_s: float = 1.0  # a worker writes its sums this often (a crash loses at most this)
+    log_cap: int = 200  # failed or rate-limited calls kept per key (the Requests page)
+    log_ttl_s: int = 7 * 24 * 3600  # a key's call log is dropped this long after its last entry
+    max_keys: int = 10_000  # distinct keys summed per worker between flushes; more are dropped
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = ServerConfig()
     limits: LimitsConfig = LimitsConfig()
@@ -250,6 +263,7 @@ class Config:
     dashboard: DashboardConfig = DashboardConfig()
     cache: CacheConfig = CacheConfig()
     hedge: HedgeConfig = HedgeConfig()
+    insight: InsightConfig = InsightConfig()
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"
@@ -294,7 +308,13 @@ DEFAULT_NETWORKS: dict[str, dict[str, Any]] = {
 
 DEFAULT_PLANS: dict[str, dict[str, Any]] = {
     "free": {"title": "Free", "rate": 25, "burst": 50, "weights": {"eth_getLogs": 50}},
-    "payg": {"title": "Pay as you go", "rate": 300, "burst": 600, "weights": {"eth_getLogs": 50}},
+    "payg": {
+        "title": "Pay as you go",
+        "rate": 300,
+        "burst": 600,
+        "weights": {"eth_getLogs": 50},
+        "price_per_million_cu": 0.5,
+    },
 }
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -305,6 +325,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "dashboard": DashboardConfig,
     "cache": CacheConfig,
     "hedge": HedgeConfig,
+    "insight": InsightConfig,
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
@@ -344,6 +365,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if sections["upstream"].client not in ("lean", "aiohttp"):
         raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
     _check_intel(sections["cache"], sections["hedge"])
+    if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
+        raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
     for i, cidr in enumerate(sections["server"].trusted_proxies):
         try:
             ipaddress.ip_network(cidr, strict=False)
@@ -490,7 +513,15 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
 
 def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     path = f"plans.{name}"
-    known = {"title", "rate", "burst", "daily_quota", "weights", "max_logs_range"}
+    known = {
+        "title",
+        "rate",
+        "burst",
+        "daily_quota",
+        "weights",
+        "max_logs_range",
+        "price_per_million_cu",
+    }
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -517,6 +548,9 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     title = table.get("title", name.title())
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
+    price = table.get("price_per_million_cu", 0)
+    if isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
+        raise ConfigError(f"{path}.price_per_million_cu: expected a non-negative number (0 = free)")
     return PlanConfig(
         name=name,
         title=title,
@@ -525,6 +559,7 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
         daily_quota=quota,
         weights=types.MappingProxyType(dict(weights)),
         max_logs_range=logs_range,
+        price_per_million_cu=float(price),
     )
 
 

@@ -23,10 +23,11 @@ from gateway import rpc
 from gateway.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.clientip import ClientIP
 from gateway.config import Config, NetworkConfig
+from gateway.insight import InsightSink, reply_code
 from gateway.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
 from gateway.metrics import Metrics
 from gateway.nodeclient import NodeStream
-from gateway.typedefs import CLIENT_IP, KEY_ID, RPC_METHOD
+from gateway.typedefs import CLIENT_IP, KEY_HASH, KEY_ID, REPLY_ERROR, RPC_METHOD
 from gateway.upstream import NodePool, UpstreamError
 from gateway.usage import ErrorCounter
 
@@ -127,6 +128,7 @@ class RpcHandler:
     limiter: Limiter
     pool: NodePool
     errors: ErrorCounter
+    insight: InsightSink | None = None  # set at startup when insight is on
 
     def __init__(
         self,
@@ -169,10 +171,33 @@ class RpcHandler:
         except Exception:  # never a traceback to the client
             log.exception("internal error network=%s", self.network.name)
             response = error_reply(rpc.INTERNAL_ERROR)
-        self._net_metrics.answered(
-            request.get(RPC_METHOD, "-"), response.status, time.perf_counter() - started
-        )
+        elapsed = time.perf_counter() - started
+        self._net_metrics.answered(request.get(RPC_METHOD, "-"), response.status, elapsed)
+        if self.insight is not None and KEY_HASH in request:
+            self._record_insight(request, response, elapsed)
         return response
+
+    def _record_insight(
+        self, request: web.Request, response: web.StreamResponse, elapsed: float
+    ) -> None:
+        """One answered call of an existing key into this worker's insight sums (no I/O)."""
+        assert self.insight is not None
+        status = response.status
+        body = response.body if isinstance(response, web.Response) else None
+        code = 0
+        if isinstance(body, bytes) and (
+            status >= 400 or request.get(REPLY_ERROR, False) or len(body) <= 512
+        ):
+            code = reply_code(body)
+        failed = code != 0 or status >= 400
+        self.insight.record(
+            request[KEY_HASH],
+            request.get(RPC_METHOD, "-"),
+            code,
+            status,
+            elapsed * 1000,
+            self.client_ip(request) if failed else "",
+        )
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         """read -> parse -> key -> admit -> forward -> relay."""
@@ -191,7 +216,7 @@ class RpcHandler:
             admitted = await self._admit(request, khash, req)
             if isinstance(admitted, web.Response):
                 return admitted
-            answer = await self._forward(khash, req, admitted)
+            answer = await self._forward(request, khash, req, admitted)
         if isinstance(answer, _Relay):  # a large answer: relayed without holding a slot
             return await self._relay(request, answer)
         return answer
@@ -287,12 +312,14 @@ class RpcHandler:
                 return self._request_error(rpc.SERVICE_UNAVAILABLE, req)
             decision = Decision(Status.ADMITTED, "")
         request[KEY_ID] = decision.key_id
+        if decision.key_id:  # an existing key: its calls count in request insight
+            request[KEY_HASH] = khash
         if decision.status is not Status.ADMITTED:
             return self._refused(decision, req)
         return self._limit_headers(decision)
 
     async def _forward(
-        self, khash: str, req: _Request, headers: dict[str, str]
+        self, request: web.Request, khash: str, req: _Request, headers: dict[str, str]
     ) -> web.Response | _Relay:
         """Send the canonical form of the valid calls; relay with the client's ids."""
         if req.error is not None:
@@ -333,6 +360,7 @@ class RpcHandler:
             return self._upstream_failed(rpc.UPSTREAM_UNAVAILABLE, req, headers)
         if is_error:
             self.errors.add(khash)
+            request[REPLY_ERROR] = True  # request insight reads the code from the answer
         return _reply(answer, 200, headers)
 
     async def _relay(self, request: web.Request, relay: _Relay) -> web.StreamResponse:

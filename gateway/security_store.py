@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import ipaddress
 import secrets
 import time
 from collections.abc import Sequence
@@ -40,6 +39,8 @@ import pyotp
 from redis.commands.core import AsyncScript
 
 from gateway.accounts import Account, NotFound, Store, StoreError, normalize_email
+from gateway.clientip import mask_ip as mask_ip  # re-exported: its old home
+from gateway.insight import log_key
 from gateway.limiter import record_key
 
 MIN_PASSWORD = 8
@@ -68,18 +69,6 @@ class PendingLogin:
     account_id: str
     next: str
     tries: int
-
-
-def mask_ip(address: str) -> str:
-    """The client's network, not the client: IPv4 to /24, IPv6 to /48."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return ""
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    bits = 24 if ip.version == 4 else 48
-    return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
 
 
 def _sha(text: str) -> str:
@@ -414,6 +403,7 @@ class SecurityStore:
             pipe = self.redis.pipeline(transaction=True)  # one slot: {H}
             pipe.hdel(record_key(self.prefix, khash), *_PERSONAL_KEY_FIELDS)
             pipe.hset(record_key(self.prefix, khash), "acct", anon)
+            pipe.delete(log_key(self.prefix, khash))  # failed calls, with client networks
             await pipe.execute()
         await self.end_sessions(account.id)
         await self.redis.delete(self.store._acct_keys_key(account.id))

@@ -9,6 +9,7 @@ from aiohttp import web
 from gateway.accounts import Store
 from gateway.clientip import ClientIP
 from gateway.config import Config
+from gateway.insight import InsightSink
 from gateway.limiter import Limiter
 from gateway.metrics import Metrics
 from gateway.redisconn import RedisClient
@@ -22,6 +23,7 @@ LIMITER: web.AppKey[Limiter] = web.AppKey("limiter")
 POOLS = web.AppKey("pools", dict[str, NodePool])
 METRICS = web.AppKey("metrics", Metrics)
 ERRORS = web.AppKey("errors", ErrorCounter)
+INSIGHT = web.AppKey("insight", InsightSink)
 
 if TYPE_CHECKING:
     from gateway.handlers import RpcHandler
@@ -32,3 +34,7 @@ HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
 RPC_METHOD = web.RequestKey("rpc_method", str)
 KEY_ID = web.RequestKey("key_id", str)
 CLIENT_IP = web.AppKey("client_ip", ClientIP)
+# Request insight (gateway/insight.py): the hash of an existing key, and
+# whether a node's answer held an error (so a big reply is not scanned twice).
+KEY_HASH = web.RequestKey("key_hash", str)
+REPLY_ERROR = web.RequestKey("reply_error", bool)
