@@ -18,23 +18,23 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.accesslog import AccessLogger
-from gateway.accounts import Store
-from gateway.clientip import ClientIP
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
-from gateway.embedded import ensure_embedded
-from gateway.handlers import RpcHandler
-from gateway.insight import InsightSink
-from gateway.limiter import MuxLimiter, RedisLimiter
-from gateway.metrics import Metrics
-from gateway.metricsport import metrics_listener_ctx
-from gateway.ops import setup_ops_routes
-from gateway.redisconn import admin_connect, connect
-from gateway.redismux import MuxRedis
-from gateway.server import setup_logging
-from gateway.upstream import NodePool
-from gateway.usage import ErrorCounter
+from gateway.limits.limiter import MuxLimiter, RedisLimiter
+from gateway.ops.accesslog import AccessLogger
+from gateway.ops.metrics import Metrics
+from gateway.ops.metricsport import metrics_listener_ctx
+from gateway.ops.routes import setup_ops_routes
+from gateway.redis.clients import admin_connect, connect
+from gateway.redis.embedded import ensure_embedded
+from gateway.redis.mux import MuxRedis
+from gateway.rpc.clientip import ClientIP
+from gateway.rpc.handler import RpcHandler
+from gateway.server.protocol import setup_logging
+from gateway.store.accounts import Store
+from gateway.store.errors import ErrorCounter
+from gateway.store.insight import InsightSink
+from gateway.upstream.pool import NodePool
 
 
 def create_app(config: Config | None = None) -> web.Application:

@@ -6,15 +6,15 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.accounts import Store
-from gateway.clientip import ClientIP
 from gateway.config import Config
-from gateway.insight import InsightSink
-from gateway.limiter import Limiter
-from gateway.metrics import Metrics
-from gateway.redisconn import RedisClient
-from gateway.upstream import NodePool
-from gateway.usage import ErrorCounter
+from gateway.limits.limiter import Limiter
+from gateway.ops.metrics import Metrics
+from gateway.redis.clients import RedisClient
+from gateway.rpc.clientip import ClientIP
+from gateway.store.accounts import Store
+from gateway.store.errors import ErrorCounter
+from gateway.store.insight import InsightSink
+from gateway.upstream.pool import NodePool
 
 CONFIG = web.AppKey("config", Config)
 REDIS: web.AppKey[RedisClient] = web.AppKey("redis")
@@ -26,7 +26,7 @@ ERRORS = web.AppKey("errors", ErrorCounter)
 INSIGHT = web.AppKey("insight", InsightSink)
 
 if TYPE_CHECKING:
-    from gateway.handlers import RpcHandler
+    from gateway.rpc.handler import RpcHandler
 
 HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
 

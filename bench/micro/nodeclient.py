@@ -24,7 +24,7 @@ from bench.client import build_request
 from bench.loadgen import LoadSpec, _new_loop, _Worker
 from bench.micro.common import Row, add_common, closed_loop, emit, pin_self, where
 from bench.stack import CpuPlan, ManagedProcess
-from gateway.nodeclient import NodeClient
+from gateway.upstream.nodeclient import NodeClient
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}'
 

@@ -28,7 +28,7 @@ from bench.loadgen import _new_loop
 from bench.micro.common import Row, add_common, closed_loop, emit, pin_self, where
 from bench.partcpu import redis_info_cpu
 from bench.stack import CpuPlan, ManagedProcess, _wait_redis, free_port
-from gateway.redismux import MuxRedis
+from gateway.redis.mux import MuxRedis
 
 # Touches one hash like the admission script does; the arguments ride along.
 SCRIPT = "local n = redis.call('HINCRBY', KEYS[1], 'n', 1) return {1, n, #ARGV}"

@@ -19,11 +19,11 @@ from typing import Any
 import segno
 from aiohttp import web
 
-from gateway.accounts import Account, StoreError
 from gateway.dashboard.session import log_out, store_of, visitor_of
 from gateway.dashboard.session_tracking import security_of
 from gateway.dashboard.views import config_of, login_required, redirect, render, sentence
-from gateway.security_store import MAX_PASSWORD, MIN_PASSWORD
+from gateway.store.accounts import Account, StoreError
+from gateway.store.security import MAX_PASSWORD, MIN_PASSWORD
 
 PAGE = "/dashboard/security"
 CONFIRM_WORD = "DELETE"

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.accounts import AlreadyExists, Busy, StoreError
 from gateway.dashboard import login_code, throttle
 from gateway.dashboard.session import log_in, log_out, store_of, visitor_of
 from gateway.dashboard.views import config_of, redirect, render, safe_next, sentence
-from gateway.handlers import client_ip
+from gateway.rpc.handler import client_ip
+from gateway.store.accounts import AlreadyExists, Busy, StoreError
 
 MAX_PASSWORD = 1024  # argon2 is happy with more; a cap keeps hashing bounded
 MIN_PASSWORD = 8

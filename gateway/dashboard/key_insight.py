@@ -12,7 +12,6 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.accounts import Account, KeyRecord, NotFound, StoreError
 from gateway.dashboard.session import store_of
 from gateway.dashboard.views import (
     config_of,
@@ -22,8 +21,9 @@ from gateway.dashboard.views import (
     render,
     sentence,
 )
-from gateway.insight_store import WINDOWS, InsightStore, fmt_ms
-from gateway.key_limits import KeyLimits, fmt_rate, parse_daily, parse_rate
+from gateway.store.accounts import Account, KeyRecord, NotFound, StoreError
+from gateway.store.insightquery import WINDOWS, InsightStore, fmt_ms
+from gateway.store.keylimits import KeyLimits, fmt_rate, parse_daily, parse_rate
 
 # Words for the JSON-RPC codes the gateway itself answers with (SPEC §4).
 CODE_WORDS = {

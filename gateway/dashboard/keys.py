@@ -15,7 +15,9 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiDictProxy
 
-from gateway.accounts import (
+from gateway.dashboard.session import store_of
+from gateway.dashboard.views import config_of, login_required, redirect, render, sentence
+from gateway.store.accounts import (
     DAY_MS,
     HOUR_MS,
     Account,
@@ -24,8 +26,6 @@ from gateway.accounts import (
     StoreError,
     counts_towards_cap,
 )
-from gateway.dashboard.session import store_of
-from gateway.dashboard.views import config_of, login_required, redirect, render, sentence
 
 # (form value, label, milliseconds or None for no expiry)
 EXPIRY_CHOICES: tuple[tuple[str, str, int | None], ...] = (

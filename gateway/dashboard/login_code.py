@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.accounts import NotFound
 from gateway.dashboard import throttle
 from gateway.dashboard.session import COOKIE_PATH, log_in, store_of, visitor_of
 from gateway.dashboard.session_tracking import security_of
 from gateway.dashboard.views import config_of, redirect, render, safe_next
-from gateway.handlers import client_ip
-from gateway.security_store import SecurityStore
+from gateway.rpc.handler import client_ip
+from gateway.store.accounts import NotFound
+from gateway.store.security import SecurityStore
 
 PENDING_COOKIE = "gw_login2"
 CODE_PAGE = "/dashboard/login/code"

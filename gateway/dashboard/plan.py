@@ -11,11 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.accounts import Account
 from gateway.config import PlanConfig
 from gateway.dashboard.session import store_of
 from gateway.dashboard.views import config_of, fmt_number, login_required, redirect, render
-from gateway.insight_store import fmt_money
+from gateway.store.accounts import Account
+from gateway.store.insightquery import fmt_money
 
 
 @login_required

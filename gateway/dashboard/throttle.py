@@ -23,8 +23,8 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 
-from gateway.accounts import AttemptCounter, Store
 from gateway.config import DashboardConfig
+from gateway.store.accounts import AttemptCounter, Store
 
 
 def ip_group(ip: str) -> str:

@@ -14,12 +14,12 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.accounts import DAY_MS, HOUR_MS, MINUTE_MS, Account, KeyRecord, NotFound, Usage
 from gateway.dashboard.charts import bar_chart
 from gateway.dashboard.keys import STATUS_WORDS
 from gateway.dashboard.session import store_of
 from gateway.dashboard.views import config_of, fmt_number, login_required, render
-from gateway.insight_store import InsightStore, fmt_money
+from gateway.store.accounts import DAY_MS, HOUR_MS, MINUTE_MS, Account, KeyRecord, NotFound, Usage
+from gateway.store.insightquery import InsightStore, fmt_money
 
 SUMMARY_LIMIT = 50  # keys listed in the overview table (newest first)
 

@@ -17,9 +17,9 @@ import aiohttp_jinja2
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.accounts import Account, NotFound
 from gateway.config import Config
 from gateway.dashboard.session import VISITOR, log_out, store_of, visitor_of
+from gateway.store.accounts import Account, NotFound
 
 AccountView = Callable[[web.Request, Account], Awaitable[web.StreamResponse]]
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import redis
 
-from gateway.embedded import LOOPBACK, RedisProcess
+from gateway.redis.embedded import LOOPBACK, RedisProcess
 
 SLOTS = 16384
 

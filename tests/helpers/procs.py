@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from gateway.embedded import LOOPBACK, free_port
+from gateway.redis.embedded import LOOPBACK, free_port
 
 
 def wait_ready(

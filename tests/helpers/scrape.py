@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import aiohttp
 
-from gateway.metrics import Metrics
-from gateway.metricsport import MetricsListener
+from gateway.ops.metrics import Metrics
+from gateway.ops.metricsport import MetricsListener
 
 HOST = "127.0.0.1"
 

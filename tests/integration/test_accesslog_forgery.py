@@ -2,7 +2,7 @@
 
 Before: ``GET /dashboard/x%0a... status=200 key_id=admin`` was logged with the
 decoded newline, so the log held a complete forged line. Every field is now
-escaped (``gateway.accesslog.escape``). The integration test sends the raw
+escaped (``gateway.ops.accesslog.escape``). The integration test sends the raw
 request through the real app and ``GatewayRunner``; under gunicorn the same
 logger runs (and now actually writes: it used to write nothing there).
 """
@@ -23,11 +23,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.accesslog import escape, redacted_path
 from gateway.app import create_app
-from gateway.embedded import free_port
-from gateway.mocknode import MockNode
-from gateway.server import GatewayRunner
+from gateway.demo.mocknode import MockNode
+from gateway.ops.accesslog import escape, redacted_path
+from gateway.redis.embedded import free_port
+from gateway.server.protocol import GatewayRunner
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from gateway.accounts import Store, StoreError, normalize_origin, normalize_origins
-from gateway.auth import key_hash
 from gateway.config import config_from_dict
-from gateway.limiter import RedisLimiter, Status, cidr_bits, ip_bits, record_key
+from gateway.limits.limiter import RedisLimiter, Status, cidr_bits, ip_bits, record_key
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store, StoreError, normalize_origin, normalize_origins
 
 T0 = 1_700_000_000_000
 OK, NO = Status.ADMITTED, Status.FORBIDDEN

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gateway.__main__ import EXIT_REDIS, redis_failure
-from gateway.embedded import LOOPBACK, free_port, redis_server_binary
+from gateway.cli.main import EXIT_REDIS, redis_failure
+from gateway.redis.embedded import LOOPBACK, free_port, redis_server_binary
 
 SECRET = "s3cret-redis-pw"
 

@@ -24,13 +24,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio.cluster import RedisCluster
 
 from gateway import typedefs as T
-from gateway.accounts import Store
 from gateway.app import create_app
-from gateway.auth import key_hash
 from gateway.config import Config
-from gateway.embedded import free_port
-from gateway.limiter import record_key
-from gateway.redisconn import connect
+from gateway.limits.limiter import record_key
+from gateway.redis.clients import connect
+from gateway.redis.embedded import free_port
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 from tests.helpers import cluster_fixtures as _cf
 from tests.helpers.cluster import RedisCluster as ClusterProcesses

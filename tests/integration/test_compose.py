@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from bench.mocknode import build_parser as mocknode_parser
-from gateway.__main__ import build_parser as gateway_parser
+from gateway.cli.main import build_parser as gateway_parser
 from gateway.config import Config, load_config
-from gateway.metrics import Metrics
+from gateway.ops.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.accounts import Store
 from gateway.app import create_app
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 
 Client = TestClient[web.Request, web.Application]
@@ -64,7 +64,7 @@ async def test_redis_failures_are_logged_rate_limited(
     cfg = make_config({"redis": {"url": f"redis://127.0.0.1:{unused_tcp_port}"}})
     client: Client = await aiohttp_client(create_app(cfg))
     call = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}'
-    with caplog.at_level(logging.WARNING, logger="gateway.rpc"):
+    with caplog.at_level(logging.WARNING, logger="gateway.rpc.protocol"):
         for _ in range(20):
             resp = await client.post("/bsc/" + "A" * 32, data=call, headers=JSON)
             assert resp.status == 503

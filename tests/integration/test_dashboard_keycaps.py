@@ -11,8 +11,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
-from gateway.auth import generate_key, key_hash
 from gateway.config import Config
+from gateway.rpc.auth import generate_key, key_hash
 from tests.helpers.dashboard import Element, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]

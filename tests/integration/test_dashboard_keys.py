@@ -9,8 +9,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from gateway.app import create_app
-from gateway.auth import key_hash
-from gateway.limiter import record_key
+from gateway.limits.limiter import record_key
+from gateway.rpc.auth import key_hash
 from tests.helpers.dashboard import User, new_email, parse
 
 AiohttpClient = Callable[..., Any]

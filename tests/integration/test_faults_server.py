@@ -27,8 +27,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.embedded import free_port
-from gateway.mocknode import MockNode, MockNodeOptions
+from gateway.demo.mocknode import MockNode, MockNodeOptions
+from gateway.redis.embedded import free_port
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'

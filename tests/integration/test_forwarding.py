@@ -19,10 +19,10 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import rpc
-from gateway.accounts import Store
 from gateway.app import create_app
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.rpc import protocol as rpc
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 
 Client = TestClient[web.Request, web.Application]

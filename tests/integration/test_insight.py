@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway.accounts import Store
-from gateway.auth import key_hash
 from gateway.config import ConfigError, config_from_dict
-from gateway.insight import (
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
+from gateway.store.insight import (
     HOUR_MS,
     SLOT_MS,
     InsightSink,
@@ -23,8 +23,8 @@ from gateway.insight import (
     reply_code,
     slot_key,
 )
-from gateway.insight_store import InsightStore, month_start_ms
-from gateway.security_store import SecurityStore
+from gateway.store.insightquery import InsightStore, month_start_ms
+from gateway.store.security import SecurityStore
 
 NOW = 1_800_000_000_000  # a fixed moment: slots and hours are computed from it
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gateway.accounts import Store
 from gateway.config import Config
-from gateway.key_limits import KeyLimits
+from gateway.store.accounts import Store
+from gateway.store.keylimits import KeyLimits
 
 pytestmark = pytest.mark.skip(reason="admission lands with the lead's lease limiter")
 

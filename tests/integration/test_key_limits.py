@@ -12,12 +12,12 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from gateway.accounts import DAY_MS, NotFound, Store, StoreError
-from gateway.auth import key_hash
 from gateway.config import config_from_dict
-from gateway.insight_store import InsightStore, fmt_money
-from gateway.key_limits import KeyLimits, keys_channel, parse_daily, parse_rate
-from gateway.limiter import record_key, usage_prefix
+from gateway.limits.limiter import record_key, usage_prefix
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import DAY_MS, NotFound, Store, StoreError
+from gateway.store.insightquery import InsightStore, fmt_money
+from gateway.store.keylimits import KeyLimits, keys_channel, parse_daily, parse_rate
 
 CLI = Callable[..., tuple[int, str, str]]
 PLANS = config_from_dict({}).plans  # free 25/s, payg 300/s

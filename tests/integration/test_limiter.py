@@ -7,10 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from gateway.accounts import Store
-from gateway.auth import key_hash
 from gateway.config import PlanConfig, config_from_dict
-from gateway.limiter import (
+from gateway.limits.limiter import (
     Limiter,
     MuxLimiter,
     RedisLimiter,
@@ -19,7 +17,9 @@ from gateway.limiter import (
     ip_bits,
     record_key,
 )
-from gateway.redismux import MuxRedis
+from gateway.redis.mux import MuxRedis
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 
 T0 = 1_700_000_000_000  # an injected "now" in ms
 

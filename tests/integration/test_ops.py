@@ -20,12 +20,12 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import typedefs as T
-from gateway.accounts import Store
 from gateway.app import create_app
 from gateway.config import Config
-from gateway.embedded import free_port
-from gateway.mocknode import MockNode, MockNodeOptions
-from gateway.server import GatewayRunner
+from gateway.demo.mocknode import MockNode, MockNodeOptions
+from gateway.redis.embedded import free_port
+from gateway.server.protocol import GatewayRunner
+from gateway.store.accounts import Store
 from tests.helpers.scrape import scrape
 
 MakeConfig = Any

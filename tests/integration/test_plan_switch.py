@@ -12,10 +12,10 @@ import time
 
 from redis.asyncio import Redis
 
-from gateway.accounts import Store
-from gateway.auth import key_hash
 from gateway.config import config_from_dict
-from gateway.limiter import RedisLimiter, Status
+from gateway.limits.limiter import RedisLimiter, Status
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 
 T0 = 1_700_000_000_000  # an injected "now" in ms
 PLANS = config_from_dict({}).plans

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.embedded import RedisProcess
-from gateway.redismux import MuxRedis, RedisUnavailable
+from gateway.redis.embedded import RedisProcess
+from gateway.redis.mux import MuxRedis, RedisUnavailable
 
 SCRIPT = "return {KEYS[1], ARGV[1]}"
 

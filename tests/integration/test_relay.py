@@ -20,11 +20,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.accounts import Store
 from gateway.app import create_app
-from gateway.embedded import LOOPBACK, RedisProcess, free_port
-from gateway.handlers import STREAM_OVER
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
+from gateway.rpc.handler import STREAM_OVER
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 from tests.helpers.procs import stop, wait_ready
 

@@ -9,9 +9,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.accounts import Store
 from gateway.app import create_app
-from gateway.mocknode import MockNode
+from gateway.demo.mocknode import MockNode
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 
 Client = TestClient[web.Request, web.Application]

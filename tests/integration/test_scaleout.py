@@ -26,10 +26,10 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from gateway.accounts import Store
-from gateway.auth import key_hash
-from gateway.embedded import LOOPBACK, RedisProcess, free_port
-from gateway.limiter import bucket_key
+from gateway.limits.limiter import bucket_key
+from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 from tests.helpers.balancer import Backend, Balancer
 from tests.helpers.procs import gateway_processes, mock_node_process
 

@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config, ConfigError, config_from_dict
-from gateway.embedded import free_port
-from gateway.metrics import Metrics
-from gateway.metricsport import MetricsListener
-from gateway.server import GatewayRunner
+from gateway.ops.metrics import Metrics
+from gateway.ops.metricsport import MetricsListener
+from gateway.redis.embedded import free_port
+from gateway.server.protocol import GatewayRunner
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'

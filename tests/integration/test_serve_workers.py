@@ -26,8 +26,8 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from gateway.embedded import free_port
-from gateway.mocknode import MockNode
+from gateway.demo.mocknode import MockNode
+from gateway.redis.embedded import free_port
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'

@@ -12,10 +12,10 @@ from aiohttp.test_utils import TestServer
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.connection import Connection
 
-from gateway.accounts import Store, StoreError
 from gateway.app import create_app
-from gateway.auth import key_hash
-from gateway.limiter import record_key
+from gateway.limits.limiter import record_key
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store, StoreError
 from tests.conftest import MakeConfig
 from tests.helpers.dashboard import User, new_email
 

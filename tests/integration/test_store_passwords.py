@@ -13,7 +13,7 @@ import pytest
 from argon2 import PasswordHasher
 from redis.asyncio import Redis
 
-from gateway.accounts import HASH_NICE, Busy, Store
+from gateway.store.accounts import HASH_NICE, Busy, Store
 from tests.helpers.dashboard import new_email
 
 

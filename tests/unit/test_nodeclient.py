@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.embedded import free_port
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
-from gateway.nodeclient import NodeClient, UpstreamError
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.redis.embedded import free_port
+from gateway.upstream.nodeclient import NodeClient, UpstreamError
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway import rpc
-from gateway.auth import BAD_KEY, NO_KEY, extract_key, generate_key, key_hash, well_formed
+from gateway.rpc import protocol as rpc
+from gateway.rpc.auth import BAD_KEY, NO_KEY, extract_key, generate_key, key_hash, well_formed
 
 METHODS = frozenset({"eth_call"})
 
@@ -216,10 +216,10 @@ def test_a_batch_whose_forwarded_calls_are_notifications_needs_no_node_answer() 
 def test_log_limiter_counts_what_it_suppresses(caplog: pytest.LogCaptureFixture) -> None:
     import time
 
-    from gateway.handlers import _LogLimiter
+    from gateway.rpc.handler import _LogLimiter
 
     limiter = _LogLimiter(0.05)
-    with caplog.at_level("WARNING", logger="gateway.rpc"):
+    with caplog.at_level("WARNING", logger="gateway.rpc.protocol"):
         for i in range(5):
             limiter.warning("redis unavailable n=%d", i)
         time.sleep(0.06)

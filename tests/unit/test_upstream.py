@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from gateway.config import DEFAULT_METHODS, NetworkConfig, UpstreamConfig
-from gateway.embedded import free_port
-from gateway.metrics import Metrics
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
-from gateway.upstream import NodePool, UpstreamError
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.ops.metrics import Metrics
+from gateway.redis.embedded import free_port
+from gateway.upstream.pool import NodePool, UpstreamError
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 SEND = b'{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x01"]}'

@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import os
 
-from gateway.serve import _watch_parent
-from gateway.workers import worker_env
+from gateway.server.runner import _watch_parent
+from gateway.server.workers import worker_env
 
 
 def test_worker_env_drops_every_config_variable() -> None:

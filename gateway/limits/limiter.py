@@ -22,9 +22,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import PlanConfig
-from gateway.redismux import MuxRedis, RedisUnavailable
+from gateway.redis.mux import MuxRedis, RedisUnavailable
 
-ADMIT_LUA = resources.files("gateway").joinpath("lua/admit.lua").read_text()
+ADMIT_LUA = resources.files("gateway").joinpath("limits/admit.lua").read_text()
 ADMIT_SHA = hashlib.sha1(ADMIT_LUA.encode()).hexdigest()
 
 
@@ -207,7 +207,7 @@ class MuxLimiter(_ScriptLimiter):
     """``admit.lua`` over one multiplexed connection: the fast path for one Redis.
 
     All checks issued in one event-loop tick leave in one write (see
-    ``gateway.redismux``).
+    ``gateway.redis.mux``).
     """
 
     def __init__(self, mux: MuxRedis, plans: Sequence[PlanConfig], prefix: str = "gw") -> None:

@@ -19,17 +19,17 @@ from typing import Any
 import orjson
 from aiohttp import hdrs, web
 
-from gateway import rpc
-from gateway.auth import BAD_KEY, extract_key, key_hash, well_formed
-from gateway.clientip import ClientIP
 from gateway.config import Config, NetworkConfig
-from gateway.insight import InsightSink, reply_code
-from gateway.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
-from gateway.metrics import Metrics
-from gateway.nodeclient import NodeStream
+from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
+from gateway.ops.metrics import Metrics
+from gateway.rpc import protocol as rpc
+from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
+from gateway.rpc.clientip import ClientIP
+from gateway.store.errors import ErrorCounter
+from gateway.store.insight import InsightSink, reply_code
 from gateway.typedefs import CLIENT_IP, KEY_HASH, KEY_ID, REPLY_ERROR, RPC_METHOD
-from gateway.upstream import NodePool, UpstreamError
-from gateway.usage import ErrorCounter
+from gateway.upstream.nodeclient import NodeStream
+from gateway.upstream.pool import NodePool, UpstreamError
 
 log = logging.getLogger("gateway.rpc")
 

@@ -5,8 +5,8 @@
 timeout) and every network has at least one node in rotation; otherwise 503
 with the problems listed, so a load balancer stops sending traffic.
 ``/metrics`` is the Prometheus text of this process, or of every worker in
-multiprocess mode (see ``gateway.metrics``); it is served on its own
-listener (``gateway.metricsport``), not among the public routes here.
+multiprocess mode (see ``gateway.ops.metrics``); it is served on its own
+listener (``gateway.ops.metricsport``), not among the public routes here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``gateway serve``: one process, N workers (``gateway.workers``), or the offline demo.
+"""``gateway serve``: one process, N workers (``gateway.server.workers``), or the offline demo.
 
 This module is also each worker's entry point (``python -m gateway.serve
 --worker ...``, started by the supervisor only).
@@ -23,9 +23,9 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config, NetworkConfig, data_dir
-from gateway.embedded import RedisProcess, ensure_embedded
-from gateway.server import ListenError, bind_listener, serve_app, setup_logging
-from gateway.workers import Supervisor, config_to_raw
+from gateway.redis.embedded import RedisProcess, ensure_embedded
+from gateway.server.protocol import ListenError, bind_listener, serve_app, setup_logging
+from gateway.server.workers import Supervisor, config_to_raw
 
 __all__ = ["config_to_raw", "serve"]
 
@@ -255,7 +255,7 @@ async def _watch_parent(parent: int, stop: asyncio.Event, interval_s: float = 1.
 
 # -- the offline demo --------------------------------------------------------
 def _serve_demo(cfg: Config) -> int:
-    from gateway.mocknode import MockNodeOptions, start_mock_node
+    from gateway.demo.mocknode import MockNodeOptions, start_mock_node
 
     tmp = tempfile.TemporaryDirectory(prefix="gateway-demo-")
     redis_proc = RedisProcess(Path(tmp.name), persist=False)

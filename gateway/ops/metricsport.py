@@ -8,7 +8,7 @@ private, while the public port answers 404 for ``/metrics``.
 Several processes of one gateway (``serve --workers N``, gunicorn) cannot
 all bind one address, and there is no supervisor under gunicorn to do it
 for them. So every process *contends*: the first to bind serves the merged
-multiprocess view (``gateway.metrics``), the others retry every
+multiprocess view (``gateway.ops.metrics``), the others retry every
 ``RETRY_S`` seconds, and when the holder exits (killed, restarted, drained
 on SIGHUP) another takes over within that time. A single process whose
 address is taken by someone else logs a warning and keeps serving RPC: a
@@ -27,8 +27,8 @@ from aiohttp import web
 
 from gateway import typedefs as T
 from gateway.config import listen_address
-from gateway.metrics import Metrics
-from gateway.ops import metrics as metrics_view
+from gateway.ops.metrics import Metrics
+from gateway.ops.routes import metrics as metrics_view
 
 log = logging.getLogger("gateway.metrics")
 

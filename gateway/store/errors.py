@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-from gateway.accounts import Store
+from gateway.store.accounts import Store
 
 log = logging.getLogger("gateway.usage")
 

@@ -18,9 +18,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.accounts import KeyRecord, Store, StoreError
 from gateway.config import PlanConfig
-from gateway.limiter import record_key
+from gateway.limits.limiter import record_key
+from gateway.store.accounts import KeyRecord, Store, StoreError
 
 MAX_DAILY_CU = 10**15  # beyond any real day; keeps the field an exact Lua number
 

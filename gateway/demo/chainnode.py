@@ -1,6 +1,6 @@
 """A mock node with a chain the test drives: its head advances, re-organises, lags, hangs.
 
-Built on ``gateway.mocknode`` by subclassing (its HTTP server, fault options
+Built on ``gateway.demo.mocknode`` by subclassing (its HTTP server, fault options
 and call counters stay as they are): ``ChainNode`` answers from a ``Chain``
 that several nodes can share, each seeing it ``lag`` blocks behind. Nothing
 moves on its own: ``chain.advance()`` mines, ``chain.reorg(depth)`` replaces
@@ -21,7 +21,7 @@ import asyncio
 import hashlib
 from typing import Any, Final
 
-from gateway.mocknode import MockNode, MockNodeOptions, _Conn
+from gateway.demo.mocknode import MockNode, MockNodeOptions, _Conn
 
 _GENESIS_TS: Final = 1_598_671_449
 _MAX_LOG_BLOCKS: Final = 10_000  # real nodes refuse wider eth_getLogs the same way

@@ -48,8 +48,8 @@ from typing import Any
 import orjson
 
 from gateway.config import Config
-from gateway.metrics import MULTIPROC_ENV, multiprocess_dir
-from gateway.server import ListenError, bind_listener
+from gateway.ops.metrics import MULTIPROC_ENV, multiprocess_dir
+from gateway.server.protocol import ListenError, bind_listener
 
 log = logging.getLogger("gateway.workers")
 
@@ -257,7 +257,7 @@ class Supervisor:
         cmd = [
             sys.executable,
             "-m",
-            "gateway.serve",
+            "gateway.server.runner",
             "--worker",
             "--config-fd",
             str(cfg_r),

@@ -44,8 +44,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import LockError
 
-from gateway.auth import generate_key, key_hash, key_hint
-from gateway.limiter import bucket_key, cidr_bits, record_key, usage_prefix
+from gateway.limits.limiter import bucket_key, cidr_bits, record_key, usage_prefix
+from gateway.rpc.auth import generate_key, key_hash, key_hint
 
 if TYPE_CHECKING:
     from gateway.config import Config

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from gateway.clientip import mask_ip
+from gateway.rpc.clientip import mask_ip
 
 log = logging.getLogger("gateway.insight")
 

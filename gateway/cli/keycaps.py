@@ -10,10 +10,10 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.accounts import Store, StoreError
 from gateway.config import Config
-from gateway.insight_store import InsightStore, fmt_money
-from gateway.key_limits import KeyLimits, fmt_rate
+from gateway.store.accounts import Store, StoreError
+from gateway.store.insightquery import InsightStore, fmt_money
+from gateway.store.keylimits import KeyLimits, fmt_rate
 
 Command = Callable[[Store], Awaitable[tuple[Any, str]]]
 

@@ -7,7 +7,7 @@ every worker writes its samples there, and whichever worker answers
 ``/metrics`` merges all of them (counters and histograms summed over
 workers; gauges by the mode given below). Without that variable each app
 keeps its values in its own registry, which is what tests and a single
-process use. The text is served on its own listener (``gateway.metricsport``).
+process use. The text is served on its own listener (``gateway.ops.metricsport``).
 
 The handler and the pools call the label children cached here (one dict
 lookup per request), never ``.labels()`` on the hot path.

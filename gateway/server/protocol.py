@@ -36,7 +36,7 @@ them, and they may hold an API key).
 
 Use ``GatewayRunner(app)`` wherever aiohttp would use ``web.AppRunner``:
 ``gateway serve`` (``serve_app``), gunicorn (``gunicorn_app``) and tests.
-The runner also opens the ``/metrics`` listener (``gateway.metricsport``) on
+The runner also opens the ``/metrics`` listener (``gateway.ops.metricsport``) on
 ``server.metrics_listen``; with several processes one holds it at a time.
 On shutdown the runner stops listening, answers in-flight requests with
 ``Connection: close``, waits up to ``server.drain_timeout_s`` for them and
@@ -57,12 +57,12 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from gateway import rpc
 from gateway import typedefs as T
-from gateway.accesslog import AccessLogger
 from gateway.config import ServerConfig
-from gateway.metrics import Metrics, mark_process_dead
-from gateway.metricsport import MetricsListener
+from gateway.ops.accesslog import AccessLogger
+from gateway.ops.metrics import Metrics, mark_process_dead
+from gateway.ops.metricsport import MetricsListener
+from gateway.rpc import protocol as rpc
 
 log = logging.getLogger("gateway.server")
 

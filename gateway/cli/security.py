@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.accounts import Store
 from gateway.config import Config
 from gateway.dashboard.password_reset import RESET_PATH
-from gateway.security_store import SecurityStore
+from gateway.store.accounts import Store
+from gateway.store.security import SecurityStore
 
 
 def base_url(cfg: Config) -> str:

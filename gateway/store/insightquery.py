@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.accounts import DAY_MS, KeyRecord, Store
 from gateway.config import PlanConfig
-from gateway.insight import HOUR_MS, SLOT_MS, hour_key, log_key, percentile, slot_key
-from gateway.limiter import usage_prefix
+from gateway.limits.limiter import usage_prefix
+from gateway.store.accounts import DAY_MS, KeyRecord, Store
+from gateway.store.insight import HOUR_MS, SLOT_MS, hour_key, log_key, percentile, slot_key
 
 WINDOWS: Mapping[str, tuple[str, int]] = {
     "hour": ("Last hour", HOUR_MS),

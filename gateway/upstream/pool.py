@@ -47,8 +47,8 @@ import aiohttp
 import orjson
 
 from gateway.config import NetworkConfig, UpstreamConfig
-from gateway.metrics import Metrics, NodeMetrics
-from gateway.nodeclient import NodeClient, NodeStream, UpstreamError
+from gateway.ops.metrics import Metrics, NodeMetrics
+from gateway.upstream.nodeclient import NodeClient, NodeStream, UpstreamError
 
 __all__ = ["Node", "NodePool", "UpstreamError"]  # UpstreamError: nodeclient's, shared
 

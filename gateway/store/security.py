@@ -38,10 +38,10 @@ from typing import Any
 import pyotp
 from redis.commands.core import AsyncScript
 
-from gateway.accounts import Account, NotFound, Store, StoreError, normalize_email
-from gateway.clientip import mask_ip as mask_ip  # re-exported: its old home
-from gateway.insight import log_key
-from gateway.limiter import record_key
+from gateway.limits.limiter import record_key
+from gateway.rpc.clientip import mask_ip as mask_ip  # re-exported: its old home
+from gateway.store.accounts import Account, NotFound, Store, StoreError, normalize_email
+from gateway.store.insight import log_key
 
 MIN_PASSWORD = 8
 MAX_PASSWORD = 1024
