@@ -7,11 +7,10 @@ summed here and written once a second in one pipeline.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from gateway.store.accounts import Store
+from gateway.store.flushing import flush_every
 
 log = logging.getLogger("gateway.usage")
 
@@ -35,10 +34,4 @@ class ErrorCounter:
             log.debug("error counts not flushed: %s", exc)
 
     async def run(self) -> None:
-        try:
-            while True:
-                await asyncio.sleep(self._interval)
-                await self.flush()
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.flush())
+        await flush_every(self._interval, self.flush)

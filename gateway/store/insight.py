@@ -22,8 +22,6 @@ latency_ms and the client's network (/24 or /48): never a key or params.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -34,6 +32,7 @@ from typing import Any
 import orjson
 
 from gateway.rpc.clientip import mask_ip
+from gateway.store.flushing import flush_every
 
 log = logging.getLogger("gateway.insight")
 
@@ -245,13 +244,7 @@ class InsightSink:
 
     async def run(self) -> None:
         """Flush every interval until cancelled; a last flush on the way out (SIGTERM)."""
-        try:
-            while True:
-                await asyncio.sleep(self._interval)
-                await self.flush()
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.flush())
+        await flush_every(self._interval, self.flush)
 
 
 def reply_code(body: bytes) -> int:
