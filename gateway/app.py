@@ -73,6 +73,7 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
             connect_timeout_s=cfg.redis.connect_timeout_ms / 1000,
         )
         app[T.LIMITER] = MuxLimiter(mux, cfg.plans, cfg.redis.prefix)
+    app[T.MUX] = mux
     app[T.STORE] = Store(
         admin,
         prefix=cfg.redis.prefix,

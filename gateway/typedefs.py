@@ -12,11 +12,15 @@ from gateway.config import Config
 from gateway.limiter import Limiter
 from gateway.metrics import Metrics
 from gateway.redisconn import RedisClient
+from gateway.redismux import MuxRedis
 from gateway.upstream import NodePool
 from gateway.usage import ErrorCounter
 
 CONFIG = web.AppKey("config", Config)
 REDIS: web.AppKey[RedisClient] = web.AppKey("redis")
+# The admission check's own connection (None on a Cluster, where REDIS is
+# used): /readyz pings it, so "ready" means the hot path can reach Redis.
+MUX: web.AppKey[MuxRedis | None] = web.AppKey("mux")
 STORE = web.AppKey("store", Store)
 LIMITER: web.AppKey[Limiter] = web.AppKey("limiter")
 POOLS = web.AppKey("pools", dict[str, NodePool])
