@@ -110,7 +110,8 @@ class _FailureLog:
             return
         suppressed, self._suppressed = self._suppressed, 0
         self._next = now + self._interval
-        log.error(
+        # WARNING, not ERROR: the failure policy (fail closed/open) handles it.
+        log.warning(
             "redis unavailable on the hot path: %s (%d similar failures not logged before)",
             exc,
             suppressed,
