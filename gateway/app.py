@@ -71,6 +71,7 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
             url,
             timeout_s=cfg.redis.timeout_ms / 1000,
             connect_timeout_s=cfg.redis.connect_timeout_ms / 1000,
+            log_interval_s=cfg.redis.failure_log_interval_s,
         )
         app[T.LIMITER] = MuxLimiter(mux, cfg.plans, cfg.redis.prefix)
     app[T.MUX] = mux
