@@ -66,7 +66,12 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: SIGTERM the redis child if the gateway dies without cleanup."""
+    """Linux: SIGTERM the redis child if the gateway dies without cleanup.
+
+    Also umask 077: the AOF and anything else Redis writes is the gateway
+    user's alone, even if the data dir's mode is loosened later.
+    """
+    os.umask(0o077)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)

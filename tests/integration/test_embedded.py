@@ -65,6 +65,7 @@ def test_unix_socket_in_a_private_dir(started: tuple[Path, str, RedisProcess]) -
     assert _mode(data / "redis.sock") == 0o700
     assert _mode(data / "redis.url") == 0o600
     assert (data / "redis.url").read_text().strip() == url
+    assert _mode(data / "appendonly.aof") == 0o600  # umask 077 in the child
     assert proc.proc is not None
     assert _listening_tcp_ports(proc.proc.pid) == set()
     with redis.Redis.from_url(url) as client:
@@ -75,7 +76,11 @@ def test_dangerous_commands_are_gone(started: tuple[Path, str, RedisProcess]) ->
     _, url, _ = started
     with redis.Redis.from_url(url) as client:
         assert client.ping()
-        for command in (("CONFIG", "SET", "dir", "/tmp"), ("DEBUG", "SLEEP", "0"), ("MODULE", "LIST")):
+        for command in (
+            ("CONFIG", "SET", "dir", "/tmp"),
+            ("DEBUG", "SLEEP", "0"),
+            ("MODULE", "LIST"),
+        ):
             with pytest.raises(redis.ResponseError, match="unknown command"):
                 client.execute_command(*command)
 
@@ -87,8 +92,8 @@ def test_loose_data_dir_is_tightened(tmp_path: Path) -> None:
     (data / "redis.url").write_text("redis://127.0.0.1:1/0\n")  # an older version's file
     os.chmod(data / "redis.url", 0o644)
     url, proc = ensure_embedded(data)
+    assert proc is not None  # the TCP URL was not trusted
     try:
-        assert proc is not None  # the TCP URL was not trusted
         assert url.startswith("unix://")
         assert _mode(data) == 0o700
         assert _mode(data / "redis.url") == 0o600
