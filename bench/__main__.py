@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.redact import redact_report, redact_text, secrets_of
 from bench.report import render_markdown, write_outputs
 from bench.scenarios import SCENARIOS
 from bench.units import duration_arg, fraction_arg
@@ -198,11 +199,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = Path(args.keys_file).read_text().splitlines()
         args.key = (args.key or []) + [line.strip() for line in lines if line.strip()]
     _, scenario = SCENARIOS[args.scenario]
+    secrets = secrets_of(args.key, args.target)
     try:
         report = _run(scenario(args))
     except (RuntimeError, ConnectionError, OSError) as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+        print(f"bench: {redact_text(str(exc), secrets)}", file=sys.stderr)
         return 2
+    # Before anything is written or printed: no key or URL credential in any output.
+    report = redact_report(report, secrets)
     paths = write_outputs(
         report,
         out_dir=args.out_dir or None,

@@ -19,6 +19,7 @@ from typing import Any
 from bench import verdicts as v
 from bench.hist import LatencyHistogram
 from bench.loadgen import LoadResult
+from bench.redact import redact_argv
 
 GENERATOR_BUSY_PCT = 90.0  # above this the generator may be the bottleneck
 GENERATOR_LAG_MS = 5.0
@@ -179,7 +180,7 @@ def new_report(scenario: str, description: str, params: dict[str, Any]) -> dict[
     return {
         "scenario": scenario,
         "description": description,
-        "command": "python -m bench " + " ".join(sys.argv[1:]),
+        "command": "python -m bench " + " ".join(redact_argv(sys.argv[1:])),
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "params": params,

@@ -85,8 +85,10 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
             url,
             timeout_s=cfg.redis.timeout_ms / 1000,
             connect_timeout_s=cfg.redis.connect_timeout_ms / 1000,
+            log_interval_s=cfg.redis.failure_log_interval_s,
         )
         app[T.LIMITER] = MuxLimiter(mux, cfg.plans, cfg.redis.prefix)
+    app[T.MUX] = mux
     app[T.STORE] = Store.from_config(admin, cfg)
     try:
         yield

@@ -133,6 +133,8 @@ class RedisConfig:
     connect_timeout_ms: int = 500
     max_connections: int = 64
     prefix: str = "gw"
+    # Hot-path Redis failures: at most one log line per this many seconds.
+    failure_log_interval_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)

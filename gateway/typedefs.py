@@ -10,6 +10,7 @@ from gateway.config import Config
 from gateway.limits.limiter import Limiter
 from gateway.ops.metrics import Metrics
 from gateway.redis.clients import RedisClient
+from gateway.redis.mux import MuxRedis
 from gateway.rpc.clientip import ClientIP
 from gateway.store.accounts import Store
 from gateway.store.errors import ErrorCounter
@@ -18,6 +19,9 @@ from gateway.upstream.pool import NodePool
 
 CONFIG = web.AppKey("config", Config)
 REDIS: web.AppKey[RedisClient] = web.AppKey("redis")
+# The admission check's own connection (None on a Cluster, where REDIS is
+# used): /readyz pings it, so "ready" means the hot path can reach Redis.
+MUX: web.AppKey[MuxRedis | None] = web.AppKey("mux")
 STORE = web.AppKey("store", Store)
 LIMITER: web.AppKey[Limiter] = web.AppKey("limiter")
 POOLS = web.AppKey("pools", dict[str, NodePool])

@@ -18,6 +18,7 @@ from bench import partcpu
 from bench import report as rpt
 from bench import verdicts as v
 from bench.loadgen import LoadResult, LoadRun, LoadSpec
+from bench.redact import redact_text
 from bench.stack import (
     KNOWN_PLANS,
     ManagedProcess,
@@ -32,7 +33,7 @@ KEYS_PER_ACCOUNT = 20  # the gateway's default per-account key ceiling
 
 
 def log(msg: str) -> None:
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
+    print(f"bench: {redact_text(msg)}", file=sys.stderr, flush=True)
 
 
 # ---- environment: a local stack or an existing deployment ---------------------

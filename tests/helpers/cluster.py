@@ -121,6 +121,7 @@ class RedisCluster:
             proc = RedisProcess(
                 self.base_dir / f"node{i}",
                 persist=False,
+                tcp=True,  # a cluster's bus needs TCP
                 extra_args=(
                     "--cluster-enabled",
                     "yes",
