@@ -79,7 +79,9 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     app[T.REDIS] = redis
     mux: MuxRedis | None = None
     if cfg.redis.cluster:
-        app[T.LIMITER] = RedisLimiter(redis, cfg.plans, cfg.redis.prefix)
+        app[T.LIMITER] = RedisLimiter(
+            redis, cfg.plans, cfg.redis.prefix, cfg.redis.failure_log_interval_s
+        )
     else:
         mux = MuxRedis(
             url,

@@ -22,6 +22,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import PlanConfig
+from gateway.redis.failurelog import FailureLog
 from gateway.redis.mux import MuxRedis, RedisUnavailable
 
 ADMIT_LUA = resources.files("gateway").joinpath("limits/admit.lua").read_text()
@@ -189,10 +190,15 @@ class RedisLimiter(_ScriptLimiter):
     """
 
     def __init__(
-        self, redis: Redis | RedisCluster, plans: Sequence[PlanConfig], prefix: str = "gw"
+        self,
+        redis: Redis | RedisCluster,
+        plans: Sequence[PlanConfig],
+        prefix: str = "gw",
+        log_interval_s: float = 10.0,
     ) -> None:
         super().__init__(plans, prefix)
         self._script = redis.register_script(ADMIT_LUA)
+        self._failed = FailureLog(log_interval_s)
 
     async def _run(self, keys: Sequence[str], args: Sequence[str]) -> Any:
         try:
@@ -200,6 +206,7 @@ class RedisLimiter(_ScriptLimiter):
         # RedisClusterException (no node reachable, slot not covered) is not a
         # RedisError, yet it means the same: Redis could not be asked.
         except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            self._failed(exc)
             raise LimiterUnavailable(str(exc)) from exc
 
 
