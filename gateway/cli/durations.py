@@ -20,7 +20,8 @@ _SECONDS: Final = {
     "d": 86_400.0,
     "w": 7 * 86_400.0,
 }
-# Milliseconds per unit, kept exact (not seconds * 1000 at parse time) so "7ms" is 7, not 6.
+# Milliseconds per unit (1.0 for ms, 1000.0 for s): multiplying the parsed number by these
+# keeps "7ms" at 7, where seconds * 1000 at parse time could round down to 6.
 _MILLIS: Final = {unit: factor * 1000 for unit, factor in _SECONDS.items()}
 _DURATION: Final = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
 
@@ -43,6 +44,6 @@ def parse_duration(text: str, default_unit: str = "s") -> float:
 
 
 def parse_duration_ms(text: str, default_unit: str = "s") -> int:
-    """Whole milliseconds in ``text`` (``30d``, ``24h``, ``15s``, ``0``); ValueError if malformed."""
+    """Whole milliseconds in ``text`` (``30d``, ``24h``, ``15s``, ``0``); ValueError if bad."""
     value, unit = _split(text, default_unit)
     return int(value * _MILLIS[unit])

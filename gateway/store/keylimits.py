@@ -19,15 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.config import PlanConfig
-from gateway.limits.limiter import record_key
+from gateway.redis.keyspace import keys_channel as keys_channel  # re-exported: its old home
+from gateway.redis.keyspace import record_key
 from gateway.store.accounts import KeyRecord, Store, StoreError
 
 MAX_DAILY_CU = 10**15  # beyond any real day; keeps the field an exact Lua number
-
-
-def keys_channel(prefix: str) -> str:
-    """The pub/sub channel announcing that a key record changed (payload: key hash)."""
-    return f"{prefix}:keys"
 
 
 async def publish_key_change(redis: Any, prefix: str, khash: str) -> None:
