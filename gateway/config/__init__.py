@@ -2,7 +2,9 @@
 load (TOML -> env -> reject unknown keys -> defaults -> validate).
 
 The public names are re-exported here, so ``from gateway.config import X`` is the one
-way callers reach them. May import: nothing else of gateway.
+way callers reach them. Everything else of gateway imports this package.
+
+May import: nothing.
 """
 
 from gateway.config.defaults import (
