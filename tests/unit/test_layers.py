@@ -9,6 +9,7 @@ also those under ``TYPE_CHECKING`` and inside functions: a type-only cycle is a 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def _builds_key_names(path: Path) -> list[int]:
         if not isinstance(node, ast.JoinedStr):
             continue
         values = node.values
-        for first, second in zip(values, values[1:], strict=False):
+        for first, second in itertools.pairwise(values):
             expr = first.value if isinstance(first, ast.FormattedValue) else None
             name = (
                 expr.id
