@@ -98,11 +98,7 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     ):
         raise ConfigError('server.metrics_listen: expected "host:port" (or "" for none)')
 
-    nets_raw = {k: dict(v) for k, v in DEFAULT_NETWORKS.items()}
-    for name, table in _table(raw, "networks").items():
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"networks.{name}: must be a table")
-        nets_raw.setdefault(name, {}).update(table)
+    nets_raw = _over_defaults(raw, "networks", DEFAULT_NETWORKS)
     for name in nets_raw:
         override = env.get(f"GATEWAY_UPSTREAM_{name.upper()}")
         if override:
@@ -112,11 +108,7 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if len(set(prefixes)) != len(prefixes):
         raise ConfigError("networks: two networks share one path prefix")
 
-    plans_raw = {k: dict(v) for k, v in DEFAULT_PLANS.items()}
-    for name, table in _table(raw, "plans").items():
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"plans.{name}: must be a table")
-        plans_raw.setdefault(name, {}).update(table)
+    plans_raw = _over_defaults(raw, "plans", DEFAULT_PLANS)
     plans = tuple(_plan(name, table) for name, table in plans_raw.items())
 
     default_plan = raw.get("default_plan", "free")
@@ -138,6 +130,18 @@ def _check_intel(cache: CacheConfig, hedge: HedgeConfig) -> None:
         raise ConfigError("hedge.percentile: must be in (0, 1]")
     if hedge.window < 1:
         raise ConfigError("hedge.window: must be at least 1")
+
+
+def _over_defaults(
+    raw: Mapping[str, Any], name: str, defaults: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The ``[name.*]`` tables laid over the shipped ones, key by key (validated later)."""
+    merged = {k: dict(v) for k, v in defaults.items()}
+    for entry, table in _table(raw, name).items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{name}.{entry}: must be a table")
+        merged.setdefault(entry, {}).update(table)
+    return merged
 
 
 def _table(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:

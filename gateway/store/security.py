@@ -343,17 +343,20 @@ class SecurityStore:
         await self.redis.set(self._reset(token), account.id, ex=max(1, ttl_s))
         return account, token
 
-    async def reset_account(self, token: str) -> Account | None:
-        """Whose link this is, without spending it (the page shows the form)."""
-        if not token or len(token) > 128 or not token.isprintable():
-            return None
-        account_id = await self.redis.get(self._reset(token))
+    async def _account_or_none(self, account_id: str | None) -> Account | None:
+        """The account a reset token names; None when there is none (spent, erased)."""
         if not account_id:
             return None
         try:
             return await self.store.account(account_id)
         except NotFound:
             return None
+
+    async def reset_account(self, token: str) -> Account | None:
+        """Whose link this is, without spending it (the page shows the form)."""
+        if not token or len(token) > 128 or not token.isprintable():
+            return None
+        return await self._account_or_none(await self.redis.get(self._reset(token)))
 
     async def use_reset_token(self, token: str, password: str) -> Account | None:
         """Set the password if the link is still good; the link dies either way.
@@ -363,12 +366,8 @@ class SecurityStore:
         """
         if not token or len(token) > 128 or not token.isprintable():
             return None
-        account_id = await self.redis.getdel(self._reset(token))
-        if not account_id:
-            return None
-        try:
-            account = await self.store.account(account_id)
-        except NotFound:
+        account = await self._account_or_none(await self.redis.getdel(self._reset(token)))
+        if account is None:
             return None
         await self.set_password(account.id, password)
         await self.end_sessions(account.id)
