@@ -1,7 +1,7 @@
 """Reading what a key's traffic says: per-method insight, the failed-call log, the cost.
 
-The writing side is gateway/insight.py (request insight, flushed by each
-worker) and admit.lua (the daily ``cu`` counters of accounts.py's layout);
+The writing side is gateway/store/insight.py (request insight, flushed by each
+worker) and admit.lua (the daily ``cu`` counters, named in redis/keyspace.py);
 this module only reads, for the dashboard's Requests and Usage pages and
 ``gateway usage``. Every read checks the key belongs to the account first,
 through ``Store.get_key``, so another account's key id is NotFound.

@@ -1,6 +1,6 @@
 """Per-key caps set by the key's owner: a request rate and a daily compute-unit cap.
 
-They live in the key record hash ``p:{H}:k`` (accounts.py) as two fields
+They live in the key record hash ``p:{H}:k`` (redis/keyspace.py) as two fields
 the admission script reads in the same atomic call as the plan's limits:
 
     rcap   requests per second, a positive number <= the plan's rate

@@ -3,7 +3,7 @@
 It extends the one ``Store`` (gateway/store/accounts.py) rather than repeating it:
 accounts, keys and sessions are read and revoked through the Store's own
 methods; only what is new lives here. Redis layout (``p`` = prefix, the
-same hash-tag style as accounts.py; ``S`` = SHA-256 of a session id, the
+same hash-tag style as the rest of redis/keyspace.py; ``S`` = SHA-256 of a session id, the
 name sessions.py gives the session hash; every name comes from
 gateway/redis/keyspace.py):
 
