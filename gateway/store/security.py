@@ -2,10 +2,9 @@
 
 It extends the one ``Store`` (gateway/store/accounts.py) rather than repeating it:
 accounts, keys and sessions are read and revoked through the Store's own
-methods; only what is new lives here. Redis layout (``p`` = prefix, the
-same hash-tag style as the rest of redis/keyspace.py; ``S`` = SHA-256 of a session id, the
-name sessions.py gives the session hash; every name comes from
-gateway/redis/keyspace.py):
+methods; only what is new lives here. Redis layout (``p`` = prefix, every
+name from gateway/redis/keyspace.py; ``S`` = SHA-256 of a session id, the
+name sessions.py gives the session hash):
 
     p:s:S                    session hash (sessions.py); this module adds the
                              fields ip (masked to /24 or /48), ua, seen (ms)
