@@ -1,25 +1,14 @@
-"""Parsing of human durations and rates on the command line ("20ms", "1.5s", "2m")."""
+"""Argparse types for durations and rates ("20ms", "1.5s", "2m", "5%").
+
+The duration grammar itself is gateway.cli.durations, shared with the ``gateway`` command.
+"""
 
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 
-_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
-
-
-def parse_duration(text: str, default_unit: str = "s") -> float:
-    """Seconds in ``text``; a bare number is in ``default_unit``."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"not a duration: {text!r} (try 20ms, 1.5s, 2m)")
-    value, unit = match.groups()
-    factor = _UNITS.get(unit or default_unit)
-    if factor is None:
-        raise ValueError(f"unknown unit in {text!r}; use one of {', '.join(_UNITS)}")
-    return float(value) * factor
+from gateway.cli.durations import parse_duration
 
 
 def duration_arg(default_unit: str = "s") -> Callable[[str], float]:
@@ -44,3 +33,6 @@ def fraction_arg(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1: {text!r}")
     return value
+
+
+__all__ = ["duration_arg", "fraction_arg", "parse_duration"]

@@ -22,6 +22,7 @@ from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
 from gateway.limits.limiter import MuxLimiter, RedisLimiter
 from gateway.ops.accesslog import AccessLogger
+from gateway.ops.logsetup import setup_logging
 from gateway.ops.metrics import Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
 from gateway.ops.routes import setup_ops_routes
@@ -30,11 +31,14 @@ from gateway.redis.embedded import ensure_embedded
 from gateway.redis.mux import MuxRedis
 from gateway.rpc.clientip import ClientIP
 from gateway.rpc.handler import RpcHandler
-from gateway.server.protocol import setup_logging
 from gateway.store.accounts import Store
 from gateway.store.errors import ErrorCounter
 from gateway.store.insight import InsightSink
 from gateway.upstream.pool import NodePool
+
+# Only this module reads the handlers, so their key lives here: in typedefs it
+# made a (type-only) cycle typedefs -> rpc.handler -> typedefs.
+HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
 
 
 def create_app(config: Config | None = None) -> web.Application:
@@ -61,7 +65,7 @@ def create_app(config: Config | None = None) -> web.Application:
         app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
         # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
         app.router.add_route("*", handler.network.prefix + "/{tail:.*}", handler.handle)
-    app[T.HANDLERS] = handlers
+    app[HANDLERS] = handlers
     app.on_startup.append(_bind_handlers)
     setup_ops_routes(app)
     if cfg.dashboard.enabled:
@@ -171,6 +175,6 @@ async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _bind_handlers(app: web.Application) -> None:
     """Give the handlers the limiter and pools, which exist once cleanup_ctx ran."""
     insight = app.get(T.INSIGHT)
-    for handler in app[T.HANDLERS]:
+    for handler in app[HANDLERS]:
         handler.bind(app[T.LIMITER], app[T.POOLS][handler.network.name], app[T.ERRORS])
         handler.insight = insight

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from gateway.config import Config
@@ -11,7 +9,7 @@ from gateway.limits.limiter import Limiter
 from gateway.ops.metrics import Metrics
 from gateway.redis.clients import RedisClient
 from gateway.redis.mux import MuxRedis
-from gateway.rpc.clientip import ClientIP
+from gateway.rpc.clientip import CLIENT_IP as CLIENT_IP  # defined beside ClientIP
 from gateway.store.accounts import Store
 from gateway.store.errors import ErrorCounter
 from gateway.store.insight import InsightSink
@@ -29,15 +27,9 @@ METRICS = web.AppKey("metrics", Metrics)
 ERRORS = web.AppKey("errors", ErrorCounter)
 INSIGHT = web.AppKey("insight", InsightSink)
 
-if TYPE_CHECKING:
-    from gateway.rpc.handler import RpcHandler
-
-HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
-
 # Per-request values the access log reads (never the key itself).
 RPC_METHOD = web.RequestKey("rpc_method", str)
 KEY_ID = web.RequestKey("key_id", str)
-CLIENT_IP = web.AppKey("client_ip", ClientIP)
 # Request insight (gateway/insight.py): the hash of an existing key, and
 # whether a node's answer held an error (so a big reply is not scanned twice).
 KEY_HASH = web.RequestKey("key_hash", str)

@@ -14,10 +14,9 @@ import argparse
 import asyncio
 import getpass
 import os
-import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -30,6 +29,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.cli import durations
 from gateway.cli.keycaps import add_limit_parser, limit_command, month_of_key
 from gateway.config import Config, ConfigError, data_dir, listen_address, load_config
 from gateway.redis.clients import admin_connect
@@ -38,20 +38,13 @@ from gateway.store.accounts import Store, StoreError
 
 EXIT_REDIS = 3
 
-T = TypeVar("T")
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
-
 
 def parse_duration_ms(text: str) -> int:
-    """``30d``, ``24h``, ``90m``, ``15s``, ``0`` -> milliseconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; use a number with ms, s, m, h, d or w (e.g. 30d)"
-        )
-    return int(float(match.group(1)) * _UNITS_MS[match.group(2) or "s"])
+    """An argparse ``type=``: ``30d``, ``24h``, ``90m``, ``15s``, ``0`` -> milliseconds."""
+    try:
+        return durations.parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,8 @@ A sub-application, so its middlewares (security headers, session, CSRF)
 run for dashboard paths only: RPC paths stay cookie-free and pay nothing
 for them. Pages are server-rendered with Jinja2; the only script is the
 copy button. All data goes through the shared ``Store``.
+
+May import: store, rpc.clientip (the client's address), config, typedefs.
 """
 
 from __future__ import annotations

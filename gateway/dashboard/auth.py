@@ -13,7 +13,7 @@ from aiohttp import web
 from gateway.dashboard import login_code, throttle
 from gateway.dashboard.session import log_in, log_out, store_of, visitor_of
 from gateway.dashboard.views import config_of, redirect, render, safe_next, sentence
-from gateway.rpc.handler import client_ip
+from gateway.rpc.clientip import client_ip
 from gateway.store.accounts import AlreadyExists, Busy, StoreError
 
 MAX_PASSWORD = 1024  # argon2 is happy with more; a cap keeps hashing bounded

@@ -18,7 +18,7 @@ from gateway.dashboard import throttle
 from gateway.dashboard.session import COOKIE_PATH, log_in, store_of, visitor_of
 from gateway.dashboard.session_tracking import security_of
 from gateway.dashboard.views import config_of, redirect, render, safe_next
-from gateway.rpc.handler import client_ip
+from gateway.rpc.clientip import client_ip
 from gateway.store.accounts import NotFound
 from gateway.store.security import SecurityStore
 

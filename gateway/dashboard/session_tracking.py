@@ -17,7 +17,7 @@ from aiohttp.typedefs import Handler
 
 from gateway.dashboard.session import VISITOR, store_of
 from gateway.dashboard.views import config_of
-from gateway.rpc.handler import client_ip
+from gateway.rpc.clientip import client_ip
 from gateway.store.security import SecurityStore
 
 _MEMO_MAX = 10_000  # sessions remembered per process before the memo starts over

@@ -51,6 +51,10 @@ class RedisUnavailable(Exception):
     """Redis could not be asked or did not answer in time."""
 
 
+class RedisReplyError(Exception):
+    """Redis answered with an error reply (``-ERR ...``): it was asked and said no."""
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """Where and how to connect, as redis-py reads the URL."""
@@ -199,22 +203,26 @@ class MuxRedis:
     async def call(self, args: Sequence[str | bytes]) -> Any:
         """Send one command in this tick's batch and wait for its reply.
 
-        A Redis error reply (``-ERR ...``) is returned as ``hiredis.ReplyError``;
-        only "could not ask" raises ``RedisUnavailable``.
+        Raises ``RedisReplyError`` for an error reply (so no caller can mistake
+        one for a value) and ``RedisUnavailable`` when Redis could not be asked.
         """
         try:
-            return await self._call(args)
+            reply = await self._call(args)
         except RedisUnavailable as exc:
             self._failed(exc)
             raise
+        if isinstance(reply, hiredis.ReplyError):
+            raise RedisReplyError(str(reply))
+        return reply
 
     async def ping(self) -> None:
         """Round trip on this very connection (``/readyz``); raises ``RedisUnavailable``."""
-        reply = await self.call(("PING",))
-        if isinstance(reply, hiredis.ReplyError):
+        try:
+            await self.call(("PING",))
+        except RedisReplyError as reply:
             exc = RedisUnavailable(f"PING failed: {reply}")
             self._failed(exc)
-            raise exc
+            raise exc from None
 
     async def _call(self, args: Sequence[str | bytes]) -> Any:
         proto = self._proto

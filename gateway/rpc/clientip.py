@@ -61,6 +61,16 @@ class ClientIP:
         return leftmost
 
 
+# The app's one ClientIP (typedefs re-exports the key): defined here so the dashboard
+# and the RPC handler read the client's address from this module, not from each other.
+CLIENT_IP = web.AppKey("client_ip", ClientIP)
+
+
+def client_ip(request: web.Request) -> str:
+    """The client's address as the app's trusted-proxy rules see it."""
+    return request.config_dict[CLIENT_IP](request)
+
+
 def _address(hop: str) -> str:
     """A hop without the port some proxies add: ``[2001:db8::1]:443``, ``192.0.2.1:80``.
 

@@ -2,7 +2,7 @@
 and workers (the multi-process supervisor). ``gunicorn_app`` is the gunicorn entry point
 (``gunicorn gateway.server:gunicorn_app``).
 
-May import: everything below it (app, ops, redis, demo, config).
+May import: app, ops, redis, demo, config, typedefs, rpc.protocol (error replies).
 """
 
 from gateway.server.protocol import gunicorn_app

@@ -49,7 +49,6 @@ import asyncio
 import errno
 import gc
 import logging
-import os
 import signal
 import socket
 from typing import Any, Final
@@ -61,6 +60,7 @@ from aiohttp.web_request import BaseRequest
 from gateway import typedefs as T
 from gateway.config import ServerConfig
 from gateway.ops.accesslog import AccessLogger
+from gateway.ops.logsetup import setup_logging as setup_logging  # re-exported: its old home
 from gateway.ops.metrics import Metrics, mark_process_dead
 from gateway.ops.metricsport import MetricsListener
 from gateway.rpc import protocol as rpc
@@ -464,20 +464,6 @@ async def serve_app(
             loop.remove_signal_handler(sig)
         await runner.cleanup()
         sock.close()
-
-
-def setup_logging() -> None:
-    """Log lines to stderr at ``$GATEWAY_LOG_LEVEL`` (INFO), unless a host configured logging.
-
-    Gunicorn configures only its own loggers: without this the access log
-    (``gateway.access``, INFO) was dropped there.
-    """
-    if logging.getLogger().handlers:
-        return
-    logging.basicConfig(
-        level=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
 
 
 async def gunicorn_app() -> web.AppRunner:

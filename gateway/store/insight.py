@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from gateway.redis import keyspace as ks
 from gateway.rpc.clientip import mask_ip
 from gateway.store.flushing import flush_every
 
@@ -77,18 +78,6 @@ def percentile(hist: Mapping[int, int], q: float) -> float | None:
         if seen >= rank:
             return bucket_value(bucket)
     return bucket_value(max(hist))  # pragma: no cover - the loop always reaches rank
-
-
-def slot_key(prefix: str, khash: str, slot: int) -> str:
-    return f"{prefix}:{{{khash}}}:q:f:{slot}"
-
-
-def hour_key(prefix: str, khash: str, hour: int) -> str:
-    return f"{prefix}:{{{khash}}}:q:h:{hour}"
-
-
-def log_key(prefix: str, khash: str) -> str:
-    return f"{prefix}:{{{khash}}}:q:log"
 
 
 class _Sums:
@@ -198,8 +187,8 @@ class InsightSink:
 
     def _write_sums(self, pipe: Any, khash: str, methods: Mapping[str, _Sums], now: int) -> None:
         keys = (
-            (slot_key(self._prefix, khash, now // SLOT_MS), SLOT_TTL_MS),
-            (hour_key(self._prefix, khash, now // HOUR_MS), HOUR_TTL_MS),
+            (ks.insight_slot(self._prefix, khash, now // SLOT_MS), SLOT_TTL_MS),
+            (ks.insight_hour(self._prefix, khash, now // HOUR_MS), HOUR_TTL_MS),
         )
         for key, ttl in keys:
             for method, s in methods.items():
@@ -211,7 +200,7 @@ class InsightSink:
             pipe.pexpire(key, ttl)
 
     def _write_log(self, pipe: Any, khash: str, entries: Iterable[_Entry]) -> None:
-        key = log_key(self._prefix, khash)
+        key = ks.insight_log(self._prefix, khash)
         for at, method, code, status, latency, ip in entries:
             fields = {
                 "time": at,

@@ -1,7 +1,7 @@
 """Reading what a key's traffic says: per-method insight, the failed-call log, the cost.
 
-The writing side is gateway/insight.py (request insight, flushed by each
-worker) and admit.lua (the daily ``cu`` counters of accounts.py's layout);
+The writing side is gateway/store/insight.py (request insight, flushed by each
+worker) and admit.lua (the daily ``cu`` counters, named in redis/keyspace.py);
 this module only reads, for the dashboard's Requests and Usage pages and
 ``gateway usage``. Every read checks the key belongs to the account first,
 through ``Store.get_key``, so another account's key id is NotFound.
@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.config import PlanConfig
-from gateway.limits.limiter import usage_prefix
+from gateway.redis import keyspace as ks
 from gateway.store.accounts import DAY_MS, KeyRecord, Store
-from gateway.store.insight import HOUR_MS, SLOT_MS, hour_key, log_key, percentile, slot_key
+from gateway.store.insight import HOUR_MS, SLOT_MS, percentile
 
 WINDOWS: Mapping[str, tuple[str, int]] = {
     "hour": ("Last hour", HOUR_MS),
@@ -116,12 +116,12 @@ class InsightStore:
         now = await self.store.now_ms()
         if window == "hour":
             names = [
-                slot_key(self.prefix, khash, s)
+                ks.insight_slot(self.prefix, khash, s)
                 for s in range((now - span) // SLOT_MS + 1, now // SLOT_MS + 1)
             ]
         else:
             names = [
-                hour_key(self.prefix, khash, h)
+                ks.insight_hour(self.prefix, khash, h)
                 for h in range((now - span) // HOUR_MS + 1, now // HOUR_MS + 1)
             ]
         pipe = self.redis.pipeline(transaction=False)
@@ -141,7 +141,7 @@ class InsightStore:
     ) -> list[LoggedCall]:
         """The newest logged calls (at most ``limit``), optionally one method and/or code."""
         _, khash = await self._own(key_id, account_id)
-        raw = await self.redis.xrevrange(log_key(self.prefix, khash), count=max(1, limit))
+        raw = await self.redis.xrevrange(ks.insight_log(self.prefix, khash), count=max(1, limit))
         out: list[LoggedCall] = []
         for _, f in raw:
             try:
@@ -177,9 +177,8 @@ class InsightStore:
         pipe = self.redis.pipeline(transaction=False)
         hashes = [await self.store.key_hash_of(r.id) for r in records]
         for khash in hashes:
-            prefix = usage_prefix(self.prefix, khash)
             for day in days:
-                pipe.hget(f"{prefix}d:{day}", "cu")
+                pipe.hget(ks.usage_day(self.prefix, khash, day), "cu")
         replies = await pipe.execute() if hashes else []
         per_key: dict[str, int] = {}
         n = len(days)

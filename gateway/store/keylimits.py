@@ -1,6 +1,6 @@
 """Per-key caps set by the key's owner: a request rate and a daily compute-unit cap.
 
-They live in the key record hash ``p:{H}:k`` (accounts.py) as two fields
+They live in the key record hash ``p:{H}:k`` (redis/keyspace.py) as two fields
 the admission script reads in the same atomic call as the plan's limits:
 
     rcap   requests per second, a positive number <= the plan's rate
@@ -19,15 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.config import PlanConfig
-from gateway.limits.limiter import record_key
+from gateway.redis.keyspace import keys_channel as keys_channel  # re-exported: its old home
+from gateway.redis.keyspace import record_key
 from gateway.store.accounts import KeyRecord, Store, StoreError
 
 MAX_DAILY_CU = 10**15  # beyond any real day; keeps the field an exact Lua number
-
-
-def keys_channel(prefix: str) -> str:
-    """The pub/sub channel announcing that a key record changed (payload: key hash)."""
-    return f"{prefix}:keys"
 
 
 async def publish_key_change(redis: Any, prefix: str, khash: str) -> None:

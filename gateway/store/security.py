@@ -2,11 +2,11 @@
 
 It extends the one ``Store`` (gateway/store/accounts.py) rather than repeating it:
 accounts, keys and sessions are read and revoked through the Store's own
-methods; only what is new lives here. Redis layout (``p`` = prefix, the
-same hash-tag style as accounts.py; ``S`` = SHA-256 of a session id, the
-name accounts.py gives the session hash):
+methods; only what is new lives here. Redis layout (``p`` = prefix, every
+name from gateway/redis/keyspace.py; ``S`` = SHA-256 of a session id, the
+name sessions.py gives the session hash):
 
-    p:s:S                    session hash (accounts.py); this module adds the
+    p:s:S                    session hash (sessions.py); this module adds the
                              fields ip (masked to /24 or /48), ua, seen (ms)
     p:a:{<acct>}:sess        sorted set S -> created ms: the account's sessions
     p:a:{<acct>}             account hash; fields added here: totp (the active
@@ -38,10 +38,9 @@ from typing import Any
 import pyotp
 from redis.commands.core import AsyncScript
 
-from gateway.limits.limiter import record_key
+from gateway.redis import keyspace as ks
 from gateway.rpc.clientip import mask_ip as mask_ip  # re-exported: its old home
 from gateway.store.accounts import Account, NotFound, Store, StoreError, normalize_email
-from gateway.store.insight import log_key
 
 MIN_PASSWORD = 8
 MAX_PASSWORD = 1024
@@ -101,26 +100,26 @@ class SecurityStore:
 
     # -- key names -------------------------------------------------------------
     def _acct(self, account_id: str) -> str:
-        return f"{self.prefix}:a:{{{account_id}}}"
+        return ks.account(self.prefix, account_id)
 
     def _sessions(self, account_id: str) -> str:
-        return f"{self.prefix}:a:{{{account_id}}}:sess"
+        return ks.account_sessions(self.prefix, account_id)
 
     def _recovery(self, account_id: str) -> str:
-        return f"{self.prefix}:a:{{{account_id}}}:rc"
+        return ks.account_recovery(self.prefix, account_id)
 
     def _session_hash(self, ref: str) -> str:
-        return f"{self.prefix}:s:{ref}"
+        return ks.session(self.prefix, ref)
 
     def _pending(self, token: str) -> str:
-        return f"{self.prefix}:l:{_sha(token)}"
+        return ks.pending_login(self.prefix, _sha(token))
 
     def _reset(self, token: str) -> str:
-        return f"{self.prefix}:r:{_sha(token)}"
+        return ks.reset_token(self.prefix, _sha(token))
 
     @staticmethod
     def session_ref(session_id: str) -> str:
-        """The name accounts.py stores a session under (SHA-256 of its id)."""
+        """The name sessions.py stores a session under (SHA-256 of its id)."""
         return _sha(session_id)
 
     # -- passwords -------------------------------------------------------------
@@ -343,17 +342,20 @@ class SecurityStore:
         await self.redis.set(self._reset(token), account.id, ex=max(1, ttl_s))
         return account, token
 
-    async def reset_account(self, token: str) -> Account | None:
-        """Whose link this is, without spending it (the page shows the form)."""
-        if not token or len(token) > 128 or not token.isprintable():
-            return None
-        account_id = await self.redis.get(self._reset(token))
+    async def _account_or_none(self, account_id: str | None) -> Account | None:
+        """The account a reset token names; None when there is none (spent, erased)."""
         if not account_id:
             return None
         try:
             return await self.store.account(account_id)
         except NotFound:
             return None
+
+    async def reset_account(self, token: str) -> Account | None:
+        """Whose link this is, without spending it (the page shows the form)."""
+        if not token or len(token) > 128 or not token.isprintable():
+            return None
+        return await self._account_or_none(await self.redis.get(self._reset(token)))
 
     async def use_reset_token(self, token: str, password: str) -> Account | None:
         """Set the password if the link is still good; the link dies either way.
@@ -363,12 +365,8 @@ class SecurityStore:
         """
         if not token or len(token) > 128 or not token.isprintable():
             return None
-        account_id = await self.redis.getdel(self._reset(token))
-        if not account_id:
-            return None
-        try:
-            account = await self.store.account(account_id)
-        except NotFound:
+        account = await self._account_or_none(await self.redis.getdel(self._reset(token)))
+        if account is None:
             return None
         await self.set_password(account.id, password)
         await self.end_sessions(account.id)
@@ -391,22 +389,22 @@ class SecurityStore:
         pipe.delete(self._acct(account.id))
         pipe.delete(self._recovery(account.id))
         await pipe.execute()
-        await self.redis.delete(self.store._email_key(account.email))
+        await self.redis.delete(ks.email(self.prefix, account.email))
         revoked += await self._revoke_all(account.id)
         anon = "deleted_" + secrets.token_hex(8)
-        key_ids = sorted(await self.redis.smembers(self.store._acct_keys_key(account.id)))
+        key_ids = sorted(await self.redis.smembers(ks.account_keys(self.prefix, account.id)))
         for key_id in key_ids:
             try:
                 khash = await self.store.key_hash_of(key_id)
             except NotFound:
                 continue
             pipe = self.redis.pipeline(transaction=True)  # one slot: {H}
-            pipe.hdel(record_key(self.prefix, khash), *_PERSONAL_KEY_FIELDS)
-            pipe.hset(record_key(self.prefix, khash), "acct", anon)
-            pipe.delete(log_key(self.prefix, khash))  # failed calls, with client networks
+            pipe.hdel(ks.record_key(self.prefix, khash), *_PERSONAL_KEY_FIELDS)
+            pipe.hset(ks.record_key(self.prefix, khash), "acct", anon)
+            pipe.delete(ks.insight_log(self.prefix, khash))  # failed calls, with client networks
             await pipe.execute()
         await self.end_sessions(account.id)
-        await self.redis.delete(self.store._acct_keys_key(account.id))
+        await self.redis.delete(ks.account_keys(self.prefix, account.id))
         return revoked
 
     async def _revoke_all(self, account_id: str) -> int:

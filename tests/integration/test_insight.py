@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.config import ConfigError, config_from_dict
+from gateway.redis import keyspace as ks
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from gateway.store.insight import (
@@ -17,11 +18,8 @@ from gateway.store.insight import (
     InsightSink,
     bucket_of,
     bucket_value,
-    hour_key,
-    log_key,
     percentile,
     reply_code,
-    slot_key,
 )
 from gateway.store.insightquery import InsightStore, month_start_ms
 from gateway.store.security import SecurityStore
@@ -47,25 +45,27 @@ async def test_record_touches_no_redis_and_flush_writes_the_sums(
     sink.record(khash, "eth_getLogs", -32603, 502, 40.0, "2001:db8:1:2::7")
     assert await redis.keys(f"{prefix}:{{{khash}}}:q:*") == []  # memory only until flush
     await sink.flush(now_ms=NOW)
-    slot = await redis.hgetall(slot_key(prefix, khash, NOW // SLOT_MS))
-    hour = await redis.hgetall(hour_key(prefix, khash, NOW // HOUR_MS))
+    slot = await redis.hgetall(ks.insight_slot(prefix, khash, NOW // SLOT_MS))
+    hour = await redis.hgetall(ks.insight_hour(prefix, khash, NOW // HOUR_MS))
     assert slot == hour
     assert slot["c|eth_call"] == "4"
     assert slot["e|eth_call|-32005"] == "1"
     assert slot["e|eth_getLogs|-32603"] == "1"
     assert slot[f"b|eth_call|{bucket_of(2.0)}"] == "3"
-    assert 0 < await redis.pttl(slot_key(prefix, khash, NOW // SLOT_MS)) <= 2 * HOUR_MS
-    assert 0 < await redis.pttl(hour_key(prefix, khash, NOW // HOUR_MS)) <= 49 * HOUR_MS
+    assert 0 < await redis.pttl(ks.insight_slot(prefix, khash, NOW // SLOT_MS)) <= 2 * HOUR_MS
+    assert 0 < await redis.pttl(ks.insight_hour(prefix, khash, NOW // HOUR_MS)) <= 49 * HOUR_MS
     # Only failed calls are logged, newest first, with the network, never more.
-    entries: Any = await redis.xrevrange(log_key(prefix, khash))
+    entries: Any = await redis.xrevrange(ks.insight_log(prefix, khash))
     assert [e[1]["method"] for e in entries] == ["eth_getLogs", "eth_call"]
     assert entries[0][1]["ip"] == "2001:db8:1::/48"
     assert entries[1][1]["ip"] == "203.0.113.0/24"
     assert entries[1][1]["code"] == "-32005" and entries[1][1]["status"] == "429"
     assert set(entries[0][1]) == {"time", "method", "code", "status", "latency_ms", "ip"}
-    assert await redis.pttl(log_key(prefix, khash)) > 0
+    assert await redis.pttl(ks.insight_log(prefix, khash)) > 0
     await sink.flush(now_ms=NOW)  # nothing new: nothing written twice
-    assert (await redis.hgetall(slot_key(prefix, khash, NOW // SLOT_MS)))["c|eth_call"] == "4"
+    assert (await redis.hgetall(ks.insight_slot(prefix, khash, NOW // SLOT_MS)))[
+        "c|eth_call"
+    ] == "4"
 
 
 async def test_call_log_is_capped_and_read_newest_first(
@@ -78,7 +78,7 @@ async def test_call_log_is_capped_and_read_newest_first(
         for i in range(cap * 2):  # twice the cap per flush: memory keeps the newest cap
             sink.record(khash, f"m{batch}", -32005, 429, float(i), "198.51.100.4")
         await sink.flush()
-    length = await redis.xlen(log_key(prefix, khash))
+    length = await redis.xlen(ks.insight_log(prefix, khash))
     # MAXLEN ~ trims whole stream nodes (100 entries by default in Redis):
     # bounded by the cap plus one node, far below the 300 flushed.
     assert cap <= length <= cap + 100
@@ -140,9 +140,9 @@ async def test_redis_down_keeps_the_sums_for_the_next_flush(
     sink._redis = redis  # the same sink once Redis is back
     sink.record(khash, "eth_call", 0, 200, 1.0, "")
     await sink.flush(now_ms=NOW)
-    slot = await redis.hgetall(slot_key(prefix, khash, NOW // SLOT_MS))
+    slot = await redis.hgetall(ks.insight_slot(prefix, khash, NOW // SLOT_MS))
     assert slot["c|eth_call"] == "2" and slot["e|eth_call|-32005"] == "1"
-    assert await redis.xlen(log_key(prefix, khash)) == 1
+    assert await redis.xlen(ks.insight_log(prefix, khash)) == 1
 
 
 async def test_distinct_keys_per_flush_are_capped(redis: Redis, prefix: str) -> None:
@@ -186,9 +186,9 @@ async def test_deleting_the_account_removes_its_call_logs(
     sink = InsightSink(redis, prefix)
     sink.record(khash, "eth_call", -32005, 429, 1.0, "198.51.100.7")
     await sink.flush()
-    assert await redis.exists(log_key(prefix, khash))
+    assert await redis.exists(ks.insight_log(prefix, khash))
     await SecurityStore(store).delete_account(await store.account(acct))
-    assert not await redis.exists(log_key(prefix, khash))
+    assert not await redis.exists(ks.insight_log(prefix, khash))
 
 
 def test_insight_and_price_config_is_validated() -> None:

@@ -1,0 +1,54 @@
+"""Configuration: schema (frozen dataclasses), defaults (methods, networks, plans) and
+load (TOML -> env -> reject unknown keys -> defaults -> validate).
+
+The public names are re-exported here, so ``from gateway.config import X`` is the one
+way callers reach them. Everything else of gateway imports this package.
+
+May import: nothing.
+"""
+
+from gateway.config.defaults import (
+    DEFAULT_METHODS,
+    DEFAULT_NETWORKS,
+    DEFAULT_PLANS,
+    FORBIDDEN_METHOD_PREFIXES,
+)
+from gateway.config.load import config_from_dict, listen_address, load_config
+from gateway.config.schema import (
+    CacheConfig,
+    Config,
+    ConfigError,
+    DashboardConfig,
+    HedgeConfig,
+    InsightConfig,
+    LimitsConfig,
+    NetworkConfig,
+    PlanConfig,
+    RedisConfig,
+    ServerConfig,
+    UpstreamConfig,
+    data_dir,
+)
+
+__all__ = [
+    "DEFAULT_METHODS",
+    "DEFAULT_NETWORKS",
+    "DEFAULT_PLANS",
+    "FORBIDDEN_METHOD_PREFIXES",
+    "CacheConfig",
+    "Config",
+    "ConfigError",
+    "DashboardConfig",
+    "HedgeConfig",
+    "InsightConfig",
+    "LimitsConfig",
+    "NetworkConfig",
+    "PlanConfig",
+    "RedisConfig",
+    "ServerConfig",
+    "UpstreamConfig",
+    "config_from_dict",
+    "data_dir",
+    "listen_address",
+    "load_config",
+]

@@ -1,0 +1,296 @@
+"""Loading in stages: read TOML, apply env, reject unknown keys, apply defaults, validate.
+
+Every mistake is reported with the config path that caused it, e.g.
+``networks.bsc.upstreams[0]: not an http(s) URL``, so an operator can find it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from gateway.config.defaults import (
+    DEFAULT_METHODS,
+    DEFAULT_NETWORKS,
+    DEFAULT_PLANS,
+    FORBIDDEN_METHOD_PREFIXES,
+)
+from gateway.config.schema import (
+    CacheConfig,
+    Config,
+    ConfigError,
+    DashboardConfig,
+    HedgeConfig,
+    InsightConfig,
+    LimitsConfig,
+    NetworkConfig,
+    PlanConfig,
+    RedisConfig,
+    ServerConfig,
+    UpstreamConfig,
+)
+
+_SECTIONS: dict[str, type[Any]] = {
+    "server": ServerConfig,
+    "limits": LimitsConfig,
+    "redis": RedisConfig,
+    "upstream": UpstreamConfig,
+    "dashboard": DashboardConfig,
+    "cache": CacheConfig,
+    "hedge": HedgeConfig,
+    "insight": InsightConfig,
+}
+_TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Config:
+    """Load ``path`` (or ``$GATEWAY_CONFIG``), apply env overrides, validate."""
+    env = os.environ if env is None else env
+    if path is None:
+        path = env.get("GATEWAY_CONFIG") or None
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                raw = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return config_from_dict(raw, env)
+
+
+def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
+    """Build a validated ``Config`` from parsed TOML plus env overrides."""
+    env = {} if env is None else env
+    unknown = set(raw) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown config key")
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        table = dict(_table(raw, name))
+        if name == "redis" and env.get("GATEWAY_REDIS_URL"):
+            table["url"] = env["GATEWAY_REDIS_URL"]
+        sections[name] = _build(cls, table, name)
+
+    if sections["upstream"].client not in ("lean", "aiohttp"):
+        raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
+    _check_intel(sections["cache"], sections["hedge"])
+    if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
+        raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
+    for i, cidr in enumerate(sections["server"].trusted_proxies):
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise ConfigError(f"server.trusted_proxies[{i}]: not an IP network") from None
+    if (
+        sections["server"].metrics_listen
+        and listen_address(sections["server"].metrics_listen) is None
+    ):
+        raise ConfigError('server.metrics_listen: expected "host:port" (or "" for none)')
+
+    nets_raw = _over_defaults(raw, "networks", DEFAULT_NETWORKS)
+    for name in nets_raw:
+        override = env.get(f"GATEWAY_UPSTREAM_{name.upper()}")
+        if override:
+            nets_raw[name]["upstreams"] = [u.strip() for u in override.split(",") if u.strip()]
+    networks = tuple(_network(name, table) for name, table in nets_raw.items())
+    prefixes = [n.prefix for n in networks]
+    if len(set(prefixes)) != len(prefixes):
+        raise ConfigError("networks: two networks share one path prefix")
+
+    plans_raw = _over_defaults(raw, "plans", DEFAULT_PLANS)
+    plans = tuple(_plan(name, table) for name, table in plans_raw.items())
+
+    default_plan = raw.get("default_plan", "free")
+    if default_plan not in plans_raw:
+        raise ConfigError(f"default_plan: no plan named {default_plan!r}")
+    return Config(networks=networks, plans=plans, default_plan=default_plan, **sections)
+
+
+def _check_intel(cache: CacheConfig, hedge: HedgeConfig) -> None:
+    if cache.max_entry_bytes > cache.max_bytes:
+        raise ConfigError("cache.max_entry_bytes: must not exceed cache.max_bytes")
+    if cache.redis_max_entry_bytes > cache.redis_max_bytes:
+        raise ConfigError("cache.redis_max_entry_bytes: must not exceed cache.redis_max_bytes")
+    if cache.redis and cache.redis_ttl_s <= 0:
+        raise ConfigError("cache.redis_ttl_s: must be positive")
+    if hedge.ceiling_s < hedge.floor_s:
+        raise ConfigError("hedge.ceiling_s: must not be below hedge.floor_s")
+    if not 0.0 < hedge.percentile <= 1.0:
+        raise ConfigError("hedge.percentile: must be in (0, 1]")
+    if hedge.window < 1:
+        raise ConfigError("hedge.window: must be at least 1")
+
+
+def _over_defaults(
+    raw: Mapping[str, Any], name: str, defaults: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The ``[name.*]`` tables laid over the shipped ones, key by key (validated later)."""
+    merged = {k: dict(v) for k, v in defaults.items()}
+    for entry, table in _table(raw, name).items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{name}.{entry}: must be a table")
+        merged.setdefault(entry, {}).update(table)
+    return merged
+
+
+def _table(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = raw.get(name, {})
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name}: must be a table")
+    return value
+
+
+def _build(cls: type[Any], table: Mapping[str, Any], path: str) -> Any:
+    """Instantiate a config dataclass, type-checking each value by its annotation."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{path}.{key}: unknown config key")
+        kwargs[key] = _coerce(value, hints[key], f"{path}.{key}")
+    obj = cls(**kwargs)
+    for f in dataclasses.fields(cls):
+        val = getattr(obj, f.name)
+        if isinstance(val, int | float) and not isinstance(val, bool) and val < 0:
+            raise ConfigError(f"{path}.{f.name}: must not be negative")
+    return obj
+
+
+def _coerce(value: Any, hint: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path}: expected a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list")
+        item = typing.get_args(hint)[0]
+        return tuple(_coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is types.UnionType:  # pragma: no cover - no optional fields yet
+        return value
+    raise ConfigError(f"{path}: unsupported value")  # pragma: no cover
+
+
+def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
+    path = f"networks.{name}"
+    known = {"prefix", "chain_id", "upstreams", "methods", "extra_methods"}
+    for key in table:
+        if key not in known:
+            raise ConfigError(f"{path}.{key}: unknown config key")
+    prefix = table.get("prefix", f"/{name}")
+    if (
+        not isinstance(prefix, str)
+        or not prefix.startswith("/")
+        or prefix.endswith("/")
+        or prefix.count("/") != 1
+        or prefix == "/dashboard"
+    ):
+        raise ConfigError(f"{path}.prefix: must look like '/name' (one segment)")
+    chain_id = table.get("chain_id")
+    if isinstance(chain_id, bool) or not isinstance(chain_id, int) or chain_id <= 0:
+        raise ConfigError(f"{path}.chain_id: expected a positive integer")
+    upstreams = table.get("upstreams", [])
+    if not isinstance(upstreams, list) or not upstreams:
+        raise ConfigError(f"{path}.upstreams: expected a non-empty list of URLs")
+    for i, url in enumerate(upstreams):
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"{path}.upstreams[{i}]: not an http(s) URL")
+    methods = table.get("methods", list(DEFAULT_METHODS))
+    extra = table.get("extra_methods", [])
+    for key, lst in (("methods", methods), ("extra_methods", extra)):
+        if not isinstance(lst, list) or not all(isinstance(m, str) for m in lst):
+            raise ConfigError(f"{path}.{key}: expected a list of method names")
+    allowed = frozenset(methods) | frozenset(extra)
+    for method in sorted(allowed):
+        if method.startswith(FORBIDDEN_METHOD_PREFIXES):
+            raise ConfigError(f"{path}.methods: {method!r} may never be offered publicly")
+    return NetworkConfig(
+        name=name, prefix=prefix, chain_id=chain_id, upstreams=tuple(upstreams), methods=allowed
+    )
+
+
+def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
+    path = f"plans.{name}"
+    known = {
+        "title",
+        "rate",
+        "burst",
+        "daily_quota",
+        "weights",
+        "max_logs_range",
+        "price_per_million_cu",
+    }
+    for key in table:
+        if key not in known:
+            raise ConfigError(f"{path}.{key}: unknown config key")
+    if not name.isidentifier():
+        raise ConfigError(f"{path}: plan names must be identifiers")
+    rate = table.get("rate")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
+        raise ConfigError(f"{path}.rate: expected a positive number (requests per second)")
+    burst = table.get("burst", int(rate) * 2)
+    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+        raise ConfigError(f"{path}.burst: expected a positive integer")
+    quota = table.get("daily_quota", 0)
+    if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
+        raise ConfigError(f"{path}.daily_quota: expected a non-negative integer (0 = none)")
+    weights = table.get("weights", {})
+    if not isinstance(weights, Mapping):
+        raise ConfigError(f"{path}.weights: expected a table of method = units")
+    for method, units in weights.items():
+        if isinstance(units, bool) or not isinstance(units, int) or units < 0:
+            raise ConfigError(f"{path}.weights.{method}: expected a non-negative integer")
+    logs_range = table.get("max_logs_range", 0)
+    if isinstance(logs_range, bool) or not isinstance(logs_range, int) or logs_range < 0:
+        raise ConfigError(f"{path}.max_logs_range: expected a non-negative integer (0 = default)")
+    title = table.get("title", name.title())
+    if not isinstance(title, str):
+        raise ConfigError(f"{path}.title: expected a string")
+    price = table.get("price_per_million_cu", 0)
+    if isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
+        raise ConfigError(f"{path}.price_per_million_cu: expected a non-negative number (0 = free)")
+    return PlanConfig(
+        name=name,
+        title=title,
+        rate=float(rate),
+        burst=burst,
+        daily_quota=quota,
+        weights=types.MappingProxyType(dict(weights)),
+        max_logs_range=logs_range,
+        price_per_million_cu=float(price),
+    )
+
+
+def listen_address(text: str) -> tuple[str, int] | None:
+    """``"127.0.0.1:9464"`` / ``"[::1]:9464"`` -> (host, port); None when malformed."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return None
+    return host, int(port)

@@ -1,0 +1,238 @@
+"""The configuration's shape: frozen dataclasses, one per TOML section, and ConfigError.
+
+Nothing here is mutable after loading: the app receives one ``Config`` and
+passes pieces of it down. Field defaults are the shipped defaults; load.py
+type-checks every TOML value against these annotations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message starts with its path."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8545
+    workers: int = 1
+    access_log: bool = True
+    # aiohttp has no header-read timeout of its own (gateway/server.py adds it).
+    # Seconds a client may take to send request headers (from connection open
+    # or its first byte) and then its body; 0 turns a check off.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 75.0
+    max_connections: int = 10_000  # per process; 0 = no cap
+    drain_timeout_s: float = 15.0  # SIGTERM: in-flight calls get this long to finish
+    # Trust X-Forwarded-For from these proxies (CIDRs) for the IP allowlist.
+    trusted_proxies: tuple[str, ...] = ()
+    # An answer the client leaves unread (the socket's write buffer stays
+    # full) for this long drops the connection; 0 turns the check off.
+    write_timeout_s: float = 30.0
+    # /metrics is served here, never on the public port; "" turns it off.
+    # With several workers one of them holds it at a time (gateway/server.py).
+    metrics_listen: str = "127.0.0.1:9464"
+    # `serve --workers`: a worker that dies is restarted after this delay,
+    # doubled for each quick death in a row, at most restart_backoff_max_s.
+    restart_backoff_s: float = 0.5
+    restart_backoff_max_s: float = 30.0
+    # SIGHUP: new workers get this long to listen before the old ones drain anyway.
+    worker_ready_timeout_s: float = 30.0
+    # Python's garbage collector, tuned for a server (docs/PERFORMANCE.md): at
+    # 1,024 connections the default gen-0 threshold (700) made full
+    # collections 26 % of the CPU. Objects made at start-up are frozen out of
+    # every collection; 0 keeps Python's defaults.
+    gc_gen0_threshold: int = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_body_bytes: int = 1_048_576
+    max_batch: int = 100
+    max_json_depth: int = 64
+    upstream_connect_timeout_s: float = 2.0
+    upstream_timeout_s: float = 10.0
+    max_in_flight: int = 2_048
+    # eth_getLogs block ranges (to - from + 1) above this answer -32602 before
+    # any node sees them; a plan's own max_logs_range overrides it; 0 = none.
+    max_logs_range: int = 10_000
+    # A node's answer above this is refused (502); larger ones are streamed.
+    max_response_bytes: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    url: str = ""  # empty: embedded redis-server under data_dir
+    data_dir: str = ".gateway-data"
+    cluster: bool = False
+    fail_open: bool = False
+    timeout_ms: int = 250
+    connect_timeout_ms: int = 500
+    max_connections: int = 64
+    prefix: str = "gw"
+    # Hot-path Redis failures: at most one log line per this many seconds.
+    failure_log_interval_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    name: str
+    prefix: str
+    chain_id: int
+    upstreams: tuple[str, ...]
+    methods: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanConfig:
+    name: str
+    title: str
+    rate: float  # sustained compute units per second
+    burst: int  # bucket size
+    daily_quota: int = 0  # compute units per UTC day, 0 = none
+    weights: Mapping[str, int] = field(default_factory=dict)
+    max_logs_range: int = 0  # 0 = limits.max_logs_range
+    # Price shown as the estimated cost (compute units x price / 1e6); 0 = free.
+    price_per_million_cu: float = 0.0
+
+    def cost(self, method: str) -> int:
+        """Compute units charged for one call of ``method``."""
+        return self.weights.get(method, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    probe_interval_s: float = 3.0
+    max_lag_blocks: int = 20
+    fail_threshold: int = 3
+    cooldown_s: float = 15.0
+    retry_budget: float = 0.2
+    max_attempts: int = 3
+    connections_per_node: int = 256
+    # One attempt's cap inside limits.upstream_timeout_s, so a slow node
+    # leaves time to fail over; 0 = the whole deadline.
+    attempt_timeout_s: float = 5.0
+    probe_timeout_s: float = 2.0
+    client: str = "lean"  # "lean" (gateway.nodeclient) or "aiohttp" (ClientSession)
+    keepalive_s: float = 15.0  # idle pooled connections to a node are closed after this
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """The finality-aware answer cache and request coalescing (gateway/intel)."""
+
+    enabled: bool = True
+    max_bytes: int = 64 * 1024 * 1024  # per network per worker, keys + answers + overhead
+    max_entry_bytes: int = 1024 * 1024  # one answer above this is not cached
+    coalesce: bool = True  # identical concurrent reads share one node call
+    # Optional shared tier in Redis for answers that can never change (final).
+    # Off by default: a lookup is a second Redis round trip on a local miss.
+    redis: bool = False
+    redis_ttl_s: float = 3600.0
+    redis_max_bytes: int = 256 * 1024 * 1024  # bytes written within one TTL, all workers
+    redis_max_entry_bytes: int = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HedgeConfig:
+    """Hedged reads: a second node is asked when the first is slower than its p95."""
+
+    enabled: bool = True
+    floor_s: float = 0.05  # never hedge sooner than this
+    ceiling_s: float = 0.5  # never wait longer than this (also the delay before samples)
+    percentile: float = 0.95
+    window: int = 64  # recent latencies kept per node
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardConfig:
+    enabled: bool = True
+    session_max_age_s: int = 7 * 24 * 3600
+    secure_cookies: bool = False
+    public_url: str = ""  # shown in endpoint examples; empty = from the request
+    # Account security (gateway/security_store.py, dashboard/account_security.py).
+    reset_link_ttl_s: int = 3600  # `gateway accounts reset-password` links work this long, once
+    login_code_ttl_s: int = 300  # time to type the two-step code after the password
+    login_code_attempts: int = 5  # wrong codes per password entry before starting over
+    recovery_codes: int = 10  # recovery codes issued when two-step log-in is turned on
+    session_seen_interval_s: int = 60  # "last seen" of a session is written at most this often
+    max_sessions_per_account: int = 50  # a log-in past this ends the account's oldest session
+    max_keys_per_account: int = 20  # keys still in a rotation grace period count
+    # Revoked and expired key records are deleted this long after they stop
+    # working, and an account keeps at most max_inactive_keys of them (oldest
+    # go first): records never pile up and the keys page stays small.
+    inactive_key_retention_s: int = 30 * 86_400
+    max_inactive_keys: int = 20
+    # Log-in throttle, counted BEFORE the password is checked (fixed windows).
+    # Per (email, client IP) and per client IP (IPv6 grouped by /64), plus a
+    # looser per-email ceiling against slow guessing from many addresses; an
+    # (email, IP) pair that logged in within login_remember_s skips that
+    # ceiling, so strangers cannot lock the owner out.
+    login_window_s: int = 900
+    login_per_email_ip: int = 5
+    login_per_ip: int = 20
+    login_email_window_s: int = 3_600
+    login_per_email: int = 30
+    login_remember_s: int = 30 * 86_400
+    signup_window_s: int = 3_600
+    signup_per_ip: int = 10  # each sign-up costs an argon2 hash
+    # argon2 runs in this many threads at most, off the event loop; a log-in
+    # that waits longer than password_hash_wait_s for one answers 503.
+    password_hash_threads: int = 2
+    password_hash_wait_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class InsightConfig:
+    """Request insight per key (gateway/insight.py): summed in each worker, flushed."""
+
+    enabled: bool = True
+    interval_s: float = 1.0  # a worker writes its sums this often (a crash loses at most this)
+    log_cap: int = 200  # failed or rate-limited calls kept per key (the Requests page)
+    log_ttl_s: int = 7 * 24 * 3600  # a key's call log is dropped this long after its last entry
+    max_keys: int = 10_000  # distinct keys summed per worker between flushes; more are dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    server: ServerConfig = ServerConfig()
+    limits: LimitsConfig = LimitsConfig()
+    redis: RedisConfig = RedisConfig()
+    upstream: UpstreamConfig = UpstreamConfig()
+    dashboard: DashboardConfig = DashboardConfig()
+    cache: CacheConfig = CacheConfig()
+    hedge: HedgeConfig = HedgeConfig()
+    insight: InsightConfig = InsightConfig()
+    networks: tuple[NetworkConfig, ...] = ()
+    plans: tuple[PlanConfig, ...] = ()
+    default_plan: str = "free"
+
+    def plan(self, name: str) -> PlanConfig:
+        for plan in self.plans:
+            if plan.name == name:
+                return plan
+        raise KeyError(name)
+
+    def network(self, name: str) -> NetworkConfig:
+        for net in self.networks:
+            if net.name == name:
+                return net
+        raise KeyError(name)
+
+    def max_logs_range(self, plan: str) -> int:
+        """The eth_getLogs range limit of ``plan`` (0 = none)."""
+        for p in self.plans:
+            if p.name == plan and p.max_logs_range:
+                return p.max_logs_range
+        return self.limits.max_logs_range
+
+
+def data_dir(cfg: Config) -> Path:
+    """Where the embedded Redis keeps its files, with ``~`` expanded."""
+    return Path(cfg.redis.data_dir).expanduser()

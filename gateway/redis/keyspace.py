@@ -1,0 +1,139 @@
+"""Every Redis key name the gateway writes, in one place (``p`` is ``redis.prefix``).
+
+Per API key (``H`` = SHA-256 of the key; one ``{H}`` hash tag, so the hot
+path stays on one Cluster slot):
+
+    p:{H}:k              key record hash (what admit.lua reads), with the token
+                         bucket's fields t (tokens) and ts (ms) in it
+    p:{H}:h:<hour>       requests per minute of that hour (field = minute 0..59), 49 h
+    p:{H}:d:<day>        per-day totals: req, cu, lim, den, err, m:<method>, 91 days
+    p:{H}:q:f:<slot>     request insight: one flush slot's per-method sums
+    p:{H}:q:h:<hour>     request insight: latency histogram of an hour
+    p:{H}:q:log          request insight: the key's recent call log
+
+Per account, email, key id (``{<acct>}`` tags an account's keys together):
+
+    p:a:{<acct>}         account hash: id, email, pw (argon2), plan, created, totp...
+    p:a:{<acct>}:keys    set of key ids of that account
+    p:a:{<acct>}:lock    held while a key of the account is created or rotated
+    p:a:{<acct>}:sess    sorted set of the account's session refs -> created ms
+    p:a:{<acct>}:rc      set of SHA-256 of the unused recovery codes
+    p:e:<email>          email -> account id
+    p:i:<key_id>         key id -> H (the id is what users and the CLI name)
+
+Dashboard state (``S`` = SHA-256 of a secret: a Redis dump hands out nothing usable):
+
+    p:s:S                session hash (S of the session id)
+    p:l:S                a log-in waiting for its second step
+    p:r:S                password-reset token -> account id
+    p:t:<name>           fixed-window failure counter
+    p:t:{login}:<name>   log-in attempt counters (one tag: one script touches several)
+    p:keys               pub/sub channel: a key record changed (payload H)
+
+(``p:cache:<network>:...``, the shared response cache, is named by
+gateway/intel/sharedcache.py, which may import config only.)
+
+Pure string functions, no I/O: the limiter, the store and the security store
+take their names from here, so a layout change is one edit and one review.
+"""
+
+from __future__ import annotations
+
+
+# -- per API key (hash tag {H}) ----------------------------------------------
+def key_tag(prefix: str, khash: str) -> str:
+    """``p:{H}:``: the start of every name of one API key (usage rows append to it)."""
+    return f"{prefix}:{{{khash}}}:"
+
+
+def record_key(prefix: str, khash: str) -> str:
+    """The key record hash admit.lua reads."""
+    return f"{prefix}:{{{khash}}}:k"
+
+
+def bucket_key(prefix: str, khash: str) -> str:
+    """The hash holding a key's token bucket (fields t, ts): its record itself."""
+    return record_key(prefix, khash)
+
+
+def usage_prefix(prefix: str, khash: str) -> str:
+    """The start of a key's usage rows (``h:<hour>``, ``d:<day>`` follow); see key_tag."""
+    return key_tag(prefix, khash)
+
+
+def usage_hour(prefix: str, khash: str, hour: int) -> str:
+    return f"{prefix}:{{{khash}}}:h:{hour}"
+
+
+def usage_day(prefix: str, khash: str, day: int) -> str:
+    return f"{prefix}:{{{khash}}}:d:{day}"
+
+
+def insight_slot(prefix: str, khash: str, slot: int) -> str:
+    return f"{prefix}:{{{khash}}}:q:f:{slot}"
+
+
+def insight_hour(prefix: str, khash: str, hour: int) -> str:
+    return f"{prefix}:{{{khash}}}:q:h:{hour}"
+
+
+def insight_log(prefix: str, khash: str) -> str:
+    return f"{prefix}:{{{khash}}}:q:log"
+
+
+# -- accounts, emails, key ids -------------------------------------------------
+def account(prefix: str, account_id: str) -> str:
+    return f"{prefix}:a:{{{account_id}}}"
+
+
+def account_keys(prefix: str, account_id: str) -> str:
+    return f"{prefix}:a:{{{account_id}}}:keys"
+
+
+def account_lock(prefix: str, account_id: str) -> str:
+    return f"{prefix}:a:{{{account_id}}}:lock"
+
+
+def account_sessions(prefix: str, account_id: str) -> str:
+    return f"{prefix}:a:{{{account_id}}}:sess"
+
+
+def account_recovery(prefix: str, account_id: str) -> str:
+    return f"{prefix}:a:{{{account_id}}}:rc"
+
+
+def email(prefix: str, address: str) -> str:
+    return f"{prefix}:e:{address}"
+
+
+def key_index(prefix: str, key_id: str) -> str:
+    return f"{prefix}:i:{key_id}"
+
+
+# -- dashboard state -----------------------------------------------------------
+def session(prefix: str, ref: str) -> str:
+    """A session hash; ``ref`` is the SHA-256 of the session id, never the id."""
+    return f"{prefix}:s:{ref}"
+
+
+def pending_login(prefix: str, ref: str) -> str:
+    return f"{prefix}:l:{ref}"
+
+
+def reset_token(prefix: str, ref: str) -> str:
+    return f"{prefix}:r:{ref}"
+
+
+def counter(prefix: str, name: str) -> str:
+    return f"{prefix}:t:{name}"
+
+
+def login_counter(prefix: str, name: str) -> str:
+    # One hash tag for every log-in counter: the attempt script touches
+    # several of them at once, which a Cluster allows only in one slot.
+    return f"{prefix}:t:{{login}}:{name}"
+
+
+def keys_channel(prefix: str) -> str:
+    """The pub/sub channel announcing that a key record changed (payload: key hash)."""
+    return f"{prefix}:keys"
