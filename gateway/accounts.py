@@ -400,7 +400,12 @@ class Store:
         now = await self.now_ms()
         await self.redis.hset(record_key(self.prefix, khash), "rev", now)
         await self.redis.hdel(bucket_key(self.prefix, khash), "t", "ts")
+        await self._announce(khash)
         return await self.get_key(key_id)
+
+    async def _announce(self, khash: str) -> None:
+        """Tell every gateway process this key's state changed (WebSockets re-check it)."""
+        await self.redis.publish(f"{self.prefix}:revoked", khash)
 
     async def rotate_key(
         self, key_id: str, grace_ms: int = 86_400_000, account_id: str | None = None
@@ -431,6 +436,7 @@ class Store:
         )
         if grace_ms == 0:
             await self.redis.hset(record_key(self.prefix, khash), "rev", now)
+        await self._announce(khash)  # closes sockets now (grace 0) or re-arms their expiry
         return key, new
 
     def _record(self, d: Mapping[str, str]) -> KeyRecord:

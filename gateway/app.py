@@ -28,6 +28,7 @@ from gateway.redisconn import admin_connect, connect
 from gateway.redismux import MuxRedis
 from gateway.upstream import NodePool
 from gateway.usage import ErrorCounter
+from gateway.ws.setup import add_ws_routes, setup_ws
 
 
 def create_app(config: Config | None = None) -> web.Application:
@@ -45,10 +46,13 @@ def create_app(config: Config | None = None) -> web.Application:
     slots = asyncio.Semaphore(cfg.limits.max_in_flight)
     handlers = [RpcHandler(cfg, net, app[T.METRICS], slots) for net in cfg.networks]
     for handler in handlers:
+        if cfg.ws.enabled:
+            add_ws_routes(app, handler)  # before "*": GET + Upgrade opens a WebSocket
         app.router.add_route("*", handler.network.prefix, handler.handle)
         app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
     app[T.HANDLERS] = handlers
     app.on_startup.append(_bind_handlers)
+    setup_ws(app, handlers)
     setup_ops_routes(app)
     if cfg.dashboard.enabled:
         setup_dashboard(app, cfg)

@@ -125,6 +125,9 @@ class NetworkConfig:
     chain_id: int
     upstreams: tuple[str, ...]
     methods: frozenset[str]
+    # Nodes' WebSocket URLs for subscriptions; default: each HTTP upstream
+    # with the ws/wss scheme (SPEC §9).
+    ws_upstreams: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +138,9 @@ class PlanConfig:
     burst: int  # bucket size
     daily_quota: int = 0  # compute units per UTC day, 0 = none
     weights: Mapping[str, int] = field(default_factory=dict)
+    # WebSocket caps (0 = the [ws] section's defaults).
+    ws_max_sockets: int = 0  # open sockets per key, per gateway process
+    ws_max_subscriptions: int = 0  # subscriptions per socket
 
     def cost(self, method: str) -> int:
         """Compute units charged for one call of ``method``."""
@@ -168,12 +174,38 @@ class DashboardConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class WsConfig:
+    """WebSocket endpoint (SPEC §9): limits, heartbeats, upstream subscriptions."""
+
+    enabled: bool = True
+    max_message_bytes: int = 1_048_576  # a bigger frame closes the socket (1009)
+    heartbeat_s: float = 30.0  # ping an idle socket this often; no pong in time closes it
+    max_sockets_per_key: int = 100  # per process; a plan's ws_max_sockets overrides
+    max_subscriptions_per_socket: int = 100  # a plan's ws_max_subscriptions overrides
+    max_in_flight_per_socket: int = 32  # calls worked on at once; further frames wait unread
+    # A client that stops reading is dropped once this many bytes wait for it
+    # (on top of the kernel's and the transport's own buffers).
+    send_queue_bytes: int = 1_048_576
+    # Notifications are charged to the key's bucket in one Redis call per key
+    # per interval (not one per notification per socket).
+    charge_interval_s: float = 1.0
+    gap_fill_max_blocks: int = 128  # on failover, missed newHeads fetched by number, at most
+    reorg_memory_blocks: int = 64  # blocks of delivered logs kept to detect re-orgs
+    upstream_connect_timeout_s: float = 5.0
+    upstream_request_timeout_s: float = 10.0
+    reconnect_delay_s: float = 0.5  # between failed attempts to reach any node
+    head_stall_s: float = 0.0  # no new head from the node this long: fail over (0 = off)
+    compress: bool = False  # permessage-deflate costs ~100s of KB per socket
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = ServerConfig()
     limits: LimitsConfig = LimitsConfig()
     redis: RedisConfig = RedisConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     dashboard: DashboardConfig = DashboardConfig()
+    ws: WsConfig = WsConfig()
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"
@@ -220,6 +252,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "redis": RedisConfig,
     "upstream": UpstreamConfig,
     "dashboard": DashboardConfig,
+    "ws": WsConfig,
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
@@ -273,6 +306,10 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         override = env.get(f"GATEWAY_UPSTREAM_{name.upper()}")
         if override:
             nets_raw[name]["upstreams"] = [u.strip() for u in override.split(",") if u.strip()]
+        ws_override = env.get(f"GATEWAY_WS_UPSTREAM_{name.upper()}")
+        if ws_override:
+            urls = [u.strip() for u in ws_override.split(",") if u.strip()]
+            nets_raw[name]["ws_upstreams"] = urls
     networks = tuple(_network(name, table) for name, table in nets_raw.items())
     prefixes = [n.prefix for n in networks]
     if len(set(prefixes)) != len(prefixes):
@@ -345,7 +382,7 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
 
 def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
     path = f"networks.{name}"
-    known = {"prefix", "chain_id", "upstreams", "methods", "extra_methods"}
+    known = {"prefix", "chain_id", "upstreams", "methods", "extra_methods", "ws_upstreams"}
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -368,6 +405,14 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"{path}.upstreams[{i}]: not an http(s) URL")
+    ws_default = [_ws_url(u) for u in upstreams]
+    ws_upstreams = table.get("ws_upstreams", ws_default)
+    if not isinstance(ws_upstreams, list) or not ws_upstreams:
+        raise ConfigError(f"{path}.ws_upstreams: expected a non-empty list of URLs")
+    for i, url in enumerate(ws_upstreams):
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("ws", "wss") or not parts.netloc:
+            raise ConfigError(f"{path}.ws_upstreams[{i}]: not a ws(s) URL")
     methods = table.get("methods", list(DEFAULT_METHODS))
     extra = table.get("extra_methods", [])
     for key, lst in (("methods", methods), ("extra_methods", extra)):
@@ -378,13 +423,26 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
         if method.startswith(FORBIDDEN_METHOD_PREFIXES):
             raise ConfigError(f"{path}.methods: {method!r} may never be offered publicly")
     return NetworkConfig(
-        name=name, prefix=prefix, chain_id=chain_id, upstreams=tuple(upstreams), methods=allowed
+        name=name,
+        prefix=prefix,
+        chain_id=chain_id,
+        upstreams=tuple(upstreams),
+        methods=allowed,
+        ws_upstreams=tuple(ws_upstreams),
     )
+
+
+def _ws_url(url: str) -> str:
+    """An http(s) node URL with the matching ws(s) scheme."""
+    if url.startswith("https://"):
+        return "wss://" + url[len("https://") :]
+    return "ws://" + url[len("http://") :]
 
 
 def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     path = f"plans.{name}"
     known = {"title", "rate", "burst", "daily_quota", "weights"}
+    known |= {"ws_max_sockets", "ws_max_subscriptions"}
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -405,6 +463,12 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     for method, units in weights.items():
         if isinstance(units, bool) or not isinstance(units, int) or units < 0:
             raise ConfigError(f"{path}.weights.{method}: expected a non-negative integer")
+    ws_caps = {}
+    for cap in ("ws_max_sockets", "ws_max_subscriptions"):
+        value = table.get(cap, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{path}.{cap}: expected a non-negative integer (0 = [ws] default)")
+        ws_caps[cap] = value
     title = table.get("title", name.title())
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
@@ -415,6 +479,7 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
         burst=burst,
         daily_quota=quota,
         weights=types.MappingProxyType(dict(weights)),
+        **ws_caps,
     )
 
 

@@ -25,8 +25,10 @@ ERRORS = web.AppKey("errors", ErrorCounter)
 
 if TYPE_CHECKING:
     from gateway.handlers import RpcHandler
+    from gateway.ws.service import WsService
 
 HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
+WS: web.AppKey[WsService] = web.AppKey("ws")
 
 # Per-request values the access log reads (never the key itself).
 RPC_METHOD = web.RequestKey("rpc_method", str)
