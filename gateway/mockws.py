@@ -225,6 +225,7 @@ class MockWsNode:
         self.subscribe_calls = 0
         self.unsubscribe_calls = 0
         self.calls: list[str] = []  # methods asked, in order (tests read it)
+        self.bodies: list[bytes] = []  # raw HTTP bodies received, last 100
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.ws_url = ""
@@ -298,6 +299,8 @@ class MockWsNode:
         if self.down:
             return web.Response(status=503, text="down")
         body = await request.read()
+        self.bodies.append(body)
+        del self.bodies[:-100]
         try:
             msg = orjson.loads(body)
         except orjson.JSONDecodeError:
