@@ -12,7 +12,8 @@ Charging notifications: every delivered notification costs the plan's
 per socket, ``pending`` is summed per key in this process and charged in
 one admission call per key every ``ws.charge_interval_s`` (capped at the
 plan's burst per call). A refused charge throttles the key until the
-bucket refills: its notifications are then dropped and counted. Charging
+bucket refills: its notifications are then dropped and counted, and the
+unpaid units stay owed (up to one burst) and are charged first. Charging
 in arrears means at most one interval of notifications beyond the budget
 is delivered before dropping starts.
 
@@ -214,10 +215,12 @@ class WsService:
 
     async def _charge(self, key: KeyState) -> None:
         weight = key.plan.cost(NOTIFICATION_METHOD)
-        count, key.pending = key.pending, 0
+        cap = max(1, key.plan.burst // weight) if weight > 0 else 0
+        count = min(key.pending, cap)
+        key.pending -= count
         if weight <= 0:
+            key.pending = 0
             return
-        count = min(count, max(1, key.plan.burst // weight))
         try:
             decision = await self.limiter.admit(
                 key.khash, 0, {NOTIFICATION_METHOD: count}, key.origin, key.ip_bits
@@ -229,6 +232,9 @@ class WsService:
         if decision.status is Status.UNAUTHORIZED:
             await self.close_key(key.khash, "key revoked or expired", "revoked")
             return
+        # Delivered but not paid: the debt is charged first once the bucket
+        # refills (bounded by one burst), so arrears cannot be farmed.
+        key.pending = min(key.pending + count, cap)
         wait = max(decision.retry_ms, 1) / 1000
         if decision.status is Status.QUOTA_EXCEEDED:
             wait = max(wait, 60.0)

@@ -273,9 +273,9 @@ def _refuse(kind: rpc.ErrorKind, status: int, data: Any = None) -> web.Response:
 
 def _close_reason(ws: web.WebSocketResponse) -> str:
     code = ws.close_code
-    if code == 1009:
-        return "too_big"
     exc = ws.exception()
+    if code == 1009 or getattr(exc, "code", None) == 1009:
+        return "too_big"
     if isinstance(exc, asyncio.TimeoutError | TimeoutError) or "timeout" in type(exc).__name__.lower():
         return "heartbeat"
     if code in (1000, 1001, 1005, None):
