@@ -221,6 +221,7 @@ class MockWsNode:
         self.chain = chain
         self.down = False
         self.muted = False
+        self.delay_s = 0.0  # HTTP answers wait this long (an in-flight call to drain)
         self.sockets: set[_Socket] = set()
         self.subscribe_calls = 0
         self.unsubscribe_calls = 0
@@ -299,6 +300,8 @@ class MockWsNode:
         if self.down:
             return web.Response(status=503, text="down")
         body = await request.read()
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         self.bodies.append(body)
         del self.bodies[:-100]
         try:

@@ -175,13 +175,11 @@ class WsService:
         deadline = self.cfg.server.drain_timeout_s
 
         async def one(sess: Session) -> None:
-            sess.closing = sess.closing or "shutdown"
-            if sess.tasks:
+            if sess.tasks:  # new frames are no longer read (see upgrade.py)
                 await asyncio.wait(list(sess.tasks), timeout=deadline)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(_flushed(sess), timeout=deadline)
-            with contextlib.suppress(Exception):
-                await sess.ws.close(code=CLOSE_GOING_AWAY, message=b"server shutting down")
+            await sess.close(CLOSE_GOING_AWAY, "server shutting down", "shutdown")
 
         await asyncio.gather(*(one(s) for s in list(self.sessions)), return_exceptions=True)
 
