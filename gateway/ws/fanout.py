@@ -233,6 +233,7 @@ class UpSub:
 
     async def _fill_logs(self, link: NodeLink, head: int) -> None:
         timeout = self.feed.timeout
+        reorged: list[int] = []
         for number in list(self.recent):
             if number > head:
                 continue
@@ -240,10 +241,13 @@ class UpSub:
             block = await link.call("eth_getBlockByNumber", [hex(number), False], timeout)
             if type(block) is dict and block.get("hash") == bhash:
                 continue
+            reorged.append(number)
             del self.recent[number]
             for old in logs.values():
                 self.fan_result({**old, "removed": True})
         start = self.covered + 1 if self.covered else head + 1
+        if reorged:  # the new chain's logs of those blocks are sent as well
+            start = min(start, *reorged)
         start = max(start, head - self.feed.cfg.gap_fill_max_blocks + 1)
         if start > head:
             self.covered = max(self.covered, head)
@@ -368,9 +372,14 @@ class Feed:
             if up.dead and up.uid is not None:  # everyone left meanwhile
                 self.by_uid.pop(up.uid, None)
                 await _quiet_call(link, "eth_unsubscribe", [up.uid], self.timeout)
-            if up.kind == "logs" and not up.covered:
-                with contextlib.suppress(LinkError, TypeError, ValueError):
-                    up.covered = int(await link.call("eth_blockNumber", [], self.timeout), 16)
+            # The stream starts at the head of the moment: later heads and logs
+            # are owed to the client, and failover fills them from here on.
+            with contextlib.suppress(LinkError, TypeError, ValueError):
+                head = int(await link.call("eth_blockNumber", [], self.timeout), 16)
+                if up.kind == "logs":
+                    up.covered = max(up.covered, head)
+                elif up.kind == "newHeads":
+                    up.last = max(up.last, head)
             if not up.ready.done():
                 up.ready.set_result(None)
             return
@@ -414,17 +423,31 @@ class Feed:
             log.info("ws node lost network=%s node=%s", self.name, link.name)
 
     async def _watch(self, link: NodeLink) -> None:
+        """Wait until the link closes, or until its node has fallen behind.
+
+        Behind means: the HTTP pool's probes see a head at least two blocks
+        past the last head this node sent, for ``ws.head_stall_s`` in a row
+        (a halted chain stalls every node alike and moves nothing).
+        """
         stall = self.cfg.head_stall_s
-        if stall <= 0:
+        pool = self.pool
+        if stall <= 0 or pool is None:
             await link.closed
             return
+        behind_since: float | None = None
+        step = min(stall / 4, 1.0)
         while not link.closed.done():
-            marks = {id(up): up.last for up in self.subs.values() if up.kind == "newHeads"}
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(link.closed), stall)
-            heads = [up for up in self.subs.values() if up.kind == "newHeads" and id(up) in marks]
-            if heads and all(up.last == marks[id(up)] and not up.filling for up in heads):
-                log.warning("ws node stalled network=%s node=%s", self.name, link.name)
+                await asyncio.wait_for(asyncio.shield(link.closed), step)
+            sent = [up.last for up in self.subs.values() if up.kind == "newHeads" and up.last]
+            best = max((node.head for node in pool.nodes), default=0)
+            now = time.monotonic()
+            if not sent or best < max(sent) + 2:
+                behind_since = None
+            elif behind_since is None:
+                behind_since = now
+            elif now - behind_since >= stall:
+                log.warning("ws node behind network=%s node=%s", self.name, link.name)
                 return
 
     async def _resume(self, up: UpSub, link: NodeLink) -> None:
