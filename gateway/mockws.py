@@ -82,8 +82,12 @@ class Chain:
         start_block: int = 1_000_000,
         logs_per_block: int = 3,
         block_time_s: float = 0.0,
+        stamp: bool = False,
     ) -> None:
         self.chain_id = chain_id
+        # bench: newHeads carry "emittedAt" (time.time()) so a client in another
+        # process measures node-emit-to-receive latency. Not a real node field.
+        self.stamp = stamp
         self.head = start_block
         self.logs_per_block = logs_per_block
         self.block_time_s = block_time_s
@@ -176,6 +180,8 @@ class Chain:
         block = self.block(number)
         assert block is not None
         header = header_of(block)
+        if self.stamp:
+            header["emittedAt"] = time.time()
         logs = self.logs(number)
         pending = _h("pending", self.chain_id, number)
         for node in self.nodes:
@@ -188,8 +194,11 @@ class Chain:
             self._timer = asyncio.create_task(self._tick(), name="mock-chain-blocks")
 
     async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(self.block_time_s)
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:  # a steady rate: sleep to the next due time, not a fixed gap
+            due += self.block_time_s
+            await asyncio.sleep(max(0.0, due - loop.time()))
             self.mine()
 
     async def stop(self) -> None:

@@ -278,7 +278,7 @@ class WsService:
 
 
 async def _flushed(sess: Session) -> None:
-    while sess.queue:
+    while sess.queued:
         await asyncio.sleep(0.01)
 
 

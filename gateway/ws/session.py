@@ -1,7 +1,7 @@
 """One client socket and one API key's sockets in this process.
 
 ``Session.push`` never waits: fan-out hands every socket its frame in one
-synchronous loop, and each socket's own writer task sends them. A client that
+synchronous loop, written straight to each connection's transport. A client that
 stops reading lets its queue grow; once ``ws.send_queue_bytes`` would be
 passed the connection is aborted (not closed politely: a close frame would
 wait behind the queue), so a slow client holds a bounded amount of memory
@@ -11,12 +11,11 @@ and never slows anyone else down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections import deque
+import struct
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
 from gateway.config import PlanConfig
 
@@ -62,21 +61,32 @@ class KeyState:
         self.expiry: asyncio.TimerHandle | None = None
 
 
+def frame_header(size: int) -> bytes:
+    """RFC 6455 header of one unmasked, final text frame of ``size`` bytes."""
+    if size < 126:
+        return bytes((0x81, size))
+    if size < 65536:
+        return struct.pack("!BBH", 0x81, 126, size)
+    return struct.pack("!BBQ", 0x81, 127, size)
+
+
 class Session:
-    """One client's socket: its subscriptions, send queue and in-flight calls."""
+    """One client's socket: its subscriptions, in-flight calls, and its send path.
+
+    Frames are written straight to the connection's transport (one
+    ``write`` per frame, so they never interleave with the frames aiohttp
+    writes: pings, close). The transport's buffer *is* the send queue, so
+    its size is the bound: no task per socket, no copy per queued frame.
+    """
 
     __slots__ = (
         "closing",
         "key",
         "network",
-        "queue",
         "queue_limit",
-        "queued",
         "subs",
         "tasks",
         "transport",
-        "wake",
-        "writer",
         "ws",
     )
 
@@ -91,52 +101,40 @@ class Session:
         self.ws = ws
         self.key = key
         self.network = network
-        self.transport = transport
+        # uvloop's transports do not subclass asyncio.WriteTransport; duck-type.
+        self.transport: Any = transport if hasattr(transport, "get_write_buffer_size") else None
         self.queue_limit = queue_limit
-        self.queue: deque[bytes] = deque()
-        self.queued = 0
-        self.wake = asyncio.Event()
         self.subs: dict[str, UpSub] = {}  # client subscription id -> shared upstream one
         self.tasks: set[asyncio.Task[Any]] = set()
         self.closing: str | None = None  # the disconnect reason once decided
-        self.writer: asyncio.Task[None] = asyncio.create_task(self._write())
 
-    def push(self, frame: bytes) -> bool:
-        """Queue one text frame; False (and the socket aborted) past the bound."""
-        if self.closing is not None:
+    @property
+    def queued(self) -> int:
+        """Bytes written but not yet taken by the kernel."""
+        t = self.transport
+        return t.get_write_buffer_size() if t is not None and not t.is_closing() else 0
+
+    def push(self, payload: bytes) -> bool:
+        """Send one text frame; False (and the socket aborted) past the bound."""
+        return self.push_framed(frame_header(len(payload)) + payload)
+
+    def push_framed(self, data: bytes) -> bool:
+        """Send bytes that already hold complete frames (fan-out builds them once)."""
+        t = self.transport
+        if self.closing is not None or t is None or t.is_closing():
             return False
-        size = len(frame)
-        if self.queued + size > self.queue_limit:
+        if t.get_write_buffer_size() + len(data) > self.queue_limit:
             self.abort("slow")
             return False
-        self.queue.append(frame)
-        self.queued += size
-        if len(self.queue) == 1:
-            self.wake.set()
+        t.write(data)
         return True
 
-    async def _write(self) -> None:
-        queue = self.queue
-        send = self.ws.send_frame
-        try:
-            while True:
-                await self.wake.wait()
-                self.wake.clear()
-                while queue:
-                    frame = queue.popleft()
-                    self.queued -= len(frame)
-                    await send(frame, WSMsgType.TEXT)
-        except (ConnectionError, RuntimeError):  # socket gone under us
-            self.abort("error")
-
     def abort(self, reason: str) -> None:
-        """Drop the connection now, without a close handshake."""
+        """Drop the connection now, without a close handshake (its buffer is freed)."""
         if self.closing is None:
             self.closing = reason
-        self.queue.clear()
-        self.queued = 0
         if self.transport is not None:
-            self.transport.abort()  # type: ignore[attr-defined]
+            self.transport.abort()
 
     async def close(self, code: int, reason: str, why: str) -> None:
         """A polite close frame (revocation, shutdown); aborts if that fails."""
@@ -148,9 +146,6 @@ class Session:
             self.abort(why)
 
     async def finish(self) -> None:
-        """Stop the writer (the socket is closed)."""
-        self.writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.writer
+        """Cancel calls still running (the socket is closed)."""
         for task in list(self.tasks):
             task.cancel()
