@@ -141,7 +141,7 @@ class Chain:
         hi = min(self._tag(flt.get("toBlock", "latest")), self.head)
         if hi - lo > 10_000:
             raise ValueError("range too large")
-        out = []
+        out: list[dict[str, Any]] = []
         for n in range(lo, hi + 1):
             out.extend(log for log in self.logs(n) if log_matches(log, flt))
         return out
@@ -320,7 +320,9 @@ class MockWsNode:
         if isinstance(msg, list):
             answers = [self._call(m, None) for m in msg]
             return web.Response(body=orjson.dumps(answers), content_type="application/json")
-        return web.Response(body=orjson.dumps(self._call(msg, None)), content_type="application/json")
+        return web.Response(
+            body=orjson.dumps(self._call(msg, None)), content_type="application/json"
+        )
 
     async def _ws(self, request: web.Request) -> web.StreamResponse:
         if self.down:

@@ -132,8 +132,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     key, _ = await store.create_key(account.id, name="bench-ws")
     port = free_port()
     env = {**os.environ, "GATEWAY_CONFIG": str(cfg)}
-    gw = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port)],
+    gw = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port)),
         env=env,
         stdout=subprocess.DEVNULL,
     )
@@ -141,7 +141,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await _wait_ready(port, gw)
         rss_before = _rss_kb(gw.pid)
-        per = [args.sockets // args.procs + (i < args.sockets % args.procs) for i in range(args.procs)]
+        per = [
+            args.sockets // args.procs + (i < args.sockets % args.procs) for i in range(args.procs)
+        ]
         url = f"ws://127.0.0.1:{port}/bsc/{key}"
         for count in per:
             clients.append(
@@ -159,7 +161,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     limit=1 << 28,  # the latencies come back as one JSON line
                 )
             )
-        opened, open_errors = 0, {}
+        opened, open_errors = 0, dict[str, int]()
         started = time.monotonic()
         for proc in clients:
             assert proc.stdout is not None
@@ -172,12 +174,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rss_after = _rss_kb(gw.pid)
         upstream = nodes["bsc"].subscriptions("newHeads")
         cpu0, t0 = _cpu_s(gw.pid), time.monotonic()
+        head0 = chains["bsc"].head
         chains["bsc"].block_time_s = 1.0 / args.rate
         chains["bsc"].start()
         await asyncio.sleep(args.duration)
         await chains["bsc"].stop()
         cpu = (_cpu_s(gw.pid) - cpu0) / (time.monotonic() - t0)
-        blocks = int(args.duration * args.rate)
+        blocks = chains["bsc"].head - head0
         lat: list[float] = []
         for proc in clients:
             assert proc.stdout is not None
@@ -212,17 +215,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 proc.kill()
                 await proc.wait()
         gw.terminate()
-        gw.wait(timeout=30)
+        await asyncio.wait_for(gw.wait(), 30)
         for node in nodes.values():
             await node.close()
         await redis.aclose()
         redis_proc.stop()
 
 
-async def _wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
+async def _wait_ready(port: int, proc: asyncio.subprocess.Process) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if proc.returncode is not None:
             raise RuntimeError(f"gateway exited with {proc.returncode}")
         try:
             await asyncio.to_thread(

@@ -120,7 +120,12 @@ def upstream_body(calls: Sequence[rpc.Call], is_batch: bool) -> bytes:
     for i, call in enumerate(calls):
         params = call.obj.get("params")
         objs.append(
-            {"jsonrpc": "2.0", "id": i, "method": call.method, "params": [] if params is None else params}
+            {
+                "jsonrpc": "2.0",
+                "id": i,
+                "method": call.method,
+                "params": [] if params is None else params,
+            }
         )
     return orjson.dumps(objs if is_batch else objs[0])
 

@@ -210,7 +210,9 @@ class UpSub:
             elif self.kind == "logs":
                 await self._fill_logs(link, head)
         except (LinkError, TypeError, ValueError) as exc:
-            log.info("ws repair incomplete network=%s kind=%s err=%s", self.feed.name, self.kind, exc)
+            log.info(
+                "ws repair incomplete network=%s kind=%s err=%s", self.feed.name, self.kind, exc
+            )
         finally:
             self.filling = False
             backlog, self.backlog = self.backlog, []
@@ -297,7 +299,7 @@ class Feed:
         self.failovers = 0
         self.failovers_seen = 0  # what the metrics have counted so far
         self.filled = 0
-        self._on_change = on_change
+        self.on_change = on_change
         self._index = 0
         self._wanted = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -320,7 +322,7 @@ class Feed:
         up = self.subs.get(key)
         if up is None:
             up = self.subs[key] = UpSub(self, kind, params, canon)
-            self._on_change()
+            self.on_change()
             self._wanted.set()
             self.spawn(self._establish(up))
         up.reserved += 1
@@ -343,7 +345,7 @@ class Feed:
         up.dead = True
         if self.subs.get((up.kind, up.canon)) is up:
             del self.subs[(up.kind, up.canon)]
-        self._on_change()
+        self.on_change()
         uid, up.uid = up.uid, None
         if uid is not None:
             self.by_uid.pop(uid, None)
@@ -365,7 +367,9 @@ class Feed:
                 await asyncio.sleep(0.05)
                 continue
             try:
-                await link.call("eth_subscribe", up.params, self.timeout, bind=lambda r: self._bind(up, r))
+                await link.call(
+                    "eth_subscribe", up.params, self.timeout, bind=lambda r: self._bind(up, r)
+                )
             except LinkError as exc:
                 if exc.error is not None:  # the node refuses this subscription
                     if not up.ready.done():
@@ -373,7 +377,7 @@ class Feed:
                     up.dead = True
                     if self.subs.get((up.kind, up.canon)) is up:
                         del self.subs[(up.kind, up.canon)]
-                    self._on_change()
+                    self.on_change()
                     return
                 await asyncio.sleep(0.05)
                 continue
@@ -408,7 +412,12 @@ class Feed:
             try:
                 await link.open(http, url, self.cfg.upstream_connect_timeout_s)
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                log.info("ws node unreachable network=%s node=%s err=%s", self.name, link.name, type(exc).__name__)
+                log.info(
+                    "ws node unreachable network=%s node=%s err=%s",
+                    self.name,
+                    link.name,
+                    type(exc).__name__,
+                )
                 self._index = url_index + 1
                 await asyncio.sleep(self.cfg.reconnect_delay_s)
                 continue
@@ -461,7 +470,9 @@ class Feed:
     async def _resume(self, up: UpSub, link: NodeLink) -> None:
         """After a failover: subscribe again, then repair the stream."""
         try:
-            await link.call("eth_subscribe", up.params, self.timeout, bind=lambda r: self._bind(up, r))
+            await link.call(
+                "eth_subscribe", up.params, self.timeout, bind=lambda r: self._bind(up, r)
+            )
         except LinkError:
             up.filling = False
             return
@@ -489,6 +500,6 @@ class Feed:
             await self.link.close()
 
 
-async def _quiet_call(link: NodeLink, method: str, params: list[Any], timeout: float) -> None:
+async def _quiet_call(link: NodeLink, method: str, params: list[Any], limit_s: float) -> None:
     with contextlib.suppress(LinkError):
-        await link.call(method, params, timeout)
+        await link.call(method, params, limit_s)

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -146,9 +146,10 @@ class WsService:
         http = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
         runners = []
         for net in self.cfg.networks:
-            gauge = self.metrics.upstream_subscriptions.labels(net.name)
             feed = Feed(net, self.wcfg, pools.get(net.name))
-            feed._on_change = lambda g=gauge, f=feed: g.set(len(f.subs))
+            feed.on_change = _gauge_updater(
+                self.metrics.upstream_subscriptions.labels(net.name), feed
+            )
             self.feeds[net.name] = feed
             runners.append(asyncio.create_task(feed.run(http), name=f"ws-feed-{net.name}"))
         runners.append(asyncio.create_task(self._charge_forever(), name="ws-charge"))
@@ -263,7 +264,9 @@ class WsService:
     async def recheck(self, khash: str) -> None:
         """Re-read a key's state; close its sockets or re-arm its expiry."""
         try:
-            rev, exp = await self.redis.hmget(record_key(self.cfg.redis.prefix, khash), "rev", "exp")
+            rev, exp = await self.redis.hmget(
+                record_key(self.cfg.redis.prefix, khash), "rev", "exp"
+            )
         except (RedisError, OSError):
             return
         if rev:
@@ -277,8 +280,18 @@ class WsService:
                 self.arm_expiry(key, int(exp))
 
 
+def _gauge_updater(gauge: Any, feed: Feed) -> Callable[[], None]:
+    """Keeps a network's upstream-subscription gauge equal to its feed's count."""
+
+    def update() -> None:
+        gauge.set(len(feed.subs))
+
+    return update
+
+
 async def _flushed(sess: Session) -> None:
-    while sess.queued:
+    # The transport's buffer has no "emptied" event to wait on; poll it.
+    while sess.queued:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
 
 

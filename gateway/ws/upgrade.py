@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -117,7 +118,7 @@ class WsRoute:
                     await limit.acquire()
                     task = asyncio.create_task(self._frame(svc, sess, data))
                     sess.tasks.add(task)
-                    task.add_done_callback(lambda t: (sess.tasks.discard(t), limit.release()))
+                    task.add_done_callback(_done(sess, limit))
                 elif msg.type is WSMsgType.ERROR:
                     break
         finally:
@@ -248,7 +249,9 @@ class WsRoute:
             answers[i] = (
                 restored[n]
                 if restored is not None
-                else rpc.error_obj(rpc.UPSTREAM_UNAVAILABLE, calls[i].id, "node answer not JSON-RPC")
+                else rpc.error_obj(
+                    rpc.UPSTREAM_UNAVAILABLE, calls[i].id, "node answer not JSON-RPC"
+                )
             )
 
     @staticmethod
@@ -259,6 +262,14 @@ class WsRoute:
         items = [rpc.error_obj(kind, c.id, info) for c in frame.calls if c.answered]
         if items:
             sess.push(orjson.dumps(items if frame.is_batch else items[0]))
+
+
+def _done(sess: Session, limit: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:
+    def done(task: asyncio.Task[None]) -> None:
+        sess.tasks.discard(task)
+        limit.release()
+
+    return done
 
 
 def _refuse(kind: rpc.ErrorKind, status: int, data: Any = None) -> web.Response:
@@ -276,7 +287,10 @@ def _close_reason(ws: web.WebSocketResponse) -> str:
     exc = ws.exception()
     if code == 1009 or getattr(exc, "code", None) == 1009:
         return "too_big"
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError) or "timeout" in type(exc).__name__.lower():
+    if (
+        isinstance(exc, asyncio.TimeoutError | TimeoutError)
+        or "timeout" in type(exc).__name__.lower()
+    ):
         return "heartbeat"
     if code in (1000, 1001, 1005, None):
         return "client"

@@ -38,7 +38,7 @@ class NodeLink:
         self._on_notify = on_notify
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], Bind | None]] = {}
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._ws: aiohttp.ClientWebSocketResponse[bool] | None = None
         self._reader: asyncio.Task[None] | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -72,7 +72,7 @@ class NodeLink:
         finally:
             self._pending.pop(ident, None)
 
-    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse[bool]) -> None:
         notify = self._on_notify
         pending = self._pending
         try:
@@ -91,7 +91,8 @@ class NodeLink:
                     if type(params) is dict and type(params.get("subscription")) is str:
                         notify(params["subscription"], data, params.get("result"))
                     continue
-                entry = pending.pop(obj.get("id"), None) if type(obj.get("id")) is int else None
+                ident = obj.get("id")
+                entry = pending.pop(ident, None) if type(ident) is int else None
                 if entry is None:
                     continue
                 fut, bind = entry

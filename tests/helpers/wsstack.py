@@ -84,11 +84,11 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def rpc(ws: aiohttp.ClientWebSocketResponse, msg: Any, timeout: float = 5.0) -> Any:
+async def rpc(ws: aiohttp.ClientWebSocketResponse, msg: Any, wait_s: float = 5.0) -> Any:
     """Send one call or batch and return the next non-notification frame, parsed."""
     await ws.send_bytes(orjson.dumps(msg))
     while True:
-        frame = await asyncio.wait_for(ws.receive(), timeout)
+        frame = await asyncio.wait_for(ws.receive(), wait_s)
         assert frame.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY), frame
         obj = orjson.loads(frame.data)
         if isinstance(obj, dict) and obj.get("method") == "eth_subscription":
@@ -97,12 +97,12 @@ async def rpc(ws: aiohttp.ClientWebSocketResponse, msg: Any, timeout: float = 5.
 
 
 async def notes(
-    ws: aiohttp.ClientWebSocketResponse, count: int, timeout: float = 5.0
+    ws: aiohttp.ClientWebSocketResponse, count: int, wait_s: float = 5.0
 ) -> list[dict[str, Any]]:
     """The next ``count`` notifications (fails on anything else or on a timeout)."""
     out: list[dict[str, Any]] = []
     while len(out) < count:
-        frame = await asyncio.wait_for(ws.receive(), timeout)
+        frame = await asyncio.wait_for(ws.receive(), wait_s)
         assert frame.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY), frame
         obj = orjson.loads(frame.data)
         assert obj.get("method") == "eth_subscription", obj
@@ -110,10 +110,10 @@ async def notes(
     return out
 
 
-async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:
+async def eventually(check: Callable[[], bool | Awaitable[bool]], wait_s: float = 5.0) -> None:
     """Poll ``check`` until it holds (asserting at the end), for state set by other tasks."""
     loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
+    end = loop.time() + wait_s
     while True:
         result = check()
         if not isinstance(result, bool):

@@ -78,7 +78,9 @@ async def test_revoked_key_cannot_upgrade(
     assert err.value.status == 401
 
 
-async def test_plain_get_is_still_405(stack: WsStack, http: aiohttp.ClientSession, api_key: str) -> None:
+async def test_plain_get_is_still_405(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
     async with http.get(f"{stack.http}/bsc/{api_key}") as resp:
         assert resp.status == 405
         assert (await resp.json())["error"]["code"] == -32600
@@ -91,7 +93,11 @@ async def test_text_and_binary_frames_single_and_batch(
         await ws.send_str('{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}')
         assert orjson.loads((await ws.receive()).data)["result"] == "0x38"
         await ws.send_bytes(b'{"jsonrpc":"2.0","id":2,"method":"net_version"}')
-        assert orjson.loads((await ws.receive()).data) == {"jsonrpc": "2.0", "id": 2, "result": "56"}
+        assert orjson.loads((await ws.receive()).data) == {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "result": "56",
+        }
         batch = [
             {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"},
             {"jsonrpc": "2.0", "id": 2, "method": "admin_peers"},
@@ -179,6 +185,8 @@ async def test_method_allowlist_applies_to_socket_calls_and_subscribe(
     key, _ = await store.create_key(account, methods=["eth_chainId"])
     async with http.ws_connect(f"{stack.ws}/bsc/{key}") as ws:
         assert (await rpc(ws, {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}))["result"]
-        refused = await rpc(ws, {"jsonrpc": "2.0", "id": 2, "method": "eth_subscribe", "params": ["newHeads"]})
+        refused = await rpc(
+            ws, {"jsonrpc": "2.0", "id": 2, "method": "eth_subscribe", "params": ["newHeads"]}
+        )
         assert refused["error"]["code"] == -32001 and refused["id"] == 2
         assert not ws.closed

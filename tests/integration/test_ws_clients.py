@@ -83,7 +83,7 @@ async def test_ethers_v6_websocket_provider(stack: WsStack, api_key: str, where:
         ready = await line()
         assert ready == {"chainId": 56, "blockNumber": chain.head}
         svc = stack.app[T.WS]
-        await eventually(lambda: any(sess.subs for sess in svc.sessions), timeout=10)
+        await eventually(lambda: any(sess.subs for sess in svc.sessions), wait_s=10)
         start = chain.head + 1
         for _ in range(3):
             chain.mine()

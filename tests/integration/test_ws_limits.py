@@ -11,12 +11,11 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 from redis.asyncio import Redis
 
 from gateway import typedefs as T
 from gateway.accounts import Store
-from aiohttp import web
-
 from gateway.mockws import MockWsNode
 from tests.conftest import MakeConfig
 from tests.helpers.served import served
@@ -30,10 +29,9 @@ from tests.helpers.wsstack import (
     stack,
     ws_config,
     ws_nodes,
-    ws_raw,
 )
 
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
+__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]
 
 SUB_HEADS = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
 
@@ -59,7 +57,12 @@ def ws_raw() -> dict[str, Any]:
 
 
 async def test_notifications_cost_units_and_beyond_the_budget_are_dropped_and_counted(
-    stack: WsStack, http: aiohttp.ClientSession, api_key: str, redis: Redis, prefix: str, store: Store
+    stack: WsStack,
+    http: aiohttp.ClientSession,
+    api_key: str,
+    redis: Redis,
+    prefix: str,
+    store: Store,
 ) -> None:
     chain = stack.chains["bsc"]
     async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
@@ -70,7 +73,7 @@ async def test_notifications_cost_units_and_beyond_the_budget_are_dropped_and_co
             await asyncio.sleep(0.06)  # a charge interval passes between blocks
         while True:
             try:
-                await notes(ws, 1, timeout=0.3)
+                await notes(ws, 1, wait_s=0.3)
             except TimeoutError:
                 break
             got += 1
@@ -93,7 +96,9 @@ async def _key_id(store: Store, key: str) -> str:
     return str(await store.redis.hget(record_key(store.prefix, key_hash(key)), "id"))
 
 
-async def test_per_key_socket_cap(stack: WsStack, http: aiohttp.ClientSession, api_key: str) -> None:
+async def test_per_key_socket_cap(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
     a = await http.ws_connect(f"{stack.ws}/bsc/{api_key}")
     b = await http.ws_connect(f"{stack.ws}/opbnb/{api_key}")
     with pytest.raises(aiohttp.WSServerHandshakeError) as err:
@@ -123,7 +128,9 @@ async def test_a_frame_over_the_size_limit_closes_with_1009(
     stack: WsStack, http: aiohttp.ClientSession, api_key: str
 ) -> None:
     async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
-        await ws.send_str('{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["' + "a" * 5000 + '"]}')
+        await ws.send_str(
+            '{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["' + "a" * 5000 + '"]}'
+        )
         msg = await ws.receive(timeout=5)
         assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 1009
     await eventually(lambda: _metric(stack, "gateway_ws_disconnects_total", reason="too_big") == 1)
@@ -154,11 +161,17 @@ async def _unanswered_pings_close(
         if msg.type is aiohttp.WSMsgType.PING:
             continue  # seen, never answered
         break
-    assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
+    assert msg.type in (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSMsgType.CLOSED,
+        aiohttp.WSMsgType.CLOSING,
+    )
     assert loop.time() - started < 2.0
     registry = app[T.METRICS].registry
     await eventually(
-        lambda: registry.get_sample_value("gateway_ws_disconnects_total", {"reason": "heartbeat"}) == 1
+        lambda: (
+            registry.get_sample_value("gateway_ws_disconnects_total", {"reason": "heartbeat"}) == 1
+        )
     )
     await ws.close()
 

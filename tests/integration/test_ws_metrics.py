@@ -36,7 +36,9 @@ async def test_ws_metrics(stack: WsStack, http: aiohttp.ClientSession, api_key: 
     sockets = [await http.ws_connect(f"{stack.ws}/bsc/{api_key}") for _ in range(3)]
     op = await http.ws_connect(f"{stack.ws}/opbnb/{api_key}")
     for ws in sockets:
-        await rpc(ws, {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]})
+        await rpc(
+            ws, {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
+        )
     await rpc(op, {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["logs", {}]})
     s = _samples(stack)
     assert s[("gateway_ws_sockets", (("network", "bsc"),))] == 3

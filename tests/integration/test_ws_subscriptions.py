@@ -54,8 +54,16 @@ async def test_many_clients_share_one_upstream_subscription_with_their_own_ids(
             "params": {"subscription": sid, "result": header_of(block)},
         }
     # Unsubscribe: true, and nothing more arrives for it; the others still get heads.
-    assert (await rpc(sockets[0], {"jsonrpc": "2.0", "id": 3, "method": "eth_unsubscribe", "params": [ids[0]]}))["result"] is True
-    assert (await rpc(sockets[0], {"jsonrpc": "2.0", "id": 4, "method": "eth_unsubscribe", "params": [ids[0]]}))["result"] is False
+    assert (
+        await rpc(
+            sockets[0], {"jsonrpc": "2.0", "id": 3, "method": "eth_unsubscribe", "params": [ids[0]]}
+        )
+    )["result"] is True
+    assert (
+        await rpc(
+            sockets[0], {"jsonrpc": "2.0", "id": 4, "method": "eth_unsubscribe", "params": [ids[0]]}
+        )
+    )["result"] is False
     chain.mine()
     for ws in sockets[1:]:
         (note,) = await notes(ws, 1)
@@ -99,10 +107,15 @@ async def test_logs_filters_are_canonical_and_shared(
         http.ws_connect(f"{stack.ws}/bsc/{api_key}") as b,
     ):
         sa = (await rpc(a, _sub("logs", {"address": addr, "topics": [TRANSFER_TOPIC]})))["result"]
-        flt_b = {"topics": [TRANSFER_TOPIC.upper().replace("0X", "0x"), None], "address": addr.upper().replace("0X", "0x")}
+        flt_b = {
+            "topics": [TRANSFER_TOPIC.upper().replace("0X", "0x"), None],
+            "address": addr.upper().replace("0X", "0x"),
+        }
         sb = (await rpc(b, _sub("logs", flt_b)))["result"]
         assert _upstream(stack, "logs") == 1
-        sc = (await rpc(b, _sub("logs", {"topics": [None, None, "0x" + "00" * 32]}, id_=2)))["result"]
+        sc = (await rpc(b, _sub("logs", {"topics": [None, None, "0x" + "00" * 32]}, id_=2)))[
+            "result"
+        ]
         assert _upstream(stack, "logs") == 2
         chain.mine(3)
         mined = [log for n in range(chain.head - 2, chain.head + 1) for log in chain.logs(n)]
@@ -133,13 +146,26 @@ async def test_bad_subscribe_params_are_answered_on_the_call(
     stack: WsStack, http: aiohttp.ClientSession, api_key: str
 ) -> None:
     async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
-        for params in (["syncing"], [], [1], ["logs", {"fromBlock": "0x1"}], ["logs", {"address": "x"}], ["newHeads", {"a": 1}]):
-            answer = await rpc(ws, {"jsonrpc": "2.0", "id": "s", "method": "eth_subscribe", "params": params})
+        for params in (
+            ["syncing"],
+            [],
+            [1],
+            ["logs", {"fromBlock": "0x1"}],
+            ["logs", {"address": "x"}],
+            ["newHeads", {"a": 1}],
+        ):
+            answer = await rpc(
+                ws, {"jsonrpc": "2.0", "id": "s", "method": "eth_subscribe", "params": params}
+            )
             assert answer["id"] == "s"
             assert answer["error"]["code"] == -32602, params
-        bad = await rpc(ws, {"jsonrpc": "2.0", "id": 2, "method": "eth_subscribe", "params": "newHeads"})
+        bad = await rpc(
+            ws, {"jsonrpc": "2.0", "id": 2, "method": "eth_subscribe", "params": "newHeads"}
+        )
         assert bad["error"]["code"] == -32600  # params must be an array or object
-        bad = await rpc(ws, {"jsonrpc": "2.0", "id": 1, "method": "eth_unsubscribe", "params": [1, 2]})
+        bad = await rpc(
+            ws, {"jsonrpc": "2.0", "id": 1, "method": "eth_unsubscribe", "params": [1, 2]}
+        )
         assert bad["error"]["code"] == -32602
     assert _upstream(stack, "logs") == 0 and _upstream(stack, "newHeads") == 0
 
@@ -148,12 +174,22 @@ async def test_subscriptions_in_a_batch(
     stack: WsStack, http: aiohttp.ClientSession, api_key: str
 ) -> None:
     async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
-        answer = await rpc(ws, [_sub("newHeads", id_=1), {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId"}, _sub("newPendingTransactions", id_=3)])
+        answer = await rpc(
+            ws,
+            [
+                _sub("newHeads", id_=1),
+                {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId"},
+                _sub("newPendingTransactions", id_=3),
+            ],
+        )
         assert [a["id"] for a in answer] == [1, 2, 3]
         assert answer[1]["result"] == "0x38"
         stack.chains["bsc"].mine()
         got = await notes(ws, 2)
-        assert {n["params"]["subscription"] for n in got} == {answer[0]["result"], answer[2]["result"]}
+        assert {n["params"]["subscription"] for n in got} == {
+            answer[0]["result"],
+            answer[2]["result"],
+        }
 
 
 async def test_closing_the_socket_releases_everything(
