@@ -194,7 +194,9 @@ class WsConfig:
     upstream_connect_timeout_s: float = 5.0
     upstream_request_timeout_s: float = 10.0
     reconnect_delay_s: float = 0.5  # between failed attempts to reach any node
-    head_stall_s: float = 0.0  # no new head from the node this long: fail over (0 = off)
+    # The probes see the network 2+ blocks past what this node sent for this
+    # long: fail over to another node (0 = off). A halted chain moves no one.
+    head_stall_s: float = 10.0
     compress: bool = False  # permessage-deflate costs ~100s of KB per socket
 
 
@@ -291,6 +293,13 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
 
     if sections["upstream"].client not in ("lean", "aiohttp"):
         raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
+    ws = sections["ws"]
+    if ws.charge_interval_s <= 0:
+        raise ConfigError("ws.charge_interval_s: must be above 0")
+    if ws.send_queue_bytes < 4096:
+        raise ConfigError("ws.send_queue_bytes: must be at least 4096")
+    if ws.max_in_flight_per_socket < 1:
+        raise ConfigError("ws.max_in_flight_per_socket: must be at least 1")
     for i, cidr in enumerate(sections["server"].trusted_proxies):
         try:
             ipaddress.ip_network(cidr, strict=False)

@@ -231,6 +231,8 @@ class MockWsNode:
         self.down = False
         self.muted = False
         self.delay_s = 0.0  # HTTP answers wait this long (an in-flight call to drain)
+        # Subscription kinds this node offers (real nodes often lack newPendingTransactions).
+        self.offered = {"newHeads", "logs", "newPendingTransactions"}
         self.sockets: set[_Socket] = set()
         self.subscribe_calls = 0
         self.unsubscribe_calls = 0
@@ -381,7 +383,7 @@ class MockWsNode:
             return "0x3b9aca00"
         if method == "eth_subscribe" and sock is not None:
             kind = params[0]
-            if kind not in ("newHeads", "logs", "newPendingTransactions"):
+            if kind not in self.offered:
                 raise ValueError(f"no {kind!r} subscription")
             flt = params[1] if len(params) > 1 and isinstance(params[1], dict) else {}
             sid = "0x" + secrets.token_hex(16)

@@ -136,19 +136,20 @@ def restore(reply: bytes, calls: Sequence[rpc.Call]) -> list[Any] | None:
     Numbers a float would round (big integers) are re-read exactly first.
     """
     try:
-        answers = rpc.loads(reply)
-        if _has_float(answers):
-            answers = rpc.loads_exact(reply)
+        fast = rpc.loads(reply)
+        # Ids are ours (small ints) and read from the fast parse; a float
+        # elsewhere means a big number orjson rounded: take the values exactly.
+        exact = rpc.loads_exact(reply) if _has_float(fast) else fast
     except rpc.ParseError:
         return None
-    if type(answers) is dict:
-        answers = [answers]
-    if type(answers) is not list:
+    if type(fast) is dict:
+        fast, exact = [fast], [exact]
+    if type(fast) is not list:
         return None
     by_id: dict[int, Any] = {}
-    for item in answers:
+    for item, value in zip(fast, exact, strict=True):
         if type(item) is dict and type(item.get("id")) is int:
-            by_id[item["id"]] = item
+            by_id[item["id"]] = value
     out: list[Any] = []
     for i, call in enumerate(calls):
         item = by_id.get(i)

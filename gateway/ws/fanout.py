@@ -404,6 +404,7 @@ class Feed:
     async def run(self, http: aiohttp.ClientSession) -> None:
         """Keep a socket to some node while anyone is subscribed; fail over on loss."""
         self._http = http
+        failures = 0
         while True:
             await self._wanted.wait()
             url_index = self._pick()
@@ -412,15 +413,20 @@ class Feed:
             try:
                 await link.open(http, url, self.cfg.upstream_connect_timeout_s)
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                log.info(
-                    "ws node unreachable network=%s node=%s err=%s",
-                    self.name,
-                    link.name,
-                    type(exc).__name__,
-                )
+                if failures % len(self.urls) == 0:  # once per round of nodes, not per try
+                    log.warning(
+                        "ws node unreachable network=%s node=%s err=%s",
+                        self.name,
+                        link.name,
+                        type(exc).__name__,
+                    )
+                failures += 1
                 self._index = url_index + 1
-                await asyncio.sleep(self.cfg.reconnect_delay_s)
+                # Each full round of refusals doubles the wait (at most 5 s).
+                rounds = min(failures // len(self.urls), 4)
+                await asyncio.sleep(min(5.0, self.cfg.reconnect_delay_s * 2**rounds))
                 continue
+            failures = 0
             self.link = link
             resumed = [up for up in self.subs.values() if up.ready.done() and not up.dead]
             for up in resumed:

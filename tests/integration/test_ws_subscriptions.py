@@ -5,6 +5,7 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
+from gateway import typedefs as T
 from gateway.mockws import TRANSFER_TOPIC, header_of
 from tests.helpers.wsstack import (
     WsStack,
@@ -22,7 +23,7 @@ from tests.helpers.wsstack import (
 __all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
 
 
-def _sub(kind: str, *extra: object, id_: int = 1) -> dict[str, object]:
+def _sub(kind: str, *extra: object, id_: int | str = 1) -> dict[str, object]:
     return {"jsonrpc": "2.0", "id": id_, "method": "eth_subscribe", "params": [kind, *extra]}
 
 
@@ -200,3 +201,18 @@ async def test_closing_the_socket_releases_everything(
         await rpc(ws, _sub("logs", {"address": "0x" + "01" * 20}, id_=2))
         assert _upstream(stack, "newHeads") == 1 and _upstream(stack, "logs") == 1
     await eventually(lambda: _upstream(stack, "newHeads") == 0 and _upstream(stack, "logs") == 0)
+
+
+async def test_a_kind_the_node_does_not_offer_is_answered_with_its_error(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
+    for node in stack.nodes["bsc"]:
+        node.offered = {"newHeads", "logs"}
+    async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
+        answer = await rpc(ws, _sub("newPendingTransactions", id_="p"))
+        assert answer["id"] == "p" and answer["error"]["code"] == -32602
+        assert "newPendingTransactions" in answer["error"]["message"]
+        assert (await rpc(ws, _sub("newHeads", id_=2)))["result"]  # the socket is fine
+    assert stack.app[T.WS].feeds["bsc"].subs == {} or all(
+        up.kind == "newHeads" for up in stack.app[T.WS].feeds["bsc"].subs.values()
+    )
