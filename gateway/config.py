@@ -189,6 +189,9 @@ class WsConfig:
     # Notifications are charged to the key's bucket in one Redis call per key
     # per interval (not one per notification per socket).
     charge_interval_s: float = 1.0
+    # Safety net under pub/sub: keys with open sockets are re-read this often
+    # (one pipelined round trip), so a lost revocation message still closes them.
+    recheck_interval_s: float = 30.0
     gap_fill_max_blocks: int = 128  # on failover, missed newHeads fetched by number, at most
     reorg_memory_blocks: int = 64  # blocks of delivered logs kept to detect re-orgs
     upstream_connect_timeout_s: float = 5.0
@@ -296,6 +299,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     ws = sections["ws"]
     if ws.charge_interval_s <= 0:
         raise ConfigError("ws.charge_interval_s: must be above 0")
+    if ws.recheck_interval_s <= 0:
+        raise ConfigError("ws.recheck_interval_s: must be above 0")
     if ws.send_queue_bytes < 4096:
         raise ConfigError("ws.send_queue_bytes: must be at least 4096")
     if ws.max_in_flight_per_socket < 1:

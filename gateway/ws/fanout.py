@@ -95,6 +95,7 @@ class UpSub:
         self.listeners: dict[bytes, Session] = {}  # b'"<client id>"' -> socket
         self.uid: str | None = None  # the node's id for it, while subscribed
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ready.add_done_callback(_retrieved)  # a refusal nobody waited for is not an error
         self.dead = False
         self.last = 0  # newHeads: last number sent
         self.covered = 0  # logs: blocks up to here were watched
@@ -504,6 +505,11 @@ class Feed:
                 await task
         if self.link is not None:
             await self.link.close()
+
+
+def _retrieved(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def _quiet_call(link: NodeLink, method: str, params: list[Any], limit_s: float) -> None:

@@ -154,6 +154,7 @@ class WsService:
             runners.append(asyncio.create_task(feed.run(http), name=f"ws-feed-{net.name}"))
         runners.append(asyncio.create_task(self._charge_forever(), name="ws-charge"))
         runners.append(asyncio.create_task(self._listen_revocations(), name="ws-revoked"))
+        runners.append(asyncio.create_task(self._recheck_forever(), name="ws-recheck"))
         try:
             yield
         finally:
@@ -264,20 +265,47 @@ class WsService:
     async def recheck(self, khash: str) -> None:
         """Re-read a key's state; close its sockets or re-arm its expiry."""
         try:
-            rev, exp = await self.redis.hmget(
-                record_key(self.cfg.redis.prefix, khash), "rev", "exp"
+            rev, exp, key_id = await self.redis.hmget(
+                record_key(self.cfg.redis.prefix, khash), "rev", "exp", "id"
             )
         except (RedisError, OSError):
             return
-        if rev:
-            await self.close_key(khash, "key revoked", "revoked")
+        self._apply(khash, rev, exp, key_id)
+
+    async def _recheck_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.wcfg.recheck_interval_s)
+            try:
+                await self.recheck_all()
+            except Exception:  # never let the safety net die
+                log.exception("ws recheck failed")
+
+    async def recheck_all(self) -> None:
+        """Re-read every key with sockets here, in one pipelined round trip."""
+        khashes = [k for k, state in self.keys.items() if state.sessions]
+        if not khashes:
             return
+        prefix = self.cfg.redis.prefix
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for khash in khashes:
+                    pipe.hmget(record_key(prefix, khash), "rev", "exp", "id")
+                rows = await pipe.execute()
+        except (RedisError, OSError):
+            return
+        for khash, (rev, exp, key_id) in zip(khashes, rows, strict=True):
+            self._apply(khash, rev, exp, key_id)
+
+    def _apply(self, khash: str, rev: Any, exp: Any, key_id: Any) -> None:
         key = self.keys.get(khash)
-        if exp and key is not None:
-            if int(exp) <= time.time() * 1000:
-                await self.close_key(khash, "key expired", "expired")
-            else:
-                self.arm_expiry(key, int(exp))
+        if key is None:
+            return
+        if rev or key_id is None:  # revoked, or the record is gone
+            self.spawn(self.close_key(khash, "key revoked", "revoked"))
+        elif exp and int(exp) <= time.time() * 1000:
+            self.spawn(self.close_key(khash, "key expired", "expired"))
+        elif exp:
+            self.arm_expiry(key, int(exp))
 
 
 def _gauge_updater(gauge: Any, feed: Feed) -> Callable[[], None]:

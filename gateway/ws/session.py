@@ -123,7 +123,10 @@ class Session:
         t = self.transport
         if self.closing is not None or t is None or t.is_closing():
             return False
-        if t.get_write_buffer_size() + len(data) > self.queue_limit:
+        # Judged on what is still waiting, not on this frame: one answer larger
+        # than the bound (a big eth_getLogs) is fine; a client that leaves
+        # the bound's worth unread is not.
+        if t.get_write_buffer_size() > self.queue_limit:
             self.abort("slow")
             return False
         t.write(data)

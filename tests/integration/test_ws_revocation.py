@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from redis.asyncio import Redis
 
 from gateway.accounts import Store
 from gateway.mockws import MockWsNode
@@ -161,3 +162,20 @@ def _pid_listening_on(port: int) -> int:
             if target.startswith("socket:[") and target[8:-1] in inodes:
                 return int(pid)
     raise AssertionError(f"no process listens on {port}")
+
+
+async def test_a_lost_revocation_message_is_caught_by_the_recheck(
+    stack: WsStack, http: aiohttp.ClientSession, store: Store, account: str, redis: Redis
+) -> None:
+    from gateway import typedefs as T
+    from gateway.auth import key_hash
+    from gateway.limiter import record_key
+
+    key, _ = await store.create_key(account)
+    ws = await http.ws_connect(f"{stack.ws}/bsc/{key}")
+    await rpc(ws, SUB)
+    # Revoked behind pub/sub's back (as if the message were lost): no PUBLISH.
+    await redis.hset(record_key(store.prefix, key_hash(key)), "rev", "1")
+    await stack.app[T.WS].recheck_all()
+    msg = await _closed(ws, 2.0)
+    assert msg.data == 4001

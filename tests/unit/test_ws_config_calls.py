@@ -30,6 +30,7 @@ def test_ws_upstreams_explicit_and_from_env() -> None:
         ({"networks": {"bsc": {"ws_upstreams": ["http://x"]}}}, "networks.bsc.ws_upstreams[0]"),
         ({"networks": {"bsc": {"ws_upstreams": []}}}, "networks.bsc.ws_upstreams"),
         ({"ws": {"charge_interval_s": 0}}, "ws.charge_interval_s"),
+        ({"ws": {"recheck_interval_s": 0}}, "ws.recheck_interval_s"),
         ({"ws": {"send_queue_bytes": 10}}, "ws.send_queue_bytes"),
         ({"ws": {"bogus": 1}}, "ws.bogus"),
         ({"plans": {"free": {"ws_max_sockets": -1}}}, "plans.free.ws_max_sockets"),
