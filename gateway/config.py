@@ -139,7 +139,7 @@ class PlanConfig:
     daily_quota: int = 0  # compute units per UTC day, 0 = none
     weights: Mapping[str, int] = field(default_factory=dict)
     # WebSocket caps (0 = the [ws] section's defaults).
-    ws_max_sockets: int = 0  # open sockets per key, per gateway process
+    ws_max_sockets: int = 0  # open sockets per key, across every gateway process
     ws_max_subscriptions: int = 0  # subscriptions per socket
 
     def cost(self, method: str) -> int:
@@ -180,7 +180,10 @@ class WsConfig:
     enabled: bool = True
     max_message_bytes: int = 1_048_576  # a bigger frame closes the socket (1009)
     heartbeat_s: float = 30.0  # ping an idle socket this often; no pong in time closes it
-    max_sockets_per_key: int = 100  # per process; a plan's ws_max_sockets overrides
+    max_sockets_per_key: int = 100  # across all processes; a plan's ws_max_sockets overrides
+    # Each open socket holds a lease in Redis, renewed every third of this; a
+    # crashed process's leases lapse after it (gateway/ws/leases.py).
+    socket_lease_s: float = 60.0
     max_subscriptions_per_socket: int = 100  # a plan's ws_max_subscriptions overrides
     max_in_flight_per_socket: int = 32  # calls worked on at once; further frames wait unread
     # A client that stops reading is dropped once this many bytes wait for it
@@ -299,6 +302,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     ws = sections["ws"]
     if ws.charge_interval_s <= 0:
         raise ConfigError("ws.charge_interval_s: must be above 0")
+    if ws.socket_lease_s < 3:
+        raise ConfigError("ws.socket_lease_s: must be at least 3")
     if ws.recheck_interval_s <= 0:
         raise ConfigError("ws.recheck_interval_s: must be above 0")
     if ws.send_queue_bytes < 4096:

@@ -43,6 +43,7 @@ from gateway.config import Config, PlanConfig
 from gateway.limiter import Limiter, LimiterUnavailable, Status, record_key
 from gateway.metrics import Metrics
 from gateway.ws.fanout import Feed
+from gateway.ws.leases import SocketLeases
 from gateway.ws.metrics import WsMetrics
 from gateway.ws.session import CLOSE_GOING_AWAY, CLOSE_REVOKED, KeyState, Session
 
@@ -61,6 +62,7 @@ class WsService:
 
     limiter: Limiter
     redis: Any
+    leases: SocketLeases
 
     def __init__(self, cfg: Config, metrics: Metrics) -> None:
         self.cfg = cfg
@@ -142,6 +144,7 @@ class WsService:
         """Cleanup context: node feeds, the charger and the revocation listener."""
         self.limiter = app[T.LIMITER]
         self.redis = app[T.REDIS]
+        self.leases = SocketLeases(self.redis, self.cfg.redis.prefix, self.wcfg.socket_lease_s)
         pools = app[T.POOLS]
         http = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
         runners = []
@@ -155,6 +158,7 @@ class WsService:
         runners.append(asyncio.create_task(self._charge_forever(), name="ws-charge"))
         runners.append(asyncio.create_task(self._listen_revocations(), name="ws-revoked"))
         runners.append(asyncio.create_task(self._recheck_forever(), name="ws-recheck"))
+        runners.append(asyncio.create_task(self._renew_forever(), name="ws-leases"))
         try:
             yield
         finally:
@@ -244,8 +248,9 @@ class WsService:
     async def _listen_revocations(self) -> None:
         channel = revoked_channel(self.cfg.redis.prefix)
         while True:
-            client = _pubsub_client(self.redis)
+            client: Redis | None = None
             try:
+                client = await _pubsub_client(self.redis)
                 async with client.pubsub(ignore_subscribe_messages=True) as ps:
                     await ps.subscribe(channel)
                     while True:
@@ -256,11 +261,14 @@ class WsService:
                         khash = data.decode() if isinstance(data, bytes) else str(data)
                         if khash in self.keys:
                             self.spawn(self.recheck(khash))
-            except (RedisError, OSError) as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away, cluster not ready: retry, never die
                 log.info("ws revocation listener reconnecting err=%s", type(exc).__name__)
                 await asyncio.sleep(0.5)
             finally:
-                await client.aclose()
+                if client is not None:
+                    await client.aclose()
 
     async def recheck(self, khash: str) -> None:
         """Re-read a key's state; close its sockets or re-arm its expiry."""
@@ -271,6 +279,15 @@ class WsService:
         except (RedisError, OSError):
             return
         self._apply(khash, rev, exp, key_id)
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.wcfg.socket_lease_s / 3)
+            held = [
+                (khash, [s.lease for s in key.sessions if s.lease])
+                for khash, key in self.keys.items()
+            ]
+            await self.leases.renew(held)
 
     async def _recheck_forever(self) -> None:
         while True:
@@ -323,7 +340,7 @@ async def _flushed(sess: Session) -> None:
         await asyncio.sleep(0.01)
 
 
-def _pubsub_client(redis: Any) -> Redis:
+async def _pubsub_client(redis: Any) -> Redis:
     """A plain client for SUBSCRIBE, without the hot path's short read timeout.
 
     On a Cluster, PUBLISH reaches every node, so any one node will do.
@@ -336,5 +353,6 @@ def _pubsub_client(redis: Any) -> Redis:
                 connection_class=redis.connection_pool.connection_class, **kwargs
             )
         )
-    node = redis.get_default_node()
+    await redis.initialize()
+    node = redis.get_default_node() or redis.get_nodes()[0]
     return Redis(host=node.host, port=node.port, decode_responses=True)

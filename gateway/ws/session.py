@@ -82,6 +82,7 @@ class Session:
     __slots__ = (
         "closing",
         "key",
+        "lease",
         "network",
         "queue_limit",
         "subs",
@@ -97,9 +98,11 @@ class Session:
         network: str,
         transport: asyncio.BaseTransport | None,
         queue_limit: int,
+        lease: str = "",
     ) -> None:
         self.ws = ws
         self.key = key
+        self.lease = lease  # this socket's token in the key's Redis socket set
         self.network = network
         # uvloop's transports do not subclass asyncio.WriteTransport; duck-type.
         self.transport: Any = transport if hasattr(transport, "get_write_buffer_size") else None

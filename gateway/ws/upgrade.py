@@ -30,8 +30,9 @@ from gateway.limiter import Decision, LimiterUnavailable, Status, ip_bits, recor
 from gateway.upstream import UpstreamError
 from gateway.ws import calls as C
 from gateway.ws.fanout import NodeRefused, UpSub
+from gateway.ws.leases import LeaseUnavailable, new_token
 from gateway.ws.service import WsService
-from gateway.ws.session import CLOSE_REVOKED, Session
+from gateway.ws.session import CLOSE_REVOKED, KeyState, Session
 
 log = logging.getLogger("gateway.ws")
 
@@ -88,8 +89,24 @@ class WsRoute:
         plan = svc.plan(decision.plan)
         state = svc.key_state(khash, decision.key_id, plan, origin, bits)
         cap = svc.socket_cap(plan)
-        if len(state.sessions) >= cap:
+        lease = new_token()
+        try:
+            leased = await svc.leases.acquire(khash, lease, cap)
+        except LeaseUnavailable:
+            if not self.http.fail_open:
+                return _refuse(rpc.SERVICE_UNAVAILABLE, 503)
+            leased, lease = len(state.sessions) < cap, ""  # this process's count only
+        if not leased:
             return _refuse(rpc.RATE_LIMITED, 429, f"at most {cap} open sockets per key")
+        try:
+            return await self._serve(request, svc, state, khash, lease)
+        finally:  # the socket is closed (or never opened): its lease goes
+            if lease:
+                svc.spawn(svc.leases.release(khash, lease))
+
+    async def _serve(
+        self, request: web.Request, svc: WsService, state: KeyState, khash: str, lease: str
+    ) -> web.StreamResponse:
         expires: int | None = None
         with contextlib.suppress(RedisError, OSError, ValueError, TypeError):
             exp = await svc.redis.hget(record_key(svc.cfg.redis.prefix, khash), "exp")
@@ -106,7 +123,9 @@ class WsRoute:
         if not ws.can_prepare(request).ok:
             return _refuse(rpc.INVALID_REQUEST, 400, "not a valid WebSocket handshake")
         await ws.prepare(request)
-        sess = Session(ws, state, self.network.name, request.transport, wcfg.send_queue_bytes)
+        sess = Session(
+            ws, state, self.network.name, request.transport, wcfg.send_queue_bytes, lease
+        )
         svc.register(sess, expires)
         limit = asyncio.Semaphore(wcfg.max_in_flight_per_socket)
         try:
