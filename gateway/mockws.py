@@ -401,7 +401,22 @@ def _quiet(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-async def start_ws_node(chain: Chain) -> MockWsNode:
+async def start_ws_node(chain: Chain, host: str = "127.0.0.1", port: int = 0) -> MockWsNode:
     node = MockWsNode(chain)
-    await node.start()
+    await node.start(host, port)
     return node
+
+
+async def start_demo_nodes(block_time_s: float = 3.0) -> dict[str, MockWsNode]:
+    """One HTTP+WebSocket node per network (chain 56 and 204), mining on a timer.
+
+    For ``gateway serve --demo``: use each node's ``url`` as the network's
+    upstream (ws_upstreams default to the same address); stop with
+    ``await node.close(); await node.chain.stop()``.
+    """
+    nodes = {}
+    for name, chain_id, start in (("bsc", 56, 40_000_000), ("opbnb", 204, 50_000_000)):
+        chain = Chain(chain_id, start_block=start, block_time_s=block_time_s)
+        nodes[name] = await start_ws_node(chain)
+        chain.start()
+    return nodes
