@@ -303,7 +303,7 @@ class MockWsNode:
             "params": {"subscription": sid, "result": result},
         }
         if not sock.ws.closed:
-            task = asyncio.ensure_future(sock.ws.send_bytes(orjson.dumps(msg)))
+            task = asyncio.ensure_future(sock.ws.send_frame(orjson.dumps(msg), WSMsgType.TEXT))
             task.add_done_callback(_quiet)
 
     # -- answering -----------------------------------------------------------
@@ -345,7 +345,7 @@ class MockWsNode:
                     out: Any = [self._call(m, sock) for m in msg]
                 else:
                     out = self._call(msg, sock)
-                await ws.send_bytes(orjson.dumps(out))
+                await ws.send_frame(orjson.dumps(out), WSMsgType.TEXT)  # text, as geth
         finally:
             self.sockets.discard(sock)
         return ws
