@@ -188,34 +188,38 @@ class WsRoute:
 
         answers: list[Any] = [None] * len(calls)
         attach: list[tuple[UpSub, bytes, str]] = []
-        forward: list[int] = []
-        for i, call in enumerate(calls):
-            if call.error is not None:
-                if call.answered:
-                    answers[i] = rpc.call_error_obj(call)
-            elif call.method == C.SUBSCRIBE:
-                answers[i] = await self._subscribe(svc, sess, call, attach)
-            elif call.method == C.UNSUBSCRIBE:
-                answers[i] = self._unsubscribe(svc, sess, call)
-            else:
-                forward.append(i)
-        if forward:
-            await self._forward(calls, forward, answers)
-        out = [a for i, a in enumerate(answers) if a is not None and calls[i].has_id]
-        if out:
-            sess.push(orjson.dumps(out if frame.is_batch else out[0]))
-        # Listeners join only now, so no notification can precede the answer
-        # that names its subscription.
-        for up, cid, sid in attach:
-            up.reserved -= 1
-            if up.dead or sess.closing is not None:
-                up.feed.release(up, cid)
-                continue
-            up.listeners[cid] = sess
-            sess.subs[sid] = up
-            svc.metrics.subscriptions.labels(up.kind).inc()
-        for up, cid, _ in attach:
-            if not up.listeners and not up.reserved:
+        try:
+            forward: list[int] = []
+            for i, call in enumerate(calls):
+                if call.error is not None:
+                    if call.answered:
+                        answers[i] = rpc.call_error_obj(call)
+                elif call.method == C.SUBSCRIBE:
+                    if call.has_id:  # a subscription nobody can name would only leak
+                        answers[i] = await self._subscribe(svc, sess, call, attach)
+                elif call.method == C.UNSUBSCRIBE:
+                    answers[i] = self._unsubscribe(svc, sess, call)
+                else:
+                    forward.append(i)
+            if forward:
+                await self._forward(calls, forward, answers)
+            out = [a for i, a in enumerate(answers) if a is not None and calls[i].has_id]
+            if out:
+                sess.push(orjson.dumps(out if frame.is_batch else out[0]))
+            # Listeners join only now, so no notification can precede the
+            # answer that names its subscription.
+            while attach:
+                up, cid, sid = attach.pop()
+                up.reserved -= 1
+                if up.dead or sess.closing is not None:
+                    up.feed.release(up, cid)
+                    continue
+                up.listeners[cid] = sess
+                sess.subs[sid] = up
+                svc.metrics.subscriptions.labels(up.kind).inc()
+        finally:  # cancelled (socket gone) or failed: give the reservations back
+            for up, cid, _ in attach:
+                up.reserved -= 1
                 up.feed.release(up, cid)
 
     async def _subscribe(

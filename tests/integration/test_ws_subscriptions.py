@@ -216,3 +216,28 @@ async def test_a_kind_the_node_does_not_offer_is_answered_with_its_error(
     assert stack.app[T.WS].feeds["bsc"].subs == {} or all(
         up.kind == "newHeads" for up in stack.app[T.WS].feeds["bsc"].subs.values()
     )
+
+
+async def test_a_socket_closed_while_its_subscription_is_pending_leaks_nothing(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
+    feed = stack.app[T.WS].feeds["bsc"]
+    for node in stack.nodes["bsc"]:
+        node.down = True  # no node will accept the subscription for now
+        await node.drop()
+    ws = await http.ws_connect(f"{stack.ws}/bsc/{api_key}")
+    await ws.send_bytes(orjson.dumps(_sub("logs", {"address": "0x" + "0a" * 20})))
+    await eventually(lambda: any(up.reserved for up in feed.subs.values()))
+    await ws.close()
+    await eventually(lambda: not feed.subs)
+    for node in stack.nodes["bsc"]:
+        node.down = False
+
+
+async def test_a_subscribe_notification_creates_nothing(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
+    async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
+        await ws.send_bytes(b'{"jsonrpc":"2.0","method":"eth_subscribe","params":["newHeads"]}')
+        assert (await rpc(ws, {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId"}))["id"] == 2
+        assert not stack.app[T.WS].feeds["bsc"].subs
