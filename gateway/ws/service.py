@@ -73,6 +73,7 @@ class WsService:
         self.sessions: set[Session] = set()
         self.feeds: dict[str, Feed] = {}
         self.draining = False
+        self._stopping = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sent_seen: dict[str, tuple[int, int, int, int]] = {}
 
@@ -162,11 +163,12 @@ class WsService:
         try:
             yield
         finally:
+            # redis-py's get_message can swallow a cancellation that lands
+            # with its own timeout, so the listener also checks this flag.
+            self._stopping = True
             for task in runners:
                 task.cancel()
-            for task in runners:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await asyncio.wait(runners, timeout=3.0)
             for sess in list(self.sessions):
                 sess.abort("shutdown")
             for feed in self.feeds.values():
@@ -247,13 +249,13 @@ class WsService:
     # -- revocation ----------------------------------------------------------
     async def _listen_revocations(self) -> None:
         channel = revoked_channel(self.cfg.redis.prefix)
-        while True:
+        while not self._stopping:
             client: Redis | None = None
             try:
                 client = await _pubsub_client(self.redis)
                 async with client.pubsub(ignore_subscribe_messages=True) as ps:
                     await ps.subscribe(channel)
-                    while True:
+                    while not self._stopping:
                         msg = await ps.get_message(timeout=1.0)
                         if msg is None:
                             continue
