@@ -28,7 +28,7 @@ from gateway.redisconn import admin_connect, connect
 from gateway.redismux import MuxRedis
 from gateway.upstream import NodePool
 from gateway.usage import ErrorCounter
-from gateway.ws.setup import add_ws_routes, setup_ws
+from gateway.ws.setup import add_ws_route, setup_ws
 
 
 def create_app(config: Config | None = None) -> web.Application:
@@ -46,10 +46,10 @@ def create_app(config: Config | None = None) -> web.Application:
     slots = asyncio.Semaphore(cfg.limits.max_in_flight)
     handlers = [RpcHandler(cfg, net, app[T.METRICS], slots) for net in cfg.networks]
     for handler in handlers:
-        if cfg.ws.enabled:
-            add_ws_routes(app, handler)  # before "*": GET + Upgrade opens a WebSocket
-        app.router.add_route("*", handler.network.prefix, handler.handle)
-        app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
+        for path in (handler.network.prefix, handler.network.prefix + "/{key}"):
+            if cfg.ws.enabled:  # GET + Upgrade opens a WebSocket (same resource as "*")
+                add_ws_route(app, handler, path)
+            app.router.add_route("*", path, handler.handle)
     app[T.HANDLERS] = handlers
     app.on_startup.append(_bind_handlers)
     setup_ws(app, handlers)

@@ -12,16 +12,15 @@ from gateway.ws.service import WsService
 from gateway.ws.upgrade import WsRoute
 
 
-def add_ws_routes(app: web.Application, handler: RpcHandler) -> None:
-    """GET on the network's paths: upgrades go to the socket, other GETs to HTTP (405).
+def add_ws_route(app: web.Application, handler: RpcHandler, path: str) -> None:
+    """GET on an RPC path: upgrades go to the socket, other GETs to HTTP (405).
 
-    Must run before the HTTP handler's ``*`` routes: aiohttp takes the first
-    route that matches a method.
+    Call it right before the HTTP handler's ``*`` route for the same path:
+    aiohttp then puts both routes on one resource (it reuses the last one
+    when the path repeats), GET first, so a POST costs no extra path match
+    and a GET reaches this route before ``*``.
     """
-    route = WsRoute(handler)
-    prefix = handler.network.prefix
-    app.router.add_get(prefix, route.handle, allow_head=False)
-    app.router.add_get(prefix + "/{key}", route.handle, allow_head=False)
+    app.router.add_get(path, WsRoute(handler).handle, allow_head=False)
 
 
 def setup_ws(app: web.Application, handlers: Sequence[RpcHandler]) -> None:
