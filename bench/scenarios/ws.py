@@ -57,7 +57,7 @@ class _LeanSocket(asyncio.Protocol):
     ~3 µs (one ``find`` and a ``float`` per notification, no JSON parse).
     """
 
-    def __init__(self, path: str, host: str, lat: list[float], ready: asyncio.Future[bool]):
+    def __init__(self, path: str, host: str, lat: list[float], ready: asyncio.Future[str]):
         self.path, self.host, self.lat, self.ready = path, host, lat, ready
         self.buf = bytearray()
         self.upgraded = False
@@ -81,7 +81,7 @@ class _LeanSocket(asyncio.Protocol):
                 return
             if not buf.startswith(b"HTTP/1.1 101"):
                 if not self.ready.done():
-                    self.ready.set_result(False)
+                    self.ready.set_result("http_" + bytes(buf[9:12]).decode(errors="replace"))
                 return
             del buf[: end + 4]
             self.upgraded = True
@@ -115,7 +115,8 @@ class _LeanSocket(asyncio.Protocol):
             at = buf.find(_STAMP, start, pos)
             if at < 0:
                 if not self.ready.done():
-                    self.ready.set_result(b'"result"' in buf[start:pos])
+                    body = bytes(buf[start:pos])
+                    self.ready.set_result("" if b'"result"' in body else body.decode()[-120:])
                 continue
             at += len(_STAMP)
             stop = at
@@ -126,7 +127,7 @@ class _LeanSocket(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.ready.done():
-            self.ready.set_result(False)
+            self.ready.set_result("connection lost")
 
 
 async def _client(url: str, count: int, duration: float) -> None:
@@ -141,14 +142,15 @@ async def _client(url: str, count: int, duration: float) -> None:
 
     async def open_one() -> None:
         async with gate:
-            ready: asyncio.Future[bool] = loop.create_future()
+            ready: asyncio.Future[str] = loop.create_future()
             try:
                 transport, _ = await loop.create_connection(
                     lambda: _LeanSocket(parts.path, f"{host}:{port}", lat, ready), host, port
                 )
                 transports.append(transport)
-                if not await asyncio.wait_for(ready, 30):
-                    errors["refused"] = errors.get("refused", 0) + 1
+                why = await asyncio.wait_for(ready, 30)
+                if why:  # "" = subscribed; else why not (HTTP status, error answer)
+                    errors[why] = errors.get(why, 0) + 1
             except (OSError, TimeoutError) as exc:
                 errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
 

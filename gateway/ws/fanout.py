@@ -304,8 +304,6 @@ class Feed:
         self._index = 0
         self._wanted = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._runner: asyncio.Task[None] | None = None
-        self._http: aiohttp.ClientSession | None = None
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -360,7 +358,7 @@ class Feed:
         if up is not None:
             up.on_notify(raw, result, uid)
 
-    async def _establish(self, up: UpSub, link: NodeLink | None = None) -> None:
+    async def _establish(self, up: UpSub) -> None:
         """Subscribe ``up`` on the current link (waiting for one if needed)."""
         while not up.dead:
             link = self.link
@@ -404,7 +402,6 @@ class Feed:
 
     async def run(self, http: aiohttp.ClientSession) -> None:
         """Keep a socket to some node while anyone is subscribed; fail over on loss."""
-        self._http = http
         failures = 0
         while True:
             await self._wanted.wait()
@@ -482,6 +479,10 @@ class Feed:
             )
         except LinkError:
             up.filling = False
+            return
+        if up.dead and up.uid is not None:  # everyone left while it resubscribed
+            self.by_uid.pop(up.uid, None)
+            await _quiet_call(link, "eth_unsubscribe", [up.uid], self.timeout)
             return
         await up._repair(link)
 
