@@ -7,14 +7,22 @@ import asyncio
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from web3 import AsyncWeb3, WebSocketProvider
 
 from gateway import typedefs as T
 from tests.helpers.wsstack import WsStack, chains, eventually, stack, ws_config, ws_nodes, ws_raw
+
+# web3 raises the interpreter's recursion limit to 100,000 on import; with it,
+# the stdlib JSON parser overflows the C stack (a segfault, not a
+# RecursionError) on deeply nested input elsewhere in the same test session.
+_RECURSION_LIMIT = sys.getrecursionlimit()
+from web3 import AsyncWeb3, WebSocketProvider  # noqa: E402
+
+sys.setrecursionlimit(_RECURSION_LIMIT)
 
 __all__ = ["chains", "stack", "ws_config", "ws_nodes", "ws_raw"]
 
@@ -97,3 +105,7 @@ async def test_ethers_v6_websocket_provider(stack: WsStack, api_key: str, where:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def test_importing_web3_here_leaves_the_recursion_limit_alone() -> None:
+    assert sys.getrecursionlimit() == _RECURSION_LIMIT
