@@ -7,6 +7,9 @@ import orjson
 import pytest
 
 from gateway.accounts import Store
+from gateway.mockws import MockWsNode
+from tests.conftest import MakeConfig
+from tests.helpers.served import served
 from tests.helpers.wsstack import WsStack, chains, http, rpc, stack, ws_config, ws_nodes, ws_raw
 
 __all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
@@ -155,17 +158,14 @@ async def test_node_sees_only_canonical_calls_and_the_client_id_comes_back_exact
 
 
 async def test_rate_limit_answers_the_call_and_keeps_the_socket(
-    make_config: object, http: aiohttp.ClientSession, api_key: str, ws_nodes: object, chains: object
+    make_config: MakeConfig,
+    http: aiohttp.ClientSession,
+    api_key: str,
+    ws_nodes: dict[str, list[MockWsNode]],
 ) -> None:
-    from gateway.config import Config
-    from tests.helpers.served import served
-
-    assert callable(make_config)
-    nodes = ws_nodes
-    assert isinstance(nodes, dict)
-    cfg: Config = make_config(
+    cfg = make_config(
         {"plans": {"free": {"rate": 1, "burst": 3}}},
-        upstreams={name: [n.url for n in group] for name, group in nodes.items()},
+        upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()},
     )
     async with served(cfg) as (url, _app), http.ws_connect(f"ws{url[4:]}/bsc/{api_key}") as ws:
         codes = []
@@ -190,3 +190,30 @@ async def test_method_allowlist_applies_to_socket_calls_and_subscribe(
         )
         assert refused["error"]["code"] == -32001 and refused["id"] == 2
         assert not ws.closed
+
+
+async def test_origin_allowlist_applies_to_the_upgrade(
+    stack: WsStack, http: aiohttp.ClientSession, store: Store, account: str
+) -> None:
+    key, _ = await store.create_key(account, origins=["https://dapp.example"])
+    with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+        await http.ws_connect(f"{stack.ws}/bsc/{key}", origin="https://evil.example")
+    assert err.value.status == 403
+    async with http.ws_connect(f"{stack.ws}/bsc/{key}", origin="https://dapp.example") as ws:
+        assert (await rpc(ws, {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}))["result"]
+
+
+async def test_websocket_can_be_turned_off(
+    make_config: MakeConfig,
+    ws_nodes: dict[str, list[MockWsNode]],
+    http: aiohttp.ClientSession,
+    api_key: str,
+) -> None:
+    cfg = make_config(
+        {"ws": {"enabled": False}},
+        upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()},
+    )
+    async with served(cfg) as (url, _app):
+        with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+            await http.ws_connect(f"ws{url[4:]}/bsc/{api_key}")
+        assert err.value.status == 405
