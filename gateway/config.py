@@ -204,6 +204,7 @@ class WsConfig:
     # long: fail over to another node (0 = off). A halted chain moves no one.
     head_stall_s: float = 10.0
     compress: bool = False  # permessage-deflate costs ~100s of KB per socket
+    close_timeout_s: float = 2.0  # a close frame (4001, 1001) waits this long for the reply
 
 
 @dataclass(frozen=True, slots=True)

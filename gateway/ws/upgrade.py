@@ -118,7 +118,7 @@ class WsRoute:
             max_msg_size=wcfg.max_message_bytes,
             compress=wcfg.compress,
             decode_text=False,
-            timeout=2.0,
+            timeout=wcfg.close_timeout_s,
         )
         if not ws.can_prepare(request).ok:
             return _refuse(rpc.INVALID_REQUEST, 400, "not a valid WebSocket handshake")
