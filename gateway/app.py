@@ -35,6 +35,7 @@ from gateway.store.accounts import Store
 from gateway.store.errors import ErrorCounter
 from gateway.store.insight import InsightSink
 from gateway.upstream.pool import NodePool
+from gateway.ws.setup import add_ws_route, setup_ws
 
 # Only this module reads the handlers, so their key lives here: in typedefs it
 # made a (type-only) cycle typedefs -> rpc.handler -> typedefs.
@@ -61,12 +62,15 @@ def create_app(config: Config | None = None) -> web.Application:
     slots = asyncio.Semaphore(cfg.limits.max_in_flight)
     handlers = [RpcHandler(cfg, net, app[T.METRICS], slots) for net in cfg.networks]
     for handler in handlers:
-        app.router.add_route("*", handler.network.prefix, handler.handle)
-        app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
+        for path in (handler.network.prefix, handler.network.prefix + "/{key}"):
+            if cfg.ws.enabled:  # GET + Upgrade opens a WebSocket (same resource as "*")
+                add_ws_route(app, handler, path)
+            app.router.add_route("*", path, handler.handle)
         # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
         app.router.add_route("*", handler.network.prefix + "/{tail:.*}", handler.handle)
     app[HANDLERS] = handlers
     app.on_startup.append(_bind_handlers)
+    setup_ws(app, handlers)
     setup_ops_routes(app)
     if cfg.dashboard.enabled:
         setup_dashboard(app, cfg)

@@ -27,6 +27,7 @@ from gateway.config.schema import (
     RedisConfig,
     ServerConfig,
     UpstreamConfig,
+    WsConfig,
     data_dir,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "RedisConfig",
     "ServerConfig",
     "UpstreamConfig",
+    "WsConfig",
     "config_from_dict",
     "data_dir",
     "listen_address",

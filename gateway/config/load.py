@@ -35,6 +35,7 @@ from gateway.config.schema import (
     RedisConfig,
     ServerConfig,
     UpstreamConfig,
+    WsConfig,
 )
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -46,6 +47,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "cache": CacheConfig,
     "hedge": HedgeConfig,
     "insight": InsightConfig,
+    "ws": WsConfig,
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
@@ -87,6 +89,17 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     _check_intel(sections["cache"], sections["hedge"])
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
         raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
+    ws = sections["ws"]
+    if ws.charge_interval_s <= 0:
+        raise ConfigError("ws.charge_interval_s: must be above 0")
+    if ws.socket_lease_s < 3:
+        raise ConfigError("ws.socket_lease_s: must be at least 3")
+    if ws.recheck_interval_s <= 0:
+        raise ConfigError("ws.recheck_interval_s: must be above 0")
+    if ws.send_queue_bytes < 4096:
+        raise ConfigError("ws.send_queue_bytes: must be at least 4096")
+    if ws.max_in_flight_per_socket < 1:
+        raise ConfigError("ws.max_in_flight_per_socket: must be at least 1")
     for i, cidr in enumerate(sections["server"].trusted_proxies):
         try:
             ipaddress.ip_network(cidr, strict=False)
@@ -103,6 +116,10 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         override = env.get(f"GATEWAY_UPSTREAM_{name.upper()}")
         if override:
             nets_raw[name]["upstreams"] = [u.strip() for u in override.split(",") if u.strip()]
+        ws_override = env.get(f"GATEWAY_WS_UPSTREAM_{name.upper()}")
+        if ws_override:
+            urls = [u.strip() for u in ws_override.split(",") if u.strip()]
+            nets_raw[name]["ws_upstreams"] = urls
     networks = tuple(_network(name, table) for name, table in nets_raw.items())
     prefixes = [n.prefix for n in networks]
     if len(set(prefixes)) != len(prefixes):
@@ -198,7 +215,7 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
 
 def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
     path = f"networks.{name}"
-    known = {"prefix", "chain_id", "upstreams", "methods", "extra_methods"}
+    known = {"prefix", "chain_id", "upstreams", "methods", "extra_methods", "ws_upstreams"}
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -221,6 +238,14 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"{path}.upstreams[{i}]: not an http(s) URL")
+    ws_default = [_ws_url(u) for u in upstreams]
+    ws_upstreams = table.get("ws_upstreams", ws_default)
+    if not isinstance(ws_upstreams, list) or not ws_upstreams:
+        raise ConfigError(f"{path}.ws_upstreams: expected a non-empty list of URLs")
+    for i, url in enumerate(ws_upstreams):
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("ws", "wss") or not parts.netloc:
+            raise ConfigError(f"{path}.ws_upstreams[{i}]: not a ws(s) URL")
     methods = table.get("methods", list(DEFAULT_METHODS))
     extra = table.get("extra_methods", [])
     for key, lst in (("methods", methods), ("extra_methods", extra)):
@@ -231,8 +256,20 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
         if method.startswith(FORBIDDEN_METHOD_PREFIXES):
             raise ConfigError(f"{path}.methods: {method!r} may never be offered publicly")
     return NetworkConfig(
-        name=name, prefix=prefix, chain_id=chain_id, upstreams=tuple(upstreams), methods=allowed
+        name=name,
+        prefix=prefix,
+        chain_id=chain_id,
+        upstreams=tuple(upstreams),
+        methods=allowed,
+        ws_upstreams=tuple(ws_upstreams),
     )
+
+
+def _ws_url(url: str) -> str:
+    """An http(s) node URL with the matching ws(s) scheme."""
+    if url.startswith("https://"):
+        return "wss://" + url[len("https://") :]
+    return "ws://" + url[len("http://") :]
 
 
 def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
@@ -245,6 +282,8 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
         "weights",
         "max_logs_range",
         "price_per_million_cu",
+        "ws_max_sockets",
+        "ws_max_subscriptions",
     }
     for key in table:
         if key not in known:
@@ -269,6 +308,12 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     logs_range = table.get("max_logs_range", 0)
     if isinstance(logs_range, bool) or not isinstance(logs_range, int) or logs_range < 0:
         raise ConfigError(f"{path}.max_logs_range: expected a non-negative integer (0 = default)")
+    ws_caps = {}
+    for cap in ("ws_max_sockets", "ws_max_subscriptions"):
+        value = table.get(cap, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{path}.{cap}: expected a non-negative integer (0 = [ws] default)")
+        ws_caps[cap] = value
     title = table.get("title", name.title())
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
@@ -284,6 +329,7 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
         weights=types.MappingProxyType(dict(weights)),
         max_logs_range=logs_range,
         price_per_million_cu=float(price),
+        **ws_caps,
     )
 
 

@@ -87,6 +87,9 @@ class NetworkConfig:
     chain_id: int
     upstreams: tuple[str, ...]
     methods: frozenset[str]
+    # Nodes' WebSocket URLs for subscriptions; default: each HTTP upstream
+    # with the ws/wss scheme (SPEC §9).
+    ws_upstreams: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,9 @@ class PlanConfig:
     max_logs_range: int = 0  # 0 = limits.max_logs_range
     # Price shown as the estimated cost (compute units x price / 1e6); 0 = free.
     price_per_million_cu: float = 0.0
+    # WebSocket caps (0 = the [ws] section's defaults).
+    ws_max_sockets: int = 0  # open sockets per key, across every gateway process
+    ws_max_subscriptions: int = 0  # subscriptions per socket
 
     def cost(self, method: str) -> int:
         """Compute units charged for one call of ``method``."""
@@ -200,6 +206,40 @@ class InsightConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class WsConfig:
+    """WebSocket endpoint (SPEC §9): limits, heartbeats, upstream subscriptions."""
+
+    enabled: bool = True
+    max_message_bytes: int = 1_048_576  # a bigger frame closes the socket (1009)
+    heartbeat_s: float = 30.0  # ping an idle socket this often; no pong in time closes it
+    max_sockets_per_key: int = 100  # across all processes; a plan's ws_max_sockets overrides
+    # Each open socket holds a lease in Redis, renewed every third of this; a
+    # crashed process's leases lapse after it (gateway/ws/leases.py).
+    socket_lease_s: float = 60.0
+    max_subscriptions_per_socket: int = 100  # a plan's ws_max_subscriptions overrides
+    max_in_flight_per_socket: int = 32  # calls worked on at once; further frames wait unread
+    # A client that stops reading is dropped once this many bytes wait for it
+    # (on top of the kernel's and the transport's own buffers).
+    send_queue_bytes: int = 1_048_576
+    # Notifications are charged to the key's bucket in one Redis call per key
+    # per interval (not one per notification per socket).
+    charge_interval_s: float = 1.0
+    # Safety net under pub/sub: keys with open sockets are re-read this often
+    # (one pipelined round trip), so a lost revocation message still closes them.
+    recheck_interval_s: float = 30.0
+    gap_fill_max_blocks: int = 128  # on failover, missed newHeads fetched by number, at most
+    reorg_memory_blocks: int = 64  # blocks of delivered logs kept to detect re-orgs
+    upstream_connect_timeout_s: float = 5.0
+    upstream_request_timeout_s: float = 10.0
+    reconnect_delay_s: float = 0.5  # between failed attempts to reach any node
+    # The probes see the network 2+ blocks past what this node sent for this
+    # long: fail over to another node (0 = off). A halted chain moves no one.
+    head_stall_s: float = 10.0
+    compress: bool = False  # permessage-deflate costs ~100s of KB per socket
+    close_timeout_s: float = 2.0  # a close frame (4001, 1001) waits this long for the reply
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = ServerConfig()
     limits: LimitsConfig = LimitsConfig()
@@ -209,6 +249,7 @@ class Config:
     cache: CacheConfig = CacheConfig()
     hedge: HedgeConfig = HedgeConfig()
     insight: InsightConfig = InsightConfig()
+    ws: WsConfig = WsConfig()
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"

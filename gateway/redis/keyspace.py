@@ -137,3 +137,8 @@ def login_counter(prefix: str, name: str) -> str:
 def keys_channel(prefix: str) -> str:
     """The pub/sub channel announcing that a key record changed (payload: key hash)."""
     return f"{prefix}:keys"
+
+
+def ws_sockets(prefix: str, khash: str) -> str:
+    """A key's open WebSocket leases (sorted set, all processes); the key's hash tag."""
+    return f"{prefix}:{{{khash}}}:ws"

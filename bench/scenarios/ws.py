@@ -1,0 +1,354 @@
+"""WebSocket fan-out: N sockets on ``newHeads`` through one gateway worker.
+
+Measures what issue 14 asks: delivery latency from the node's emit to the
+client's receive (p50/p99), upstream subscriptions the node holds (target: 1),
+and the gateway's memory per socket (RSS after the sockets opened minus
+before, over N), plus the gateway's CPU while blocks flow.
+
+Self-contained: an embedded Redis, a mock WebSocket node (``gateway.demo.mockws``,
+headers stamped with their emit time) in this process, ``gateway serve`` as a
+child process, and ``--procs`` client processes holding the sockets::
+
+    python -m bench.scenarios.ws --sockets 10000 --procs 4 --rate 3 --duration 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+WS = (
+    "N sockets subscribed to newHeads through one gateway worker: node-emit to client-receive "
+    "latency (p50/p99), upstream subscriptions held, gateway RSS per socket "
+    "(target: 10,000 sockets under 300 MB RSS, p99 under 50 ms at 3 blocks/s)."
+)
+
+
+# ---- client process -----------------------------------------------------------
+
+_SUB = b'{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'
+_STAMP = b'"emittedAt":'
+
+
+def _masked(opcode: int, payload: bytes) -> bytes:
+    """A client frame (clients must mask), payload under 126 bytes."""
+    mask = os.urandom(4)
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes((0x80 | opcode, 0x80 | len(payload))) + mask + body
+
+
+class _LeanSocket(asyncio.Protocol):
+    """A minimal WebSocket client: handshake, subscribe, read stamps, answer pings.
+
+    The load generator must cost far less than the gateway, or the latency
+    measured is the client's: aiohttp's client spends ~40 µs a message, this
+    ~3 µs (one ``find`` and a ``float`` per notification, no JSON parse).
+    """
+
+    def __init__(self, path: str, host: str, lat: list[float], ready: asyncio.Future[str]):
+        self.path, self.host, self.lat, self.ready = path, host, lat, ready
+        self.buf = bytearray()
+        self.upgraded = False
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.transport.write(
+            f"GET {self.path} HTTP/1.1\r\nHost: {self.host}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        if not self.upgraded:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            if not buf.startswith(b"HTTP/1.1 101"):
+                if not self.ready.done():
+                    self.ready.set_result("http_" + bytes(buf[9:12]).decode(errors="replace"))
+                return
+            del buf[: end + 4]
+            self.upgraded = True
+            assert self.transport is not None
+            self.transport.write(_masked(0x1, _SUB))
+        pos = 0
+        n = len(buf)
+        while n - pos >= 2:
+            opcode = buf[pos] & 0x0F
+            size = buf[pos + 1] & 0x7F
+            head = 2
+            if size == 126:
+                if n - pos < 4:
+                    break
+                size = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+                head = 4
+            elif size == 127:
+                if n - pos < 10:
+                    break
+                size = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+                head = 10
+            if n - pos < head + size:
+                break
+            start = pos + head
+            pos = start + size
+            if opcode == 0x9 and self.transport is not None:  # ping: pong the same payload
+                self.transport.write(_masked(0xA, bytes(buf[start:pos])))
+                continue
+            if opcode != 0x1:
+                continue
+            at = buf.find(_STAMP, start, pos)
+            if at < 0:
+                if not self.ready.done():
+                    body = bytes(buf[start:pos])
+                    self.ready.set_result("" if b'"result"' in body else body.decode()[-120:])
+                continue
+            at += len(_STAMP)
+            stop = at
+            while buf[stop] in b"0123456789.eE+-":
+                stop += 1
+            self.lat.append(time.time() - float(buf[at:stop]))
+        del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ready.done():
+            self.ready.set_result("connection lost")
+
+
+async def _client(url: str, count: int, duration: float) -> None:
+    """Open ``count`` lean sockets on newHeads; print readiness, then latencies (JSON)."""
+    loop = asyncio.get_running_loop()
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    lat: list[float] = []
+    errors: dict[str, int] = {}
+    transports: list[asyncio.BaseTransport] = []
+    gate = asyncio.Semaphore(100)
+
+    async def open_one() -> None:
+        async with gate:
+            ready: asyncio.Future[str] = loop.create_future()
+            try:
+                transport, _ = await loop.create_connection(
+                    lambda: _LeanSocket(parts.path, f"{host}:{port}", lat, ready), host, port
+                )
+                transports.append(transport)
+                why = await asyncio.wait_for(ready, 30)
+                if why:  # "" = subscribed; else why not (HTTP status, error answer)
+                    errors[why] = errors.get(why, 0) + 1
+            except (OSError, TimeoutError) as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+
+    await asyncio.gather(*(open_one() for _ in range(count)))
+    failed = sum(errors.values())
+    print(json.dumps({"ready": count - failed, "errors": errors}), flush=True)
+    await asyncio.sleep(duration)
+    for transport in transports:
+        transport.close()
+    lat.sort()
+    print(json.dumps({"latencies": lat, "errors": errors}), flush=True)
+
+
+# ---- the scenario ---------------------------------------------------------------
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pct(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from redis.asyncio import Redis
+
+    from gateway.demo.mockws import Chain, start_ws_node
+    from gateway.redis.embedded import RedisProcess, free_port
+    from gateway.store.accounts import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ws-"))
+    redis_proc = RedisProcess(tmp / "redis", persist=False)
+    redis_proc.start()
+    chains = {"bsc": Chain(56, stamp=True), "opbnb": Chain(204)}
+    nodes = {name: await start_ws_node(chain) for name, chain in chains.items()}
+    prefix = "bw" + secrets.token_hex(3)
+    cfg = tmp / "gateway.toml"
+    cfg.write_text(
+        # Opening 10,000 sockets at once on a small machine queues admissions
+        # behind each other: allow them 2 s instead of the 250 ms fail-closed
+        # default, so the run measures fan-out rather than a refused burst.
+        f'[redis]\nurl = "{redis_proc.url}"\nprefix = "{prefix}"\ntimeout_ms = 2000\n'
+        "[server]\naccess_log = false\nmax_connections = 0\n"
+        "[dashboard]\nenabled = false\n"
+        f"[ws]\nmax_sockets_per_key = {args.sockets + 10}\nheartbeat_s = 60.0\n"
+        "[plans.payg]\nrate = 10000000\nburst = 10000000\n"
+        f'[networks.bsc]\nupstreams = ["{nodes["bsc"].url}"]\n'
+        f'[networks.opbnb]\nupstreams = ["{nodes["opbnb"].url}"]\n'
+    )
+    redis = Redis.from_url(redis_proc.url, decode_responses=True)
+    store = Store(redis, prefix=prefix)
+    account = await store.create_account("bench@example.com", "bench password", "payg")
+    key, _ = await store.create_key(account.id, name="bench-ws")
+    port = free_port()
+    env = {**os.environ, "GATEWAY_CONFIG": str(cfg)}
+    gw = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port)),
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    clients: list[asyncio.subprocess.Process] = []
+    try:
+        await _wait_ready(port, gw)
+        rss_before = _rss_kb(gw.pid)
+        per = [
+            args.sockets // args.procs + (i < args.sockets % args.procs) for i in range(args.procs)
+        ]
+        url = f"ws://127.0.0.1:{port}/bsc/{key}"
+        for count in per:
+            clients.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "bench.scenarios.ws",
+                    "--client",
+                    url,
+                    "--sockets",
+                    str(count),
+                    "--duration",
+                    str(args.duration + 2),
+                    stdout=subprocess.PIPE,
+                    limit=1 << 28,  # the latencies come back as one JSON line
+                )
+            )
+        opened, open_errors = 0, dict[str, int]()
+        started = time.monotonic()
+        for proc in clients:
+            assert proc.stdout is not None
+            ready = json.loads(await proc.stdout.readline())
+            opened += ready["ready"]
+            for k, n in ready["errors"].items():
+                open_errors[k] = open_errors.get(k, 0) + n
+        open_s = time.monotonic() - started
+        await asyncio.sleep(1.0)
+        rss_after = _rss_kb(gw.pid)
+        upstream = nodes["bsc"].subscriptions("newHeads")
+        cpu0, t0 = _cpu_s(gw.pid), time.monotonic()
+        head0 = chains["bsc"].head
+        chains["bsc"].block_time_s = 1.0 / args.rate
+        chains["bsc"].start()
+        await asyncio.sleep(args.duration)
+        await chains["bsc"].stop()
+        cpu = (_cpu_s(gw.pid) - cpu0) / (time.monotonic() - t0)
+        blocks = chains["bsc"].head - head0
+        lat: list[float] = []
+        for proc in clients:
+            assert proc.stdout is not None
+            out = json.loads(await proc.stdout.readline())
+            lat.extend(out["latencies"])
+            await proc.wait()
+        lat.sort()
+        report = {
+            "scenario": "ws",
+            "sockets": args.sockets,
+            "sockets opened": opened,
+            "open errors": open_errors,
+            "open time (s)": round(open_s, 1),
+            "blocks/s": args.rate,
+            "blocks": blocks,
+            "notifications received": len(lat),
+            "notifications expected": opened * blocks,
+            "latency p50 (ms)": round(_pct(lat, 0.50) * 1000, 2),
+            "latency p99 (ms)": round(_pct(lat, 0.99) * 1000, 2),
+            "latency max (ms)": round(lat[-1] * 1000, 2) if lat else None,
+            "upstream subscriptions held": upstream,
+            "gateway RSS before (MB)": round(rss_before / 1024, 1),
+            "gateway RSS with sockets (MB)": round(rss_after / 1024, 1),
+            "RSS per socket (KB)": round((rss_after - rss_before) / max(1, opened), 2),
+            "gateway CPU while blocks flow (% of one core)": round(cpu * 100, 1),
+            "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}",
+        }
+        return report
+    finally:
+        for proc in clients:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        gw.terminate()
+        await asyncio.wait_for(gw.wait(), 30)
+        for node in nodes.values():
+            await node.close()
+        await redis.aclose()
+        redis_proc.stop()
+
+
+async def _wait_ready(port: int, proc: asyncio.subprocess.Process) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.returncode is not None:
+            raise RuntimeError(f"gateway exited with {proc.returncode}")
+        try:
+            await asyncio.to_thread(
+                urllib.request.urlopen, f"http://127.0.0.1:{port}/healthz", timeout=0.5
+            )
+            return
+        except OSError:
+            await asyncio.sleep(0.1)
+    raise RuntimeError("gateway did not start")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scenarios.ws", description=WS)
+    parser.add_argument("--sockets", type=int, default=1000)
+    parser.add_argument("--procs", type=int, default=2, help="client processes")
+    parser.add_argument("--rate", type=float, default=3.0, help="blocks per second")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of blocks")
+    parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: be a client process
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover
+        pass
+    if args.client:
+        asyncio.run(_client(args.client, args.sockets, args.duration))
+        return 0
+    report = asyncio.run(run(args))
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""``setup_ws(app, handlers)``: the WebSocket routes, service and lifecycle hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from gateway import typedefs as T
+from gateway.rpc.handler import RpcHandler
+from gateway.ws.service import WS, WsService
+from gateway.ws.upgrade import WsRoute
+
+
+def add_ws_route(app: web.Application, handler: RpcHandler, path: str) -> None:
+    """GET on an RPC path: upgrades go to the socket, other GETs to HTTP (405).
+
+    Call it right before the HTTP handler's ``*`` route for the same path:
+    aiohttp then puts both routes on one resource (it reuses the last one
+    when the path repeats), GET first, so a POST costs no extra path match
+    and a GET reaches this route before ``*``.
+    """
+    app.router.add_get(path, WsRoute(handler).handle, allow_head=False)
+
+
+def setup_ws(app: web.Application, handlers: Sequence[RpcHandler]) -> None:
+    """Create the service (``WS``), its cleanup context and its drain hook."""
+    cfg = app[T.CONFIG]
+    if not cfg.ws.enabled:
+        return
+    svc = WsService(cfg, app[T.METRICS])
+    app[WS] = svc
+    app.cleanup_ctx.append(svc.ctx)
+    app.on_shutdown.append(svc.drain)
+
+
+def ws_service(app: web.Application) -> WsService:
+    """The app's WebSocket service; fails loudly when ``setup_ws`` did not run."""
+    svc = app.get(WS)
+    if svc is None:
+        raise RuntimeError("setup_ws(app) was not called, or ws.enabled is false")
+    return svc

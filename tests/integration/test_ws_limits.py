@@ -1,0 +1,253 @@
+"""Limits on sockets: notification budget, caps, slow readers, frame size, heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from redis.asyncio import Redis
+
+from gateway import typedefs as T
+from gateway.demo.mockws import MockWsNode
+from gateway.store.accounts import Store
+from gateway.ws.service import WS
+from tests.conftest import MakeConfig
+from tests.helpers.served import served
+from tests.helpers.wsstack import (
+    WsStack,
+    chains,
+    eventually,
+    http,
+    notes,
+    rpc,
+    stack,
+    ws_config,
+    ws_nodes,
+)
+
+__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]
+
+SUB_HEADS = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
+
+
+def _metric(stack: WsStack, name: str, **labels: str) -> float:
+    value = stack.app[T.METRICS].registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+@pytest.fixture
+def ws_raw() -> dict[str, Any]:
+    return {
+        "plans": {
+            "free": {"rate": 2, "burst": 5, "ws_max_sockets": 2, "ws_max_subscriptions": 2},
+            "payg": {"rate": 100000, "burst": 100000},
+        },
+        "ws": {
+            "charge_interval_s": 0.05,
+            "send_queue_bytes": 65536,
+            "max_message_bytes": 4096,
+        },
+    }
+
+
+async def test_notifications_cost_units_and_beyond_the_budget_are_dropped_and_counted(
+    stack: WsStack,
+    http: aiohttp.ClientSession,
+    api_key: str,
+    redis: Redis,
+    prefix: str,
+    store: Store,
+) -> None:
+    chain = stack.chains["bsc"]
+    async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
+        await rpc(ws, SUB_HEADS)  # 1 unit of the burst of 5
+        got = 0
+        for _ in range(30):
+            chain.mine()
+            await asyncio.sleep(0.06)  # a charge interval passes between blocks
+        while True:
+            try:
+                await notes(ws, 1, wait_s=0.3)
+            except TimeoutError:
+                break
+            got += 1
+        # 30 blocks in ~1.8 s: bucket 5 + 2/s refill allows ~8; one interval
+        # of arrears may slip through on top.
+        assert 4 <= got <= 12, got
+        dropped = _metric(stack, "gateway_ws_notifications_dropped_total", reason="budget")
+        assert dropped == 30 - got
+        assert _metric(stack, "gateway_ws_notifications_total", network="bsc") == got
+    # The charged units show as usage by method.
+    records = await store.list_keys((await store.get_key((await _key_id(store, api_key)))).account)
+    usage = await store.usage(records[0].id)
+    assert usage.methods.get("eth_subscription", 0) >= got - 2
+
+
+async def _key_id(store: Store, key: str) -> str:
+    from gateway.limits.limiter import record_key
+    from gateway.rpc.auth import key_hash
+
+    return str(await store.redis.hget(record_key(store.prefix, key_hash(key)), "id"))
+
+
+async def test_an_answer_larger_than_the_send_bound_is_delivered(
+    stack: WsStack, http: aiohttp.ClientSession, store: Store
+) -> None:
+    account = (await store.create_account("big@example.com", "correct horse", "payg")).id
+    key, _ = await store.create_key(account)
+    chain = stack.chains["bsc"]
+    chain.mine(100)
+    flt = {"fromBlock": hex(chain.head - 99), "toBlock": hex(chain.head)}
+    async with http.ws_connect(f"{stack.ws}/bsc/{key}", max_msg_size=0) as ws:
+        answer = await rpc(
+            ws, {"jsonrpc": "2.0", "id": 1, "method": "eth_getLogs", "params": [flt]}
+        )
+        assert len(answer["result"]) == 100 * chain.logs_per_block
+        assert len(orjson.dumps(answer)) > 65536
+        assert (await rpc(ws, {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId"}))["id"] == 2
+
+
+async def test_per_key_socket_cap(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
+    a = await http.ws_connect(f"{stack.ws}/bsc/{api_key}")
+    b = await http.ws_connect(f"{stack.ws}/opbnb/{api_key}")
+    with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+        await http.ws_connect(f"{stack.ws}/bsc/{api_key}")
+    assert err.value.status == 429
+    await a.close()
+    await eventually(lambda: len(stack.app[WS].sessions) == 1)
+    c = await http.ws_connect(f"{stack.ws}/bsc/{api_key}")
+    await b.close()
+    await c.close()
+
+
+async def test_subscriptions_per_socket_cap(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
+    async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
+        sid = (await rpc(ws, SUB_HEADS))["result"]
+        await rpc(ws, {**SUB_HEADS, "id": 2})
+        over = await rpc(ws, {**SUB_HEADS, "id": 3})
+        assert over["id"] == 3 and over["error"]["code"] == -32005
+        unsub = {"jsonrpc": "2.0", "id": 4, "method": "eth_unsubscribe", "params": [sid]}
+        assert (await rpc(ws, unsub))["result"] is True
+        assert "result" in await rpc(ws, {**SUB_HEADS, "id": 5})
+
+
+async def test_a_frame_over_the_size_limit_closes_with_1009(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
+    async with http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws:
+        await ws.send_str(
+            '{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["' + "a" * 5000 + '"]}'
+        )
+        msg = await ws.receive(timeout=5)
+        assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 1009
+    await eventually(lambda: _metric(stack, "gateway_ws_disconnects_total", reason="too_big") == 1)
+
+
+async def test_a_client_that_never_answers_pings_is_closed(
+    make_config: MakeConfig,
+    ws_nodes: dict[str, list[MockWsNode]],
+    http: aiohttp.ClientSession,
+    api_key: str,
+) -> None:
+    cfg = make_config(
+        {"ws": {"heartbeat_s": 0.3}},
+        upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()},
+    )
+    async with served(cfg) as (url, app):
+        await _unanswered_pings_close(f"ws{url[4:]}/bsc/{api_key}", app, http)
+
+
+async def _unanswered_pings_close(
+    url: str, app: web.Application, http: aiohttp.ClientSession
+) -> None:
+    ws = await http.ws_connect(url, autoping=False)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        msg = await ws.receive(timeout=5)
+        if msg.type is aiohttp.WSMsgType.PING:
+            continue  # seen, never answered
+        break
+    assert msg.type in (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSMsgType.CLOSED,
+        aiohttp.WSMsgType.CLOSING,
+    )
+    assert loop.time() - started < 2.0
+    registry = app[T.METRICS].registry
+    await eventually(
+        lambda: (
+            registry.get_sample_value("gateway_ws_disconnects_total", {"reason": "heartbeat"}) == 1
+        )
+    )
+    await ws.close()
+
+
+async def test_a_client_that_stops_reading_is_dropped_and_others_are_not_slowed(
+    stack: WsStack, http: aiohttp.ClientSession, store: Store
+) -> None:
+    account = (await store.create_account("payg@example.com", "correct horse", "payg")).id
+    key, _ = await store.create_key(account)
+    # A raw client with a tiny receive window that never reads after the handshake.
+    host, port = stack.http[len("http://") :].split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, int(port)))
+    nonce = base64.b64encode(os.urandom(16)).decode()
+    await loop.sock_sendall(
+        sock,
+        (
+            f"GET /bsc/{key} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {nonce}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode(),
+    )
+    head = await loop.sock_recv(sock, 4096)
+    assert head.startswith(b"HTTP/1.1 101")
+    frame = b'{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["logs"]}'
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(frame))
+    await loop.sock_sendall(sock, bytes([0x81, 0x80 | len(frame)]) + mask + masked)
+    svc = stack.app[WS]
+    await eventually(lambda: any(s.subs for s in svc.sessions))
+    slow = next(s for s in svc.sessions if s.subs)
+    # A healthy client on a key with a budget for it.
+    fast_key, _ = await store.create_key(account)
+    async with http.ws_connect(f"{stack.ws}/bsc/{fast_key}") as fast:
+        await rpc(fast, SUB_HEADS)
+        received: list[int] = []
+
+        async def read() -> None:
+            async for msg in fast:
+                received.append(int(orjson.loads(msg.data)["params"]["result"]["number"], 16))
+
+        reader = asyncio.create_task(read())
+        chain = stack.chains["bsc"]
+        chain.logs_per_block = 40  # ~25 KB of logs per block for the slow one
+        first = chain.head + 1
+        peak = 0
+        for _ in range(300):
+            chain.mine(2)
+            peak = max(peak, slow.queued)
+            await asyncio.sleep(0.005)
+            if slow.closing:
+                break
+        assert slow.closing == "slow"
+        assert peak <= 65536 + 2048  # the bound, plus at most the frame that crossed it
+        await eventually(lambda: len(received) == chain.head - first + 1)
+        assert received == list(range(first, chain.head + 1))  # the fast one missed nothing
+        reader.cancel()
+    await eventually(lambda: _metric(stack, "gateway_ws_disconnects_total", reason="slow") == 1)
+    sock.close()

@@ -1,0 +1,111 @@
+"""WebSocket config (ws_upstreams defaults, validation) and the I/O-free call helpers."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway.config import ConfigError, config_from_dict
+from gateway.rpc import protocol as rpc
+from gateway.ws import calls as C
+
+
+def test_ws_upstreams_default_to_the_http_upstreams_with_ws_schemes() -> None:
+    cfg = config_from_dict(
+        {"networks": {"bsc": {"upstreams": ["https://a.example/x?k=1", "http://b:8545"]}}}
+    )
+    assert cfg.network("bsc").ws_upstreams == ("wss://a.example/x?k=1", "ws://b:8545")
+
+
+def test_ws_upstreams_explicit_and_from_env() -> None:
+    cfg = config_from_dict({"networks": {"bsc": {"ws_upstreams": ["wss://n.example/ws"]}}})
+    assert cfg.network("bsc").ws_upstreams == ("wss://n.example/ws",)
+    cfg = config_from_dict({}, env={"GATEWAY_WS_UPSTREAM_OPBNB": "ws://x:1, ws://y:2"})
+    assert cfg.network("opbnb").ws_upstreams == ("ws://x:1", "ws://y:2")
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        ({"networks": {"bsc": {"ws_upstreams": ["http://x"]}}}, "networks.bsc.ws_upstreams[0]"),
+        ({"networks": {"bsc": {"ws_upstreams": []}}}, "networks.bsc.ws_upstreams"),
+        ({"ws": {"charge_interval_s": 0}}, "ws.charge_interval_s"),
+        ({"ws": {"recheck_interval_s": 0}}, "ws.recheck_interval_s"),
+        ({"ws": {"send_queue_bytes": 10}}, "ws.send_queue_bytes"),
+        ({"ws": {"bogus": 1}}, "ws.bogus"),
+        ({"plans": {"free": {"ws_max_sockets": -1}}}, "plans.free.ws_max_sockets"),
+    ],
+)
+def test_bad_ws_config_names_its_path(raw: dict[str, object], path: str) -> None:
+    with pytest.raises(ConfigError, match=path.replace("[", r"\[").replace("]", r"\]")):
+        config_from_dict(raw)
+
+
+def test_plan_ws_caps() -> None:
+    cfg = config_from_dict({"plans": {"payg": {"ws_max_sockets": 7, "ws_max_subscriptions": 3}}})
+    assert (cfg.plan("payg").ws_max_sockets, cfg.plan("payg").ws_max_subscriptions) == (7, 3)
+    assert cfg.plan("free").ws_max_sockets == 0  # the [ws] default applies
+
+
+def test_logs_filters_have_one_canonical_form() -> None:
+    a = "0x" + "ab" * 20
+    t = "0x" + "cd" * 32
+    one = C.subscribe_params(["logs", {"address": a.upper().replace("0X", "0x"), "topics": [t]}])
+    two = C.subscribe_params(
+        ["logs", {"topics": [t.upper().replace("0X", "0x"), None], "address": a}]
+    )
+    assert not isinstance(one, str) and not isinstance(two, str)
+    assert one == two
+    assert one[1] == ["logs", {"address": a, "topics": [t]}]
+    listed = C.subscribe_params(["logs", {"address": [a, a.upper().replace("0X", "0x")]}])
+    assert not isinstance(listed, str) and listed[1][1] == {"address": [a]}
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        [],
+        ["syncing"],
+        ["newHeads", {"x": 1}],
+        ["logs", {"fromBlock": "0x1"}],
+        ["logs", {"address": "0x12"}],
+        ["logs", {"topics": [1]}],
+        ["logs", {"topics": [None] * 5}],
+        ["logs", {}, {}],
+    ],
+)
+def test_bad_subscribe_params_have_a_reason(params: list[object]) -> None:
+    assert isinstance(C.subscribe_params(params), str)
+
+
+def test_upstream_body_is_canonical_and_restore_puts_ids_back() -> None:
+    calls = [
+        rpc.validate_call(
+            {"jsonrpc": "2.0", "id": "x", "method": "eth_chainId", "METHOD": "admin_x"},
+            {"eth_chainId", "eth_call"},
+        ),
+        rpc.validate_call(
+            {"jsonrpc": "2.0", "id": 9, "method": "eth_call", "params": [{}]}, {"eth_call"}
+        ),
+    ]
+    body = orjson.loads(C.upstream_body(calls, True))
+    assert body == [
+        {"jsonrpc": "2.0", "id": 0, "method": "eth_chainId", "params": []},
+        {"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": [{}]},
+    ]
+    reply = b'[{"jsonrpc":"2.0","id":1,"result":"0x1"},{"jsonrpc":"2.0","id":0,"error":{"code":3}}]'
+    assert C.restore(reply, calls) == [
+        {"jsonrpc": "2.0", "id": "x", "error": {"code": 3}},
+        {"jsonrpc": "2.0", "id": 9, "result": "0x1"},
+    ]
+    assert C.restore(b"not json", calls) is None
+    missing = C.restore(b'{"jsonrpc":"2.0","id":0,"result":"0x2"}', calls)
+    assert missing is not None and missing[1]["error"]["code"] == -32603
+
+
+def test_big_numbers_in_a_node_answer_keep_their_digits() -> None:
+    calls = [rpc.validate_call({"jsonrpc": "2.0", "id": 1, "method": "m"}, {"m"})]
+    big = b"123456789012345678901234567890"
+    restored = C.restore(b'{"jsonrpc":"2.0","id":0,"result":' + big + b"}", calls)
+    assert restored is not None
+    assert orjson.dumps(restored[0]) == b'{"jsonrpc":"2.0","id":1,"result":' + big + b"}"
