@@ -86,15 +86,14 @@ def origin_allowed(entries: Sequence[str], origin: str) -> bool:
             return True
         if entry.startswith("*."):
             suffix = entry[1:]
-            scheme, sep, rest = suffix.partition("://")
-            if sep:  # "https://*.example.com" style: scheme must match too
-                continue
             if host.endswith(suffix) and len(host) > len(suffix):
                 return True
         elif "://*." in entry:
             scheme, _, suffix = entry.partition("://*")
-            if origin.startswith(scheme + "://") and host.endswith(suffix) and len(host) > len(
-                suffix
+            if (
+                origin.startswith(scheme + "://")
+                and host.endswith(suffix)
+                and len(host) > len(suffix)
             ):
                 return True
     return False
