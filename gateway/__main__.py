@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     setplan.add_argument("plan")
     setplan.add_argument("--json", action="store_true", help="print JSON")
 
+    reset = accounts.add_parser(
+        "reset-password", help="print a one-time link (valid 1 h) to set a new password"
+    )
+    reset.add_argument("email")
+    reset.add_argument("--json", action="store_true", help="print JSON")
+
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
@@ -168,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve(cfg, demo=args.demo, host=args.host, port=args.port, workers=args.workers)
     try:
-        return _run_store_command(cfg, args, _command(args))
+        return _run_store_command(cfg, args, _command(args, cfg))
     except StoreError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
@@ -179,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 Command = Callable[[Store], Awaitable[tuple[Any, str]]]
 
 
-def _command(args: argparse.Namespace) -> Command:
+def _command(args: argparse.Namespace, cfg: Config) -> Command:
     """The store call for an operator command: returns (json value, human text)."""
     if args.command == "accounts" and args.action == "create":
         password = _read_password()
@@ -207,6 +213,10 @@ def _command(args: argparse.Namespace) -> Command:
             }, f"{acct.email} is now on plan {acct.plan}"
 
         return set_plan
+    if args.command == "accounts" and args.action == "reset-password":
+        from gateway.security_cli import reset_password_command
+
+        return reset_password_command(args.email, cfg)
     if args.command == "keys":
         return _keys_command(args)
 

@@ -20,6 +20,7 @@ Times are Redis ``TIME`` in ms, the same clock admit.lua uses.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -166,31 +167,69 @@ def normalize_email(email: str) -> str:
     return email
 
 
+# An origin allowlist entry: "*", or [scheme://]host[:port] where the host
+# may start with one wildcard label "*." (admit.lua matches it at a dot
+# boundary). Hosts are names or IPv4 (no "*" inside), or [IPv6].
+_ORIGIN_ENTRY = re.compile(
+    r"(?:(?P<scheme>[a-z][a-z0-9+.-]*)://)?"
+    r"(?P<host>(?:\*\.)?[a-z0-9_~%-]+(?:\.[a-z0-9_~%-]+)*|\[[0-9a-f:.]+\])"
+    r"(?::(?P<port>[0-9]{1,5}))?"
+)
+_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443"}
+
+
+def normalize_origin(entry: str) -> str:
+    """One origin allowlist entry in the form admit.lua compares, or ``StoreError``.
+
+    Lowercased, trailing ``/`` and a scheme's default port dropped (browsers
+    never send them in ``Origin``). A wildcard must be a whole leading label:
+    ``*example.com`` would match ``evilexample.com``, so it is refused with a
+    hint instead of stored.
+    """
+    origin = entry.strip().rstrip("/").lower()
+    if origin == "*":
+        return origin
+    m = _ORIGIN_ENTRY.fullmatch(origin)
+    if m is None:
+        if "*" in origin:
+            raise StoreError(
+                f"{entry.strip()!r}: a wildcard stands for whole subdomains only "
+                "(e.g. *.example.com, which does not match example.com itself)"
+            )
+        raise StoreError(
+            f"{entry.strip()!r} is not an origin (e.g. https://app.example.com or *.example.com)"
+        )
+    scheme, port = m["scheme"], m["port"]
+    if port is not None and scheme is not None and _DEFAULT_PORTS.get(scheme) == port:
+        origin = origin[: -len(port) - 1]
+    return origin
+
+
 def normalize_origins(origins: Iterable[str]) -> tuple[str, ...]:
-    out = []
-    for origin in origins:
-        origin = origin.strip().rstrip("/").lower()
-        if not origin:
-            continue
-        if "\n" in origin or " " in origin:
-            raise StoreError(f"{origin!r} is not an origin (e.g. https://app.example.com)")
-        out.append(origin)
+    out = [normalize_origin(o) for o in origins if o.strip().rstrip("/")]
     return tuple(dict.fromkeys(out))
 
 
 def normalize_ips(ips: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(display CIDRs, bit prefixes) or ``StoreError`` naming the bad entry."""
+    """(display CIDRs, bit prefixes) or ``StoreError`` naming the bad entry.
+
+    ``*`` is kept as is (admit.lua: matches every client); every other entry
+    becomes ``cidr_bits``, so ``::/0`` is the non-empty prefix ``'6'``.
+    """
     shown, bits = [], []
     for ip in ips:
         ip = ip.strip()
         if not ip:
             continue
-        try:
-            bits.append(cidr_bits(ip))
-        except ValueError:
-            raise StoreError(f"{ip!r} is not an IP address or CIDR") from None
+        if ip == "*":
+            bits.append(ip)
+        else:
+            try:
+                bits.append(cidr_bits(ip))
+            except ValueError:
+                raise StoreError(f"{ip!r} is not an IP address or CIDR") from None
         shown.append(ip)
-    return tuple(shown), tuple(bits)
+    return tuple(dict.fromkeys(shown)), tuple(dict.fromkeys(bits))
 
 
 def normalize_methods(methods: Iterable[str]) -> tuple[str, ...]:
@@ -199,7 +238,7 @@ def normalize_methods(methods: Iterable[str]) -> tuple[str, ...]:
         method = method.strip()
         if not method:
             continue
-        if not method.replace("_", "").isalnum():
+        if method != "*" and not method.replace("_", "").isalnum():
             raise StoreError(f"{method!r} is not a JSON-RPC method name")
         out.append(method)
     return tuple(dict.fromkeys(out))
@@ -309,9 +348,10 @@ class Store:
         for key_id in await self.redis.smembers(self._acct_keys_key(account_id)):
             khash = await self.redis.get(self._kid_key(key_id))
             if khash:
-                # A fresh bucket under the new plan's burst, from the next request.
+                # Only the plan changes. The bucket (t, ts) stays: admit.lua
+                # clamps its level to the new plan's burst, so switching plans
+                # back and forth never hands out a fresh full bucket.
                 await self.redis.hset(record_key(self.prefix, khash), "plan", plan)
-                await self.redis.hdel(bucket_key(self.prefix, khash), "t", "ts")
         return Account(account.id, account.email, plan, account.created_at)
 
     # -- keys ----------------------------------------------------------------

@@ -104,6 +104,9 @@ class LimitsConfig:
     upstream_connect_timeout_s: float = 2.0
     upstream_timeout_s: float = 10.0
     max_in_flight: int = 2_048
+    # eth_getLogs block ranges (to - from + 1) above this answer -32602 before
+    # any node sees them; a plan's own max_logs_range overrides it; 0 = none.
+    max_logs_range: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +138,7 @@ class PlanConfig:
     burst: int  # bucket size
     daily_quota: int = 0  # compute units per UTC day, 0 = none
     weights: Mapping[str, int] = field(default_factory=dict)
+    max_logs_range: int = 0  # 0 = limits.max_logs_range
 
     def cost(self, method: str) -> int:
         """Compute units charged for one call of ``method``."""
@@ -159,12 +163,46 @@ class UpstreamConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """The finality-aware answer cache and request coalescing (gateway/intel)."""
+
+    enabled: bool = True
+    max_bytes: int = 64 * 1024 * 1024  # per network per worker, keys + answers + overhead
+    max_entry_bytes: int = 1024 * 1024  # one answer above this is not cached
+    coalesce: bool = True  # identical concurrent reads share one node call
+    # Optional shared tier in Redis for answers that can never change (final).
+    # Off by default: a lookup is a second Redis round trip on a local miss.
+    redis: bool = False
+    redis_ttl_s: float = 3600.0
+    redis_max_bytes: int = 256 * 1024 * 1024  # bytes written within one TTL, all workers
+    redis_max_entry_bytes: int = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HedgeConfig:
+    """Hedged reads: a second node is asked when the first is slower than its p95."""
+
+    enabled: bool = True
+    floor_s: float = 0.05  # never hedge sooner than this
+    ceiling_s: float = 0.5  # never wait longer than this (also the delay before samples)
+    percentile: float = 0.95
+    window: int = 64  # recent latencies kept per node
+
+
+@dataclass(frozen=True, slots=True)
 class DashboardConfig:
     enabled: bool = True
     session_max_age_s: int = 7 * 24 * 3600
     secure_cookies: bool = False
     public_url: str = ""  # shown in endpoint examples; empty = from the request
     max_keys_per_account: int = 20
+    # Account security (gateway/security_store.py, dashboard/account_security.py).
+    reset_link_ttl_s: int = 3600  # `gateway accounts reset-password` links work this long, once
+    login_code_ttl_s: int = 300  # time to type the two-step code after the password
+    login_code_attempts: int = 5  # wrong codes per password entry before starting over
+    recovery_codes: int = 10  # recovery codes issued when two-step log-in is turned on
+    session_seen_interval_s: int = 60  # "last seen" of a session is written at most this often
+    max_sessions_per_account: int = 50  # a log-in past this ends the account's oldest session
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +212,8 @@ class Config:
     redis: RedisConfig = RedisConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     dashboard: DashboardConfig = DashboardConfig()
+    cache: CacheConfig = CacheConfig()
+    hedge: HedgeConfig = HedgeConfig()
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"
@@ -189,6 +229,13 @@ class Config:
             if net.name == name:
                 return net
         raise KeyError(name)
+
+    def max_logs_range(self, plan: str) -> int:
+        """The eth_getLogs range limit of ``plan`` (0 = none)."""
+        for p in self.plans:
+            if p.name == plan and p.max_logs_range:
+                return p.max_logs_range
+        return self.limits.max_logs_range
 
 
 DEFAULT_NETWORKS: dict[str, dict[str, Any]] = {
@@ -220,6 +267,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "redis": RedisConfig,
     "upstream": UpstreamConfig,
     "dashboard": DashboardConfig,
+    "cache": CacheConfig,
+    "hedge": HedgeConfig,
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
@@ -258,6 +307,7 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
 
     if sections["upstream"].client not in ("lean", "aiohttp"):
         raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
+    _check_intel(sections["cache"], sections["hedge"])
     for i, cidr in enumerate(sections["server"].trusted_proxies):
         try:
             ipaddress.ip_network(cidr, strict=False)
@@ -289,6 +339,21 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if default_plan not in plans_raw:
         raise ConfigError(f"default_plan: no plan named {default_plan!r}")
     return Config(networks=networks, plans=plans, default_plan=default_plan, **sections)
+
+
+def _check_intel(cache: CacheConfig, hedge: HedgeConfig) -> None:
+    if cache.max_entry_bytes > cache.max_bytes:
+        raise ConfigError("cache.max_entry_bytes: must not exceed cache.max_bytes")
+    if cache.redis_max_entry_bytes > cache.redis_max_bytes:
+        raise ConfigError("cache.redis_max_entry_bytes: must not exceed cache.redis_max_bytes")
+    if cache.redis and cache.redis_ttl_s <= 0:
+        raise ConfigError("cache.redis_ttl_s: must be positive")
+    if hedge.ceiling_s < hedge.floor_s:
+        raise ConfigError("hedge.ceiling_s: must not be below hedge.floor_s")
+    if not 0.0 < hedge.percentile <= 1.0:
+        raise ConfigError("hedge.percentile: must be in (0, 1]")
+    if hedge.window < 1:
+        raise ConfigError("hedge.window: must be at least 1")
 
 
 def _table(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -384,7 +449,7 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
 
 def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     path = f"plans.{name}"
-    known = {"title", "rate", "burst", "daily_quota", "weights"}
+    known = {"title", "rate", "burst", "daily_quota", "weights", "max_logs_range"}
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -405,6 +470,9 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     for method, units in weights.items():
         if isinstance(units, bool) or not isinstance(units, int) or units < 0:
             raise ConfigError(f"{path}.weights.{method}: expected a non-negative integer")
+    logs_range = table.get("max_logs_range", 0)
+    if isinstance(logs_range, bool) or not isinstance(logs_range, int) or logs_range < 0:
+        raise ConfigError(f"{path}.max_logs_range: expected a non-negative integer (0 = default)")
     title = table.get("title", name.title())
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
@@ -415,6 +483,7 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
         burst=burst,
         daily_quota=quota,
         weights=types.MappingProxyType(dict(weights)),
+        max_logs_range=logs_range,
     )
 
 

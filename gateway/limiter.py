@@ -77,27 +77,41 @@ def usage_prefix(prefix: str, khash: str) -> str:
     return f"{prefix}:{{{khash}}}:"
 
 
+_V4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
 @lru_cache(maxsize=4096)
 def ip_bits(address: str) -> str:
-    """A client IP as 128 bits ('0'/'1'), IPv4 mapped into IPv6, for Lua prefix match."""
+    """A client IP as its family mark ('4'/'6') and 128 bits, for Lua prefix match.
+
+    IPv4 (and IPv4-mapped IPv6) addresses are mapped into IPv6 so one
+    prefix compare serves both families; the mark keeps them apart, so an
+    entry ``::/0`` (just ``'6'``) matches every IPv6 client and no IPv4 one,
+    as SPEC §5 asks. Anything that is not an address gives ``""``, which
+    matches no IP allowlist.
+    """
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return ""
     if isinstance(ip, ipaddress.IPv4Address):
-        ip = ipaddress.IPv6Address(b"\x00" * 10 + b"\xff\xff" + ip.packed)
-    return format(int(ip), "0128b")
+        return "4" + format((0xFFFF << 32) | int(ip), "0128b")
+    return ("4" if ip.ipv4_mapped is not None else "6") + format(int(ip), "0128b")
 
 
 def cidr_bits(cidr: str) -> str:
-    """The network prefix of a CIDR as bits, in the same mapping as ``ip_bits``.
+    """The network prefix of a CIDR as ``ip_bits`` writes addresses: mark, then bits.
 
-    Raises ``ValueError`` for anything that is not an IP network.
+    ``0.0.0.0/0`` is ``'4'`` and 96 bits of the mapping; ``::/0`` is ``'6'``.
+    An IPv6 network inside ``::ffff:0:0/96`` is an IPv4 network. Raises
+    ``ValueError`` for anything that is not an IP network.
     """
     net = ipaddress.ip_network(cidr.strip(), strict=False)
     if isinstance(net, ipaddress.IPv4Network):
-        return ip_bits(str(net.network_address))[: 96 + net.prefixlen]
-    return format(int(net.network_address), "0128b")[: net.prefixlen]
+        return ip_bits(str(net.network_address))[: 1 + 96 + net.prefixlen]
+    bits = format(int(net.network_address), "0128b")[: net.prefixlen]
+    mark = "4" if net.prefixlen >= 96 and net.subnet_of(_V4_MAPPED) else "6"
+    return mark + bits
 
 
 class PlanTable:

@@ -15,7 +15,17 @@ import jinja2
 from aiohttp import web
 
 from gateway.config import Config
-from gateway.dashboard import auth, endpoints, keys, plan, usage
+from gateway.dashboard import (
+    account_security,
+    auth,
+    endpoints,
+    keys,
+    login_code,
+    password_reset,
+    plan,
+    session_tracking,
+    usage,
+)
 from gateway.dashboard.csrf import csrf_middleware
 from gateway.dashboard.security import security_middleware
 from gateway.dashboard.session import session_middleware, visitor_of
@@ -28,6 +38,8 @@ _HERE = Path(__file__).parent
 def setup_dashboard(app: web.Application, cfg: Config) -> None:
     """Mount the dashboard on ``app`` (the gateway app made by ``create_app``)."""
     dash = web.Application(middlewares=[security_middleware, session_middleware, csrf_middleware])
+    dash.middlewares.append(session_tracking.session_tracking_middleware)
+    dash[session_tracking.SEEN] = session_tracking.SeenMemo()
     env = aiohttp_jinja2.setup(
         dash, loader=jinja2.FileSystemLoader(_HERE / "templates"), autoescape=True
     )
@@ -52,9 +64,26 @@ def setup_dashboard(app: web.Application, cfg: Config) -> None:
     r.add_get("/plan", plan.plan_page)
     r.add_post("/plan", plan.switch_plan)
     r.add_get("/endpoints", endpoints.endpoints_page)
+    _security_routes(r)
     r.add_static("/static", _HERE / "static", name="static", append_version=True)
     app.add_subapp(PREFIX, dash)
     app.router.add_get("/", to_dashboard)
+
+
+def _security_routes(r: web.UrlDispatcher) -> None:
+    sec = account_security
+    r.add_get("/security", sec.security_page)
+    r.add_post("/security/password", sec.change_password)
+    r.add_post("/security/sessions/end-others", sec.end_other_sessions)
+    r.add_post("/security/sessions/{ref}/end", sec.end_one_session)
+    r.add_post("/security/two-step/start", sec.start_two_step)
+    r.add_post("/security/two-step/confirm", sec.confirm_two_step)
+    r.add_post("/security/two-step/off", sec.turn_off_two_step)
+    r.add_post("/security/delete", sec.delete_account)
+    r.add_get("/login/code", login_code.code_page)
+    r.add_post("/login/code", login_code.submit_code)
+    r.add_get("/reset", password_reset.reset_page)
+    r.add_post("/reset", password_reset.reset_password)
 
 
 async def home(request: web.Request) -> web.StreamResponse:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.accounts import AlreadyExists, StoreError
-from gateway.dashboard import throttle
+from gateway.dashboard import login_code, throttle
 from gateway.dashboard.session import log_in, log_out, store_of, visitor_of
 from gateway.dashboard.views import redirect, render, safe_next, sentence
 from gateway.handlers import client_ip
@@ -92,6 +92,8 @@ async def login(request: web.Request) -> web.StreamResponse:
         await throttle.login_failed(store, email, ip)
         return again("Wrong email or password.", 401)
     await throttle.login_succeeded(store, email)
+    if await login_code.wanted(request, account.id):  # two-step log-in: the Code page next
+        return await login_code.begin(request, account.id, target)
     response = redirect(target)
     await log_in(request, response, account.id)
     return response

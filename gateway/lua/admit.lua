@@ -18,7 +18,8 @@
 -- ARGV[1] now in ms, or "" to use redis TIME
 -- ARGV[2] number of calls in the request (usage "requests")
 -- ARGV[3] Origin header, or ""
--- ARGV[4] client IP as a 128-char bit string (IPv4 mapped into IPv6), or ""
+-- ARGV[4] client IP: '4' or '6' (its family) then its 128 bits (IPv4 mapped
+--         into IPv6), or "" when unknown
 -- ARGV[5] P = number of plans, then P groups of 5:
 --         name, rate (units/s), burst, daily quota (0 = none), cost of this request
 -- then    M method/count pairs (the distinct methods of the request)
@@ -55,22 +56,39 @@ local day_key = prefix .. 'd:' .. day
 local nplans = tonumber(ARGV[5])
 local mstart = 6 + nplans * 5
 
--- allowlists: entries of one list are ORed, lists are ANDed
+-- allowlists: entries of one list are ORed, lists are ANDed; an entry '*'
+-- alone matches everything (an absent Origin or IP included)
 local allowed = true
 local origins = rec[5]
-if origins and origins ~= '' then
-  local origin = ARGV[3]
+if origins and origins ~= '' and not string.find(origins, '\n*\n', 1, true) then
+  -- entries are stored lowercased: 'scheme://host[:port]', 'host[:port]'
+  -- (any scheme), or a wildcard '*.suffix' / 'scheme://*.suffix' that
+  -- matches hosts ending in '.suffix' (a dot boundary, at least one label
+  -- before it: '*.example.com' matches neither 'evilexample.com' nor
+  -- 'example.com' itself)
+  local origin = string.lower(ARGV[3])
   local ok = false
   if origin ~= '' then
     if string.find(origins, '\n' .. origin .. '\n', 1, true) then
       ok = true
     else
-      for entry in string.gmatch(origins, '[^\n]+') do
-        if string.sub(entry, 1, 1) == '*' then
-          local suffix = string.sub(entry, 2)
-          if #origin > #suffix and string.sub(origin, -#suffix) == suffix then
-            ok = true
-            break
+      local scheme, host = string.match(origin, '^([^/]+)://([^/]+)$')
+      if host then
+        if string.find(origins, '\n' .. host .. '\n', 1, true) then
+          ok = true
+        else
+          for entry in string.gmatch(origins, '[^\n]+') do
+            local star = string.find(entry, '*', 1, true)
+            if star then
+              local head = string.sub(entry, 1, star - 1)
+              local suffix = string.sub(entry, star + 1)
+              if string.sub(suffix, 1, 1) == '.' and #host > #suffix
+                  and string.sub(host, -#suffix) == suffix
+                  and (head == '' or head == scheme .. '://') then
+                ok = true
+                break
+              end
+            end
           end
         end
       end
@@ -78,13 +96,23 @@ if origins and origins ~= '' then
   end
   allowed = ok
 end
+-- IP entries are bit prefixes behind a family mark ('4' or '6', see
+-- limiter.cidr_bits), so '0.0.0.0/0' is '4...' and '::/0' is '6': each
+-- matches its whole family and nothing of the other. Entries stored before
+-- the mark existed are bare bits and are compared without it.
 local ips = rec[6]
-if allowed and ips and ips ~= '' then
+if allowed and ips and ips ~= '' and not string.find(ips, '\n*\n', 1, true) then
   local bits = ARGV[4]
   local ok = false
   if bits ~= '' then
     for entry in string.gmatch(ips, '[^\n]+') do
-      if entry == '*' or string.sub(bits, 1, #entry) == entry then
+      local mark = string.sub(entry, 1, 1)
+      if mark == '4' or mark == '6' then
+        if string.sub(bits, 1, #entry) == entry then
+          ok = true
+          break
+        end
+      elseif string.sub(bits, 2, #entry + 1) == entry then
         ok = true
         break
       end
@@ -93,7 +121,7 @@ if allowed and ips and ips ~= '' then
   allowed = ok
 end
 local methods = rec[7]
-if allowed and methods and methods ~= '' then
+if allowed and methods and methods ~= '' and not string.find(methods, '\n*\n', 1, true) then
   for i = mstart, #ARGV, 2 do
     if not string.find(methods, '\n' .. ARGV[i] .. '\n', 1, true) then
       allowed = false

@@ -126,7 +126,10 @@ async def test_plan_switch_applies_on_next_request(
     assert got[-1] is Status.RATE_LIMITED
     await store.set_plan(account, "payg")
     d = await limiter.admit(key_hash(api_key), 1, {"eth_call": 1}, now_ms=T0)
-    assert d.status is Status.ADMITTED and d.plan == "payg" and d.limit == 200
+    # the new plan applies at once, to the bucket's old (empty) level
+    assert d.status is Status.RATE_LIMITED and d.plan == "payg" and d.limit == 200
+    d = await limiter.admit(key_hash(api_key), 1, {"eth_call": 1}, now_ms=T0 + 10)
+    assert d.status is Status.ADMITTED and d.plan == "payg"  # payg's 100/s refill
 
 
 async def test_allowlists_are_anded_entries_ored(
@@ -164,7 +167,8 @@ def test_ip_bits_map_ipv4_into_ipv6() -> None:
     assert not ip_bits("11.1.2.3").startswith(cidr_bits("10.0.0.0/8"))
     assert ip_bits("::ffff:10.1.2.3") == ip_bits("10.1.2.3")
     assert ip_bits("not an ip") == ""
-    assert len(cidr_bits("0.0.0.0/0")) == 96
+    assert cidr_bits("0.0.0.0/0") == "4" + "0" * 80 + "1" * 16
+    assert cidr_bits("::/0") == "6"
 
 
 async def test_usage_counters_in_the_same_call(

@@ -1,0 +1,252 @@
+"""The in-process answer cache: LRU, bounded in bytes, finality-aware keys.
+
+What it stores is the ``result`` of a call as raw JSON bytes, never a whole
+answer: each caller's answer is rebuilt around its own id (``answer``), so a
+hit costs no parse and no node ever sees the call.
+
+Keys are ``(call_key, tag)``: ``tag`` is None for answers that cannot change
+(FOREVER, or IF_FINAL at or below the finalized block) and the network head's
+``(number, hash)`` for the rest. When the head moves, ``on_head`` drops every
+entry of an older tag at once, so head-dependent entries cost memory for one
+block only; the LRU order only ever evicts to stay under ``max_bytes``.
+
+The byte count is what the entries hold (key + value) plus a fixed per-entry
+overhead for the dict slot, the tuple and two bytes objects, so it tracks the
+real memory within a small factor; the bench reports peak RSS to check it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from gateway.intel.head import NetworkHead
+from gateway.intel.policy import Kind, Policy
+
+ENTRY_OVERHEAD: Final = 200  # bytes per entry beyond key and value (CPython objects)
+_Tag = tuple[int, str | None] | None
+_Slot = tuple[bytes, _Tag]
+
+# Block numbers inside an answer: a block's "number", a tx/receipt/log's
+# "blockNumber". The highest one decides whether the whole answer is final.
+_BLOCK_FIELD: Final = re.compile(rb'"(?:blockNumber|number)"\s*:\s*"0x([0-9a-fA-F]{1,16})"')
+
+
+_UPPER: Final = re.compile(rb"[A-Z]")
+
+
+def call_key(method: str, params: Any) -> bytes:
+    """A canonical key for (method, params): sorted object keys, hex in lower case.
+
+    Two calls that differ only in key order or hex case ask the node the
+    same thing, so they share an entry (and a coalesced flight).
+    """
+    raw = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
+    if _UPPER.search(raw) is not None:  # rare: walk the params only when case may differ
+        raw = orjson.dumps(_canon(params), option=orjson.OPT_SORT_KEYS)
+    return method.encode() + b"\x00" + raw
+
+
+def _canon(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        return value.lower() if value[:2] in ("0x", "0X") else value
+    if kind is list:
+        return [_canon(v) for v in value]
+    if kind is dict:
+        return {k: _canon(v) for k, v in value.items()}
+    return value
+
+
+def answer_block(result: bytes) -> int | None:
+    """The highest block number named in an answer's result, None when it names none."""
+    found = _BLOCK_FIELD.findall(result)
+    return max(int(h, 16) for h in found) if found else None
+
+
+def result_bytes(reply: bytes) -> bytes | None:
+    """The raw JSON of a single successful answer's ``result``; None for errors and junk.
+
+    Numbers beyond 64 bits (which orjson would turn into floats) keep their
+    exact digits through the slow parser, so a cached result is the node's.
+    """
+    try:
+        obj = orjson.loads(reply)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or "error" in obj or "result" not in obj:
+        return None
+    result = obj["result"]
+    if type(result) is str:  # the common case: a hex quantity or data
+        return orjson.dumps(result)
+    if _has_float(result):
+        try:
+            exact = json.loads(reply, parse_int=orjson.Fragment, parse_float=orjson.Fragment)
+        except ValueError:
+            return None
+        result = exact["result"]
+    return orjson.dumps(result)
+
+
+def _has_float(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float:
+            return True
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+    return False
+
+
+def answer(id_json: bytes, result: bytes) -> bytes:
+    """A complete JSON-RPC answer around cached ``result`` bytes for the caller's id."""
+    return b'{"jsonrpc":"2.0","id":' + id_json + b',"result":' + result + b"}"
+
+
+@dataclass(slots=True)
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    stores: int = 0
+    evictions: int = 0  # pushed out to stay under max_bytes
+    expired: int = 0  # dropped because the head moved
+    too_big: int = 0  # answers over max_entry_bytes, not stored
+    hits_by_method: dict[str, int] = field(default_factory=dict)
+    misses_by_method: dict[str, int] = field(default_factory=dict)
+
+
+class ResponseCache:
+    """One network's cache (the head tags of two networks never mix)."""
+
+    __slots__ = ("_by_tag", "_entries", "bytes", "max_bytes", "max_entry_bytes", "peak", "stats")
+
+    def __init__(self, max_bytes: int, max_entry_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = min(max_entry_bytes, max_bytes)
+        self.bytes = 0
+        self.peak = 0
+        self.stats = CacheStats()
+        self._entries: OrderedDict[_Slot, bytes] = OrderedDict()
+        self._by_tag: dict[_Tag, set[bytes]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, method: str, key: bytes, policy: Policy, head: NetworkHead) -> bytes | None:
+        """The cached result bytes for this call at ``head``, or None (a miss)."""
+        kind = policy.kind
+        if kind is Kind.NEVER:
+            return None
+        entries = self._entries
+        value: bytes | None = None
+        if kind is Kind.FOREVER:
+            slot: _Slot = (key, None)
+            value = entries.get(slot)
+        elif kind is Kind.UNTIL_HEAD_MOVES:
+            slot = (key, head.tag)
+            value = entries.get(slot)
+        else:  # IF_FINAL
+            block = policy.block
+            if block is None:  # by hash: final copy first, then this head's
+                slot = (key, None)
+                value = entries.get(slot)
+                if value is None:
+                    slot = (key, head.tag)
+                    value = entries.get(slot)
+            else:
+                slot = (key, None if block <= head.finalized else head.tag)
+                value = entries.get(slot)
+        stats = self.stats
+        if value is None:
+            stats.misses += 1
+            stats.misses_by_method[method] = stats.misses_by_method.get(method, 0) + 1
+            return None
+        entries.move_to_end(slot)
+        stats.hits += 1
+        stats.hits_by_method[method] = stats.hits_by_method.get(method, 0) + 1
+        return value
+
+    def put(
+        self,
+        key: bytes,
+        policy: Policy,
+        head: NetworkHead,
+        result: bytes,
+        *,
+        node_head: int | None = None,
+    ) -> bool:
+        """Store ``result`` (the raw JSON of a successful answer's result) if the policy allows.
+
+        ``head`` must be the snapshot the call was classified at. ``node_head``
+        is the head of the node that answered (None: trust it): an answer
+        keyed to a block is kept only from a node that has that block, so a
+        lagging node's empty logs or null block never become the cached truth.
+        """
+        kind = policy.kind
+        if kind is Kind.NEVER or result == b"null":
+            return False
+        tag: _Tag
+        if kind is Kind.FOREVER:
+            tag = None
+        elif kind is Kind.UNTIL_HEAD_MOVES:
+            if node_head is not None and node_head < head.number:
+                return False  # answered from behind the head this key names
+            tag = head.tag
+        else:
+            block = policy.block
+            if block is None:
+                block = answer_block(result)
+                if block is None:
+                    return False  # says nothing about where it sits: not provably final
+            if node_head is not None and node_head < block:
+                return False
+            tag = None if block <= head.finalized else head.tag
+            if tag is not None and node_head is not None and node_head < head.number:
+                return False
+        size = len(key) + len(result) + ENTRY_OVERHEAD
+        if size > self.max_entry_bytes:
+            self.stats.too_big += 1
+            return False
+        slot = (key, tag)
+        entries = self._entries
+        old = entries.pop(slot, None)
+        if old is not None:
+            self.bytes -= len(key) + len(old) + ENTRY_OVERHEAD
+        while entries and self.bytes + size > self.max_bytes:
+            (old_key, old_tag), old_value = entries.popitem(last=False)
+            self.bytes -= len(old_key) + len(old_value) + ENTRY_OVERHEAD
+            self.stats.evictions += 1
+            if old_tag is not None:
+                self._by_tag.get(old_tag, set()).discard(old_key)
+        entries[slot] = result
+        if tag is not None:
+            self._by_tag.setdefault(tag, set()).add(key)
+        self.bytes += size
+        self.stats.stores += 1
+        if self.bytes > self.peak:
+            self.peak = self.bytes
+        return True
+
+    def on_head(self, head: NetworkHead) -> int:
+        """Drop the entries of every head tag but ``head``'s; returns how many went."""
+        current = head.tag
+        stale = [tag for tag in self._by_tag if tag != current]
+        dropped = 0
+        entries = self._entries
+        for tag in stale:
+            for key in self._by_tag.pop(tag):
+                value = entries.pop((key, tag), None)
+                if value is not None:
+                    self.bytes -= len(key) + len(value) + ENTRY_OVERHEAD
+                    dropped += 1
+        self.stats.expired += dropped
+        return dropped

@@ -1,0 +1,44 @@
+"""The [cache], [hedge] sections and limits.max_logs_range: defaults and validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import ConfigError, config_from_dict
+
+
+def test_defaults() -> None:
+    cfg = config_from_dict({})
+    assert cfg.cache.enabled and cfg.cache.coalesce and not cfg.cache.redis
+    assert cfg.cache.max_bytes == 64 * 1024 * 1024
+    assert (cfg.hedge.floor_s, cfg.hedge.ceiling_s, cfg.hedge.percentile) == (0.05, 0.5, 0.95)
+    assert cfg.limits.max_logs_range == 10_000
+
+
+def test_overrides() -> None:
+    cfg = config_from_dict(
+        {"cache": {"max_bytes": 1000, "max_entry_bytes": 100}, "hedge": {"floor_s": 0.01}}
+    )
+    assert cfg.cache.max_bytes == 1000 and cfg.hedge.floor_s == 0.01
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        ({"cache": {"max_bytes": 10, "max_entry_bytes": 100}}, "cache.max_entry_bytes"),
+        ({"cache": {"redis_max_bytes": 10}}, "cache.redis_max_entry_bytes"),
+        ({"cache": {"redis": True, "redis_ttl_s": 0}}, "cache.redis_ttl_s"),
+        ({"cache": {"max_bytes": -1}}, "cache.max_bytes"),
+        ({"cache": {"size": 1}}, "cache.size"),
+        ({"hedge": {"floor_s": 2.0, "ceiling_s": 1.0}}, "hedge.ceiling_s"),
+        ({"hedge": {"percentile": 0}}, "hedge.percentile"),
+        ({"hedge": {"window": 0}}, "hedge.window"),
+        ({"hedge": {"enabled": "yes"}}, "hedge.enabled"),
+        ({"limits": {"max_logs_range": -5}}, "limits.max_logs_range"),
+        ({"plans": {"free": {"max_logs_range": -1}}}, "plans.free.max_logs_range"),
+        ({"plans": {"free": {"max_logs_range": 1.5}}}, "plans.free.max_logs_range"),
+    ],
+)
+def test_bad_values_name_their_path(raw: dict[str, object], path: str) -> None:
+    with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
+        config_from_dict(raw)
