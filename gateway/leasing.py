@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.allowlists import NO_ALLOWLISTS, Allowlists
 from gateway.config import PlanConfig
 from gateway.limiter import Decision, LimiterUnavailable, Status
 from gateway.usagesink import UsageSink
@@ -59,9 +60,7 @@ class _Key:
     key_id: str = ""
     plan: PlanConfig | None = None
     exp_ms: int = 0
-    origins: tuple[str, ...] = ()
-    ip_prefixes: tuple[str, ...] = ()
-    methods: frozenset[str] = frozenset()
+    allow: Allowlists = NO_ALLOWLISTS
     loaded: float = 0.0  # monotonic time the record was read
     tokens: int = 0  # leased units not yet spent
     used: float = 0.0  # monotonic time of the last local admission
@@ -71,41 +70,6 @@ class _Key:
     rate_window: float = 0.0
     rate_count: int = 0
     rate: float = 0.0  # this process's recent requests/s for the key
-
-
-def origin_allowed(entries: Sequence[str], origin: str) -> bool:
-    """SPEC §5: ``*`` matches all; ``*.example.com`` subdomains at a dot boundary."""
-    if not entries:
-        return True
-    if not origin:
-        return False
-    origin = origin.rstrip("/").lower()
-    host = origin.partition("://")[2] or origin
-    for entry in entries:
-        if entry == "*" or entry == origin:
-            return True
-        if entry.startswith("*."):
-            suffix = entry[1:]
-            if host.endswith(suffix) and len(host) > len(suffix):
-                return True
-        elif "://*." in entry:
-            scheme, _, suffix = entry.partition("://*")
-            if (
-                origin.startswith(scheme + "://")
-                and host.endswith(suffix)
-                and len(host) > len(suffix)
-            ):
-                return True
-    return False
-
-
-def ip_allowed(prefixes: Sequence[str], bits: str) -> bool:
-    """Entries are bit prefixes (see ``limiter.cidr_bits``); ``*`` matches all."""
-    if not prefixes:
-        return True
-    if not bits:
-        return False
-    return any(p == "*" or bits.startswith(p) for p in prefixes)
 
 
 class LeaseLimiter:
@@ -183,12 +147,10 @@ class LeaseLimiter:
             return self._decision(key.refused, key, plan, retry)
         return await self._ask(khash, key, calls, methods, origin, ip_bits, now_ms, cost=cost)
 
-    def _allowed(self, key: _Key, methods: Mapping[str, int], origin: str, ip_bits: str) -> bool:
-        if key.origins and not origin_allowed(key.origins, origin):
-            return False
-        if key.ip_prefixes and not ip_allowed(key.ip_prefixes, ip_bits):
-            return False
-        return not key.methods or all(m in key.methods for m in methods)
+    @staticmethod
+    def _allowed(key: _Key, methods: Mapping[str, int], origin: str, ip_bits: str) -> bool:
+        allow = key.allow
+        return allow.empty or allow.allows(methods, origin, ip_bits)
 
     def _note_rate(self, key: _Key, now: float) -> None:
         """This process's rate of the key, over windows of ``lease_horizon_s``."""
@@ -245,9 +207,7 @@ class LeaseLimiter:
         if cold:
             key.key_id = _text(res[7])
             key.exp_ms = int(res[8] or 0)
-            key.origins = _split(res[10])
-            key.ip_prefixes = _split(res[11])
-            key.methods = frozenset(_split(res[12]))
+            key.allow = Allowlists.parse(_split(res[10]), _split(res[11]), _split(res[12]))
             key.loaded = now
         key.plan = plan
         key.remaining = int(res[2])

@@ -16,9 +16,10 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.accounts import Store
+from gateway.allowlists import Allowlists
 from gateway.auth import key_hash
 from gateway.config import PlanConfig, config_from_dict
-from gateway.leasing import LeaseLimiter, LeaseSettings, ip_allowed, origin_allowed
+from gateway.leasing import LeaseLimiter, LeaseSettings
 from gateway.limiter import Status, cidr_bits, ip_bits
 from gateway.usagesink import UsageSink
 
@@ -176,19 +177,26 @@ async def test_usage_is_flushed_in_the_store_layout(
         (("*.example.com",), "https://app.example.com", True),
         (("*.example.com",), "https://evilexample.com", False),
         (("*.example.com",), "https://example.com", False),
+        (("https://*.example.com",), "http://app.example.com", False),
+        (("app.example.com",), "http://app.example.com", True),
         (("*",), "https://anything.test", True),
+        (("*",), "", True),
         (("https://app.example.com",), "https://app.example.com", True),
         (("https://app.example.com",), "http://app.example.com", False),
-        ((), "", True),
-        (("*",), "", False),
+        (("https://app.example.com",), "", False),
     ],
 )
 def test_origin_rules(entries: tuple[str, ...], origin: str, ok: bool) -> None:
-    assert origin_allowed(entries, origin) is ok
+    assert Allowlists.parse(entries, (), ()).allows((), origin, "") is ok
 
 
 def test_ip_rules() -> None:
     v4_all = cidr_bits("0.0.0.0/0")
-    assert ip_allowed((v4_all, cidr_bits("10.0.0.0/8")), ip_bits("192.0.2.1"))
-    assert not ip_allowed((cidr_bits("10.0.0.0/8"),), ip_bits("192.0.2.1"))
-    assert ip_allowed(("*",), ip_bits("2001:db8::1"))
+    allow = Allowlists.parse((), (v4_all, cidr_bits("10.0.0.0/8")), ())
+    assert allow.allows((), "", ip_bits("192.0.2.1"))
+    assert not allow.allows((), "", ip_bits("2001:db8::1"))
+    assert not Allowlists.parse((), (cidr_bits("10.0.0.0/8"),), ()).allows(
+        (), "", ip_bits("192.0.2.1")
+    )
+    assert Allowlists.parse((), ("*",), ()).allows((), "", ip_bits("2001:db8::1"))
+    assert Allowlists.parse((), (cidr_bits("::/0"),), ()).allows((), "", ip_bits("2001:db8::1"))
