@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,8 @@ class _Key:
     plan: PlanConfig | None = None
     exp_ms: int = 0
     allow: Allowlists = NO_ALLOWLISTS
+    burst: int = 0  # the bucket's size for this key (plan, narrowed by the key's cap)
+    rate: float = 0.0  # refill per second (likewise)
     loaded: float = 0.0  # monotonic time the record was read
     tokens: int = 0  # leased units not yet spent
     used: float = 0.0  # monotonic time of the last local admission
@@ -69,7 +72,7 @@ class _Key:
     remaining: int = 0
     rate_window: float = 0.0
     rate_count: int = 0
-    rate: float = 0.0  # this process's recent requests/s for the key
+    recent: float = 0.0  # this process's recent requests/s for the key
 
 
 class LeaseLimiter:
@@ -133,7 +136,7 @@ class LeaseLimiter:
             return Decision(Status.FORBIDDEN, key.key_id)
         cost = max(1, sum(plan.cost(m) * n for m, n in methods.items()))
         self._note_rate(key, now)
-        if cost > plan.burst:
+        if cost > key.burst:
             self._usage.count(khash, "lim", calls)
             return self._decision(Status.TOO_EXPENSIVE, key, plan, 1000)
         if key.tokens >= cost:
@@ -158,11 +161,11 @@ class LeaseLimiter:
         elapsed = now - key.rate_window
         if elapsed >= self._s.lease_horizon_s:
             current = key.rate_count / elapsed if elapsed < 1.0 else 0.0
-            key.rate = current if key.rate == 0.0 else 0.5 * key.rate + 0.5 * current
+            key.recent = current if key.recent == 0.0 else 0.5 * key.recent + 0.5 * current
             key.rate_window, key.rate_count = now, 0
 
     def _slice(self, key: _Key) -> int:
-        return min(self._s.max_slice, int(key.rate * self._s.lease_horizon_s))
+        return min(self._s.max_slice, int(key.recent * self._s.lease_horizon_s))
 
     async def _ask(
         self,
@@ -210,6 +213,8 @@ class LeaseLimiter:
             key.allow = Allowlists.parse(_split(res[10]), _split(res[11]), _split(res[12]))
             key.loaded = now
         key.plan = plan
+        key.burst = int(res[5])
+        key.rate = int(res[6]) / 1000
         key.remaining = int(res[2])
         granted = int(res[1])
         if cold:
@@ -227,18 +232,17 @@ class LeaseLimiter:
             self._usage.admitted(khash, calls, methods)
             return self._decision(Status.ADMITTED, key, plan, 0)
         retry_ms = int(res[3])
-        if status in (Status.RATE_LIMITED, Status.QUOTA_EXCEEDED):
+        if status is not Status.TOO_EXPENSIVE:
             key.refused_until = now + retry_ms / 1000
             key.refused = status
         self._usage.count(khash, "lim", calls)
         return self._decision(status, key, plan, retry_ms)
 
     def _decision(self, status: Status, key: _Key, plan: PlanConfig, retry_ms: int) -> Decision:
-        remaining = max(0, key.remaining + key.tokens)
-        reset_s = -(-(plan.burst - min(plan.burst, remaining)) // max(1, int(plan.rate)))
-        return Decision(
-            status, key.key_id, plan.burst, remaining, int(reset_s), retry_ms, plan.name
-        )
+        burst = key.burst or plan.burst
+        remaining = min(burst, max(0, key.remaining + key.tokens))
+        reset_s = math.ceil((burst - remaining) / (key.rate or plan.rate or 1))
+        return Decision(status, key.key_id, burst, remaining, reset_s, retry_ms, plan.name)
 
     # -- background --------------------------------------------------------------
     def invalidate(self, khash: str | None = None) -> None:

@@ -35,6 +35,8 @@ class Status(IntEnum):
     RATE_LIMITED = 3
     QUOTA_EXCEEDED = 4
     TOO_EXPENSIVE = 5
+    KEY_RATE_CAPPED = 6  # the owner's per-key requests-per-second cap, not the plan's
+    KEY_DAILY_CAPPED = 7  # the owner's per-key daily compute-unit cap
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,15 +24,22 @@
 --         name, rate (units/s), burst, daily quota (0 = none), cost of this request
 --         (a cached key's worker passes only its plan's group, cost in ARGV[3])
 --
+-- The owner's per-key caps (record fields rcap: requests per second, dcap:
+-- compute units per day; absent = the plan's) narrow the plan: the bucket
+-- refills at min(plan rate, rcap) and holds at most min(plan burst, rcap),
+-- the day allows min(plan quota, dcap).
+--
 -- returns {status, granted, tokens_left, retry_ms, plan, burst, rate_milli,
 --          [id, exp, rev, org, ipb, mth]}
 --   status 0 granted, 1 unknown/expired/revoked, 3 over the token bucket,
---   4 over the daily quota, 5 costs more than the bucket can ever hold
+--   4 over the daily quota, 5 costs more than the bucket can ever hold,
+--   6 over the key's own rate cap, 7 over the key's own daily cap
 
 local DAY_MS = 86400000
 local DAY_TTL_MS = 7862400000  -- usage by day is kept 91 days
 
-local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts')
+local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts',
+  'rcap', 'dcap')
 local function reply(status, granted, left, retry, plan, burst, rate)
   local out = {status, granted, left, retry, plan or '', burst or 0, math.floor((rate or 0) * 1000)}
   if ARGV[2] == '1' then
@@ -70,6 +77,16 @@ local plan = ARGV[base]
 local rate = tonumber(ARGV[base + 1])
 local burst = tonumber(ARGV[base + 2])
 local quota = tonumber(ARGV[base + 3])
+local rate_status, quota_status = 3, 4
+local rcap = tonumber(rec[10] or '')
+if rcap and rcap > 0 and rcap < rate then
+  rate, rate_status = rcap, 6
+  if rcap < burst then burst = math.max(1, math.floor(rcap)) end
+end
+local dcap = tonumber(rec[11] or '')
+if dcap and dcap > 0 and (quota == 0 or dcap < quota) then
+  quota, quota_status = dcap, 7
+end
 local cost = tonumber(ARGV[3])
 if cost < 0 then cost = tonumber(ARGV[base + 4]) end
 local slice = tonumber(ARGV[4])
@@ -113,12 +130,12 @@ local room = -1
 if quota > 0 then
   local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
   if used + cost > quota then
-    return refuse(4, (math.floor(now / DAY_MS) + 1) * DAY_MS - now)
+    return refuse(quota_status, (math.floor(now / DAY_MS) + 1) * DAY_MS - now)
   end
   room = quota - used - cost
 end
 if cost > tokens then
-  return refuse(3, math.ceil((cost - tokens) * 1000 / rate))
+  return refuse(rate_status, math.ceil((cost - tokens) * 1000 / rate))
 end
 
 local extra = math.floor((tokens - cost) / 4)

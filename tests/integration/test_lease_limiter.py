@@ -200,3 +200,26 @@ def test_ip_rules() -> None:
     )
     assert Allowlists.parse((), ("*",), ()).allows((), "", ip_bits("2001:db8::1"))
     assert Allowlists.parse((), (cidr_bits("::/0"),), ()).allows((), "", ip_bits("2001:db8::1"))
+
+
+async def test_the_keys_own_caps_narrow_the_plan(
+    redis: Redis, prefix: str, store: Store, account: str
+) -> None:
+    """rcap 5/s on a 100/s plan: a burst of 5 then 5/s; dcap 12: the 13th unit is refused."""
+    from gateway.limiter import record_key
+
+    clock = Clock()
+    limiter, _, _ = make(redis, prefix, clock)
+    key, _ = await store.create_key(account)
+    khash = key_hash(key)
+    await redis.hset(record_key(prefix, khash), mapping={"rcap": "5", "dcap": "12"})
+    got = [await limiter.admit(khash, 1, {"eth_call": 1}, now_ms=clock.ms) for _ in range(8)]
+    assert [d.status for d in got] == [Status.ADMITTED] * 5 + [Status.KEY_RATE_CAPPED] * 3
+    assert got[0].limit == 5
+    assert got[-1].retry_ms == 200
+    clock.ms += 1000
+    got = [await limiter.admit(khash, 1, {"eth_call": 1}, now_ms=clock.ms) for _ in range(8)]
+    assert [d.status for d in got].count(Status.ADMITTED) == 5
+    clock.ms += 1000
+    got = [await limiter.admit(khash, 1, {"eth_call": 1}, now_ms=clock.ms) for _ in range(5)]
+    assert [d.status for d in got] == [Status.ADMITTED] * 2 + [Status.KEY_DAILY_CAPPED] * 3
