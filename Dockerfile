@@ -21,6 +21,10 @@ RUN pip install . \
 USER gateway
 WORKDIR /var/lib/gateway
 EXPOSE 8545
+# /metrics listens on server.metrics_listen (127.0.0.1:9464 by default, so
+# nothing outside the container sees it). For a Prometheus on a private
+# network, pass --metrics-listen 0.0.0.0:9464 (compose: deploy/gateway.toml)
+# and do not publish that port.
 # The gateway drains on SIGTERM (server.drain_timeout_s, 15 s by default):
 # give it longer than that before SIGKILL (compose: stop_grace_period).
 STOPSIGNAL SIGTERM

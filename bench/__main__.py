@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.redact import redact_report, redact_text, secrets_of
 from bench.report import render_markdown, write_outputs
 from bench.scenarios import SCENARIOS
 from bench.units import duration_arg, fraction_arg
@@ -26,6 +27,7 @@ _EPILOG = """examples:
   python -m bench burst --plan free
   python -m bench revoke --workers 2
   python -m bench steady --target https://rpc.example.com --key $KEY --rate 500
+  python -m bench scale --max-workers 4 --connections 64
 See bench/README.md for the numbers measured on the reference machine."""
 
 # Per-scenario defaults: (duration s, rate req/s) and extra options.
@@ -36,6 +38,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "revoke": {"duration": 8.0, "rate": 100.0},
     "node-failure": {"duration": 12.0, "rate": 500.0},
     "redis-restart": {"duration": 12.0, "rate": 300.0},
+    "scale": {"duration": 5.0, "rate": 0.0},
 }
 
 
@@ -46,6 +49,7 @@ _SHORT = {
     "revoke": "revoke a key under load: ms until the first 401",
     "node-failure": "kill or hang an upstream node under load",
     "redis-restart": "stop and restart Redis under load: fail closed, recover",
+    "scale": "1..N gateway workers, closed loop: throughput vs the ideal line, CPU per part",
 }
 
 
@@ -174,6 +178,18 @@ def build_parser() -> argparse.ArgumentParser:
     rr = parsers["redis-restart"]
     _outage(rr, ("kill", "term"))
     rr.add_argument("--max-recovery", type=duration_arg("s"), default=5.0)
+    sc = parsers["scale"]
+    sc.add_argument(
+        "--max-workers", type=int, default=0, help="largest worker count (0: min(8, CPUs))"
+    )
+    sc.add_argument("--keys", type=int, default=1, help="keys to spread the load over")
+    sc.add_argument(
+        "--min-efficiency",
+        type=float,
+        default=0.8,
+        help="required throughput at N workers / (1-worker throughput x N)",
+    )
+    sc.add_argument("--max-error-rate", type=fraction_arg, default=0.0)
     return parser
 
 
@@ -183,11 +199,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = Path(args.keys_file).read_text().splitlines()
         args.key = (args.key or []) + [line.strip() for line in lines if line.strip()]
     _, scenario = SCENARIOS[args.scenario]
+    secrets = secrets_of(args.key, args.target)
     try:
         report = _run(scenario(args))
     except (RuntimeError, ConnectionError, OSError) as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+        print(f"bench: {redact_text(str(exc), secrets)}", file=sys.stderr)
         return 2
+    # Before anything is written or printed: no key or URL credential in any output.
+    report = redact_report(report, secrets)
     paths = write_outputs(
         report,
         out_dir=args.out_dir or None,

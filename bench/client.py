@@ -2,7 +2,7 @@
 
 Why not aiohttp's client: the load generator must cost much less CPU per
 request than the server under test.  Measured with ``python -m
-bench.clientcost`` on the reference machine (README, "Client cost"), this
+bench.micro.nodeclient`` on the reference machine (README, "Client cost"), this
 protocol needs about 23 µs of CPU per request, an ``aiohttp.ClientSession``
 doing the same keep-alive POSTs 100-130 µs.  One request is in flight per
 connection (no pipelining), as with real clients.

@@ -424,6 +424,13 @@ class LoadResult:
     lag: LatencyHistogram
     cpu_s: list[float]
     second_hists: dict[int, LatencyHistogram]
+    # Filled by the scenario when it owns the stack (bench/partcpu.py): CPU
+    # seconds of each other part over this run, their CPUs, per-CPU
+    # (busy, total) ticks machine-wide, and Redis's own INFO cpu delta.
+    parts_cpu_s: dict[str, float] = field(default_factory=dict)
+    parts_cpus: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
+    cpu_ticks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    redis_info_cpu_s: float | None = None
 
     @classmethod
     def merge(cls, spec: LoadSpec, parts: list[WorkerStats]) -> LoadResult:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from bench.units import duration_arg, fraction_arg
-from gateway.mocknode import MockNodeOptions, start_mock_node
+from gateway.demo.mocknode import MockNodeOptions, start_mock_node
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import verdicts as v
 from bench.hist import LatencyHistogram
 from bench.loadgen import LoadResult
+from bench.redact import redact_argv
 
 GENERATOR_BUSY_PCT = 90.0  # above this the generator may be the bottleneck
 GENERATOR_LAG_MS = 5.0
@@ -80,7 +82,46 @@ def summarize(
         "server_cpu_us_per_req": _per_req(server_cpu_s, answered),
         "redis_cpu_us_per_req": _per_req(redis_cpu_s, answered),
     }
+    out.update(cpu_by_part(results, answered, sum(kinds.get(k, 0) for k in v.ADMITTED_KINDS)))
     return out
+
+
+def cpu_by_part(results: Sequence[LoadResult], answered: int, admitted: int) -> dict[str, Any]:
+    """CPU of each part over the runs, the part at its limit, Redis µs per admission.
+
+    Parts are what the scenario attached (bench/partcpu.py: gateway workers,
+    Redis, mock nodes, proxy) plus each load-generator process.  Redis's
+    figure per *admitted* (2xx) request comes from its own ``INFO cpu``, the
+    number issue 12 sets a target on.
+    """
+    duration = sum(r.duration_s for r in results)
+    cpu_s: dict[str, float] = {}
+    cpus: dict[str, tuple[int, ...] | None] = {}
+    ticks: dict[int, tuple[int, int]] = {}
+    redis: list[float | None] = []
+    for res in results:
+        for part, used in res.parts_cpu_s.items():
+            cpu_s[part] = cpu_s.get(part, 0.0) + used
+            cpus[part] = res.parts_cpus.get(part)
+        for i, used in enumerate(res.cpu_s, 1):
+            part = f"load generator {i}"
+            cpu_s[part] = cpu_s.get(part, 0.0) + used
+            cpus[part] = res.spec.cpus
+        for cpu, (busy, total) in res.cpu_ticks.items():
+            b0, t0 = ticks.get(cpu, (0, 0))
+            ticks[cpu] = (b0 + busy, t0 + total)
+        redis.append(res.redis_info_cpu_s)
+    rows = v.cpu_rows(cpu_s, duration, answered, cpus)
+    machine_busy = v.busy_pct(ticks)
+    redis_s = sum(x for x in redis if x is not None) if all(x is not None for x in redis) else None
+    return {
+        "cpu_by_part": rows,
+        "cpu_busy_pct": {str(cpu): round(pct, 1) for cpu, pct in sorted(machine_busy.items())},
+        "at_limit": v.at_limit(rows, machine_busy),
+        "admitted": admitted,
+        "redis_info_cpu_s": redis_s,
+        "redis_cpu_us_per_admitted": v.per_request_us(redis_s, admitted),
+    }
 
 
 def _per_req(cpu_s: float | None, answered: int) -> float | None:
@@ -139,7 +180,7 @@ def new_report(scenario: str, description: str, params: dict[str, Any]) -> dict[
     return {
         "scenario": scenario,
         "description": description,
-        "command": "python -m bench " + " ".join(sys.argv[1:]),
+        "command": "python -m bench " + " ".join(redact_argv(sys.argv[1:])),
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "params": params,
@@ -212,6 +253,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             "(queueing behind a slow server counts), from the actual send in closed-loop runs.",
             "",
         ]
+    out += render_cpu_by_part(targets)
+    out += render_scale(report.get("scale"))
     ratios: dict[str, dict[str, float | None]] = report.get("ratios", {})
     if ratios:
         names = list(ratios)
@@ -250,6 +293,76 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def render_cpu_by_part(targets: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown lines: each part's CPU per target, and what was at its limit."""
+    if not any(s.get("cpu_by_part") for s in targets.values()):
+        return []
+    out = [
+        "## CPU by part",
+        "",
+        "| target | part | CPUs | CPU s | % of one core | CPU µs per answer |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for name, s in targets.items():
+        for row in s.get("cpu_by_part", []):
+            pinned = ",".join(map(str, row["cpus"])) if row.get("cpus") else "any"
+            out.append(
+                f"| {name} | {row['part']} | {pinned} | {row['cpu_s']:.2f} "
+                f"| {_fmt(row['core_pct'], 0)} | {_fmt(row['us_per_req'], 1)} |"
+            )
+    out.append("")
+    for name, s in targets.items():
+        if "at_limit" not in s:
+            continue
+        busy = ", ".join(f"CPU {c} {p:.0f}%" for c, p in s.get("cpu_busy_pct", {}).items())
+        out.append(
+            f"- {name}: at its limit: **{s['at_limit']}**" + (f" (machine: {busy})" if busy else "")
+        )
+        if s.get("redis_cpu_us_per_admitted") is not None:
+            out.append(
+                f"- {name}: Redis CPU per admitted request (INFO cpu): "
+                f"**{s['redis_cpu_us_per_admitted']:.1f} µs** over {s['admitted']:,} admitted"
+            )
+    out.append("")
+    return out
+
+
+def render_scale(scale: dict[str, Any] | None) -> list[str]:
+    """Markdown lines for ``bench scale``: throughput against the ideal line."""
+    if not scale:
+        return []
+    out = [
+        "## Scaling",
+        "",
+        "| workers | req/s | ideal req/s | efficiency | speed-up | gateway CPU µs/req "
+        "| Redis CPU µs/admitted | at its limit |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in scale["rows"]:
+        out.append(
+            f"| {r['workers']} | {_fmt(r['throughput_rps'], 0)} | {_fmt(r['ideal_rps'], 0)} "
+            f"| {r['efficiency']:.2f} | {r['speedup']:.2f}x "
+            f"| {_fmt(r.get('gateway_cpu_us_per_req'), 0)} "
+            f"| {_fmt(r.get('redis_cpu_us_per_admitted'), 1)} | {r.get('at_limit', '')} |"
+        )
+    out.append("")
+    return out
+
+
+def _plot_scale(ax: Any, scale: dict[str, Any]) -> None:
+    rows = scale["rows"]
+    xs = [r["workers"] for r in rows]
+    ax.plot(xs, [r["throughput_rps"] for r in rows], marker="o", label="measured")
+    ax.plot(xs, [r["ideal_rps"] for r in rows], linestyle="--", color="grey", label="ideal")
+    ax.set_xticks(xs)
+    ax.set_xlabel("gateway workers")
+    ax.set_ylabel("answers per second")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left")
+    ax.set_title("throughput vs workers (ideal: 1-worker throughput x N)")
+
+
 # ---- plot ----------------------------------------------------------------------
 
 
@@ -261,8 +374,11 @@ def plot(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
     import matplotlib.pyplot as plt
 
     tl = report.get("timeline")
-    rows = 2 if tl else 1
+    scale = report.get("scale")
+    rows = 1 + bool(tl) + bool(scale)
     fig, axes = plt.subplots(rows, 1, figsize=(9, 4.2 * rows), squeeze=False)
+    if scale:
+        _plot_scale(axes[rows - 1][0], scale)
     ax = axes[0][0]
     ticks = [0.0, 90.0, 99.0, 99.9, 99.99, 99.999]
     for name, summary in report.get("targets", {}).items():

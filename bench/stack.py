@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuPlan", "ManagedProcess", "Stack", "StackOptions", "cpu_plan", "free_port"]
+__all__ = [
+    "CpuPlan",
+    "ManagedProcess",
+    "Stack",
+    "StackOptions",
+    "cpu_plan",
+    "free_port",
+    "process_tree",
+]
 
 # Rate/burst of the plans the gateway ships; override on the command line
 # when benchmarking a deployment with other plans.
@@ -87,8 +95,8 @@ def _pin(pid: int, cpus: tuple[int, ...] | None) -> None:
             os.sched_setaffinity(pid, cpus)
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (gateway workers), from /proc."""
+def process_tree(pid: int) -> list[int]:
+    """``pid`` first, then its descendants (gateway workers), from /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -101,7 +109,7 @@ def _tree(pid: int) -> list[int]:
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [pid]
     while todo:
-        p = todo.pop()
+        p = todo.pop(0)
         out.append(p)
         todo.extend(children.get(p, []))
     return out
@@ -111,7 +119,7 @@ def cpu_seconds(pid: int) -> float:
     """User+system CPU seconds used so far by ``pid`` and its descendants."""
     total = 0
     tick = os.sysconf("SC_CLK_TCK")
-    for p in _tree(pid):
+    for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()

@@ -7,7 +7,7 @@ figure a scenario prints is computed here from plain numbers.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 ADMITTED_KINDS = ("ok", "rpc_error")  # HTTP 2xx: the gateway let the request through
@@ -138,3 +138,145 @@ def side_by_side_ratios(
         subject.get("server_cpu_us_per_req"), baseline.get("server_cpu_us_per_req")
     )
     return out
+
+
+# ---- CPU of each part: which one is at its limit ---------------------------------
+
+CPU_LIMIT_PCT = 90.0  # a part (or a CPU) this busy is taken to be the bottleneck
+
+
+def parse_info_cpu(text: str) -> float | None:
+    """used_cpu_sys + used_cpu_user (s) from Redis ``INFO cpu`` (children excluded)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        name, sep, value = line.strip().partition(":")
+        if sep and name in ("used_cpu_sys", "used_cpu_user"):
+            try:
+                values[name] = float(value)
+            except ValueError:
+                return None
+    return values["used_cpu_sys"] + values["used_cpu_user"] if len(values) == 2 else None
+
+
+def counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """after - before for every part seen both times (a restarted part counts from 0)."""
+    return {k: a - before[k] if a >= before[k] else a for k, a in after.items() if k in before}
+
+
+def ticks_delta(
+    before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]
+) -> dict[int, tuple[int, int]]:
+    """(busy, total) /proc/stat ticks per CPU between two snapshots."""
+    return {
+        cpu: (a[0] - before[cpu][0], a[1] - before[cpu][1])
+        for cpu, a in after.items()
+        if cpu in before
+    }
+
+
+def busy_pct(ticks: Mapping[int, tuple[int, int]]) -> dict[int, float]:
+    """Machine-wide busy % of each CPU (every process on it, not just ours)."""
+    return {cpu: 100.0 * busy / total for cpu, (busy, total) in ticks.items() if total > 0}
+
+
+def per_request_us(cpu_s: float | None, requests: int) -> float | None:
+    """CPU microseconds per request, or None when either side is unknown or zero."""
+    return cpu_s * 1e6 / requests if cpu_s is not None and requests > 0 else None
+
+
+def cpu_rows(
+    cpu_s: Mapping[str, float],
+    duration_s: float,
+    answered: int,
+    cpus: Mapping[str, Sequence[int] | None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per part: CPU seconds, % of one core over the run, µs per answer."""
+    rows = []
+    for part, seconds in cpu_s.items():
+        pinned = (cpus or {}).get(part)
+        rows.append(
+            {
+                "part": part,
+                "cpu_s": seconds,
+                "core_pct": 100.0 * seconds / duration_s if duration_s > 0 else None,
+                "us_per_req": per_request_us(seconds, answered),
+                "cpus": list(pinned) if pinned is not None else None,
+            }
+        )
+    return rows
+
+
+def at_limit(
+    rows: Sequence[Mapping[str, Any]],
+    cpu_busy_pct: Mapping[int, float] | None = None,
+    limit_pct: float = CPU_LIMIT_PCT,
+) -> str:
+    """Name what limited the run, in words.
+
+    In order: a single part using ``limit_pct`` % of one core (one process
+    is one event loop: it cannot use more); else a CPU set whose pinned parts
+    together use ``limit_pct`` % of its CPUs; else a CPU set busy ``limit_pct``
+    % machine-wide although our parts on it are not (other processes took
+    it); else "none saturated", with the busiest part for orientation.
+    """
+    known = [r for r in rows if r.get("core_pct") is not None]
+    if not known:
+        return "unknown (no CPU figures: remote target)"
+    busiest = max(known, key=lambda r: r["core_pct"])
+    if busiest["core_pct"] >= limit_pct:
+        return f"{busiest['part']} at {busiest['core_pct']:.0f}% of a core"
+    groups: dict[tuple[int, ...], list[Mapping[str, Any]]] = {}
+    for r in known:
+        if r.get("cpus"):
+            groups.setdefault(tuple(r["cpus"]), []).append(r)
+    found = []
+    for cpuset, members in sorted(groups.items()):
+        ours = sum(r["core_pct"] for r in members)
+        capacity = 100.0 * len(cpuset)
+        top = max(members, key=lambda r: r["core_pct"])
+        label = "CPU " + ",".join(map(str, cpuset))
+        machine = [cpu_busy_pct[c] for c in cpuset if cpu_busy_pct and c in cpu_busy_pct]
+        if ours >= limit_pct / 100.0 * capacity:
+            found.append(
+                f"{label} saturated by its {len(members)} pinned parts "
+                f"({ours:.0f}% of {capacity:.0f}%; busiest {top['part']} {top['core_pct']:.0f}%)"
+            )
+        elif machine and sum(machine) >= limit_pct / 100.0 * capacity:
+            found.append(
+                f"{label} saturated by other processes: {sum(machine):.0f}% busy, "
+                f"ours {ours:.0f}% of it"
+            )
+    if found:
+        return "; ".join(found)
+    if cpu_busy_pct and not groups:
+        total = sum(cpu_busy_pct.values())
+        capacity = 100.0 * len(cpu_busy_pct)
+        if total >= limit_pct / 100.0 * capacity:
+            return f"the machine: all CPUs {total / len(cpu_busy_pct):.0f}% busy"
+    return f"none saturated (busiest: {busiest['part']} at {busiest['core_pct']:.0f}% of a core)"
+
+
+def scale_rows(throughput: Mapping[int, float]) -> list[dict[str, Any]]:
+    """Per worker count: throughput, the ideal (1-worker x N), efficiency, speed-up.
+
+    The ideal line is anchored at the smallest count measured, scaled
+    linearly (``base / base_count * n``), so a run that starts at 2 still
+    has a line.
+    """
+    if not throughput:
+        return []
+    base_n = min(throughput)
+    per_worker = throughput[base_n] / base_n
+    rows = []
+    for n in sorted(throughput):
+        ideal = per_worker * n
+        rows.append(
+            {
+                "workers": n,
+                "throughput_rps": throughput[n],
+                "ideal_rps": ideal,
+                "efficiency": throughput[n] / ideal if ideal > 0 else 0.0,
+                "speedup": throughput[n] / throughput[base_n] if throughput[base_n] > 0 else 0.0,
+            }
+        )
+    return rows

@@ -1,8 +1,12 @@
 """``create_app(config)``: wires the parts; each resource has one cleanup_ctx.
 
-Also the gunicorn entry point: ``gunicorn gateway.app:create_app
---worker-class aiohttp.GunicornUVLoopWebWorker`` calls ``create_app()``
+Also a gunicorn entry point: ``gunicorn 'gateway.app:create_app()'
+--worker-class aiohttp.GunicornUVLoopWebWorker`` (with the parentheses:
+aiohttp's worker takes an app or an *async* factory) calls ``create_app()``
 with no argument, which loads the config from ``GATEWAY_CONFIG`` / env.
+Such an app is served by gunicorn's own runner, so it opens its ``/metrics``
+listener itself (one cleanup_ctx); ``gateway.server:gunicorn_app`` and
+``gateway serve`` use ``GatewayRunner``, which does that (and more).
 """
 
 from __future__ import annotations
@@ -14,24 +18,38 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.accesslog import AccessLogger
-from gateway.accounts import Store
-from gateway.clientip import ClientIP
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
-from gateway.embedded import ensure_embedded
-from gateway.handlers import RpcHandler
-from gateway.limiter import MuxLimiter, RedisLimiter
-from gateway.metrics import Metrics
-from gateway.ops import setup_ops_routes
-from gateway.redisconn import admin_connect, connect
-from gateway.redismux import MuxRedis
-from gateway.upstream import NodePool
-from gateway.usage import ErrorCounter
+from gateway.limits.leasing import LeaseLimiter, LeaseSettings
+from gateway.limits.limiter import (
+    ADMIT_LUA,
+    LEASE_LUA,
+    ExactLimiter,
+    MuxScript,
+    RedisScript,
+    ScriptRunner,
+)
+from gateway.ops.accesslog import AccessLogger
+from gateway.ops.metrics import Metrics
+from gateway.ops.metricsport import metrics_listener_ctx
+from gateway.ops.routes import setup_ops_routes
+from gateway.redis.clients import admin_connect, connect, pubsub_connect
+from gateway.redis.embedded import ensure_embedded
+from gateway.redis.mux import MuxRedis
+from gateway.rpc.clientip import ClientIP
+from gateway.rpc.handler import RpcHandler
+from gateway.server.protocol import setup_logging
+from gateway.store.accounts import Store
+from gateway.store.errors import ErrorCounter
+from gateway.store.insight import InsightSink
+from gateway.store.keyevents import KeyEvents
+from gateway.store.usagesink import UsageSink
+from gateway.upstream.pool import NodePool
 
 
 def create_app(config: Config | None = None) -> web.Application:
     """The whole gateway as one aiohttp application."""
+    hosted = config is None  # gunicorn's runner, not ours (see the module docstring)
     cfg = config if config is not None else load_config()
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes, handler_args={"access_log_class": AccessLogger}
@@ -40,13 +58,22 @@ def create_app(config: Config | None = None) -> web.Application:
     app[T.METRICS] = Metrics()
     app[T.CLIENT_IP] = ClientIP(cfg.server.trusted_proxies)
     app.cleanup_ctx.append(_redis_ctx)
+    app.cleanup_ctx.append(_key_events_ctx)
+    app.cleanup_ctx.append(_usage_ctx)
+    app.cleanup_ctx.append(_admission_ctx)
     app.cleanup_ctx.append(_pools_ctx)
     app.cleanup_ctx.append(_errors_ctx)
+    app.cleanup_ctx.append(_insight_ctx)
+    if hosted:
+        setup_logging()  # gunicorn configures only its own loggers
+        app.cleanup_ctx.append(metrics_listener_ctx)
     slots = asyncio.Semaphore(cfg.limits.max_in_flight)
     handlers = [RpcHandler(cfg, net, app[T.METRICS], slots) for net in cfg.networks]
     for handler in handlers:
         app.router.add_route("*", handler.network.prefix, handler.handle)
         app.router.add_route("*", handler.network.prefix + "/{key}", handler.handle)
+        # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
+        app.router.add_route("*", handler.network.prefix + "/{tail:.*}", handler.handle)
     app[T.HANDLERS] = handlers
     app.on_startup.append(_bind_handlers)
     setup_ops_routes(app)
@@ -64,21 +91,16 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     admin = admin_connect(cfg.redis, url)
     app[T.REDIS] = redis
     mux: MuxRedis | None = None
-    if cfg.redis.cluster:
-        app[T.LIMITER] = RedisLimiter(redis, cfg.plans, cfg.redis.prefix)
-    else:
+    if not cfg.redis.cluster:
         mux = MuxRedis(
             url,
             timeout_s=cfg.redis.timeout_ms / 1000,
             connect_timeout_s=cfg.redis.connect_timeout_ms / 1000,
+            log_interval_s=cfg.redis.failure_log_interval_s,
         )
-        app[T.LIMITER] = MuxLimiter(mux, cfg.plans, cfg.redis.prefix)
-    app[T.STORE] = Store(
-        admin,
-        prefix=cfg.redis.prefix,
-        plans=[p.name for p in cfg.plans],
-        default_plan=cfg.default_plan,
-    )
+    app[T.REDIS_URL] = url
+    app[T.MUX] = mux
+    app[T.STORE] = Store.from_config(admin, cfg)
     try:
         yield
     finally:
@@ -88,6 +110,66 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
         await admin.aclose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
+
+
+async def _key_events_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The pub/sub listener that tells this process which key records changed."""
+    cfg = app[T.CONFIG]
+    url = app[T.REDIS_URL]
+    events = KeyEvents(lambda: pubsub_connect(url), cfg.redis.prefix)
+    app[T.KEY_EVENTS] = events
+    task = asyncio.create_task(events.run(), name="key-events")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _usage_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Usage counters summed in this process, flushed each interval and on exit."""
+    cfg = app[T.CONFIG]
+    sink = UsageSink(app[T.STORE].redis, cfg.redis.prefix, interval_s=cfg.admission.usage_flush_s)
+    app[T.USAGE] = sink
+    task = asyncio.create_task(sink.run(), name="usage-flush")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _admission_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The limiter: leased (default) or one exact script call per request."""
+    cfg = app[T.CONFIG]
+    mux = app[T.MUX]
+
+    def runner(lua: str) -> ScriptRunner:
+        return MuxScript(mux, lua) if mux is not None else RedisScript(app[T.REDIS], lua)
+
+    if cfg.admission.mode == "exact":
+        app[T.LIMITER] = ExactLimiter(runner(ADMIT_LUA), cfg.plans, cfg.redis.prefix)
+        yield
+        return
+    a = cfg.admission
+    limiter = LeaseLimiter(
+        runner(LEASE_LUA),
+        cfg.plans,
+        cfg.redis.prefix,
+        app[T.USAGE],
+        LeaseSettings(a.key_ttl_s, a.lease_horizon_s, a.max_slice, a.lease_idle_s),
+    )
+    app[T.KEY_EVENTS].add(limiter.invalidate)
+    app[T.LIMITER] = limiter
+    task = asyncio.create_task(limiter.run(), name="lease-give-back")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -101,6 +183,7 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
             cfg.limits.upstream_connect_timeout_s,
             cfg.limits.upstream_timeout_s,
             metrics=metrics,
+            max_response_bytes=cfg.limits.max_response_bytes,
         )
         await pool.start()
         pools[net.name] = pool
@@ -130,7 +213,33 @@ async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:
             await task
 
 
+async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Request insight per key, flushed by this worker once per interval (and on exit)."""
+    cfg = app[T.CONFIG].insight
+    if not cfg.enabled:
+        yield
+        return
+    sink = InsightSink(
+        app[T.STORE].redis,
+        app[T.CONFIG].redis.prefix,
+        interval_s=cfg.interval_s,
+        log_cap=cfg.log_cap,
+        log_ttl_s=cfg.log_ttl_s,
+        max_keys=cfg.max_keys,
+    )
+    app[T.INSIGHT] = sink
+    task = asyncio.create_task(sink.run(), name="insight-flush")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def _bind_handlers(app: web.Application) -> None:
     """Give the handlers the limiter and pools, which exist once cleanup_ctx ran."""
+    insight = app.get(T.INSIGHT)
     for handler in app[T.HANDLERS]:
         handler.bind(app[T.LIMITER], app[T.POOLS][handler.network.name], app[T.ERRORS])
+        handler.insight = insight

@@ -94,6 +94,18 @@ class ServerConfig:
     drain_timeout_s: float = 15.0  # SIGTERM: in-flight calls get this long to finish
     # Trust X-Forwarded-For from these proxies (CIDRs) for the IP allowlist.
     trusted_proxies: tuple[str, ...] = ()
+    # An answer the client leaves unread (the socket's write buffer stays
+    # full) for this long drops the connection; 0 turns the check off.
+    write_timeout_s: float = 30.0
+    # /metrics is served here, never on the public port; "" turns it off.
+    # With several workers one of them holds it at a time (gateway/server.py).
+    metrics_listen: str = "127.0.0.1:9464"
+    # `serve --workers`: a worker that dies is restarted after this delay,
+    # doubled for each quick death in a row, at most restart_backoff_max_s.
+    restart_backoff_s: float = 0.5
+    restart_backoff_max_s: float = 30.0
+    # SIGHUP: new workers get this long to listen before the old ones drain anyway.
+    worker_ready_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +119,8 @@ class LimitsConfig:
     # eth_getLogs block ranges (to - from + 1) above this answer -32602 before
     # any node sees them; a plan's own max_logs_range overrides it; 0 = none.
     max_logs_range: int = 10_000
+    # A node's answer above this is refused (502); larger ones are streamed.
+    max_response_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +133,8 @@ class RedisConfig:
     connect_timeout_ms: int = 500
     max_connections: int = 64
     prefix: str = "gw"
+    # Hot-path Redis failures: at most one log line per this many seconds.
+    failure_log_interval_s: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +155,8 @@ class PlanConfig:
     daily_quota: int = 0  # compute units per UTC day, 0 = none
     weights: Mapping[str, int] = field(default_factory=dict)
     max_logs_range: int = 0  # 0 = limits.max_logs_range
+    # Price shown as the estimated cost (compute units x price / 1e6); 0 = free.
+    price_per_million_cu: float = 0.0
 
     def cost(self, method: str) -> int:
         """Compute units charged for one call of ``method``."""
@@ -195,7 +213,6 @@ class DashboardConfig:
     session_max_age_s: int = 7 * 24 * 3600
     secure_cookies: bool = False
     public_url: str = ""  # shown in endpoint examples; empty = from the request
-    max_keys_per_account: int = 20
     # Account security (gateway/security_store.py, dashboard/account_security.py).
     reset_link_ttl_s: int = 3600  # `gateway accounts reset-password` links work this long, once
     login_code_ttl_s: int = 300  # time to type the two-step code after the password
@@ -203,6 +220,58 @@ class DashboardConfig:
     recovery_codes: int = 10  # recovery codes issued when two-step log-in is turned on
     session_seen_interval_s: int = 60  # "last seen" of a session is written at most this often
     max_sessions_per_account: int = 50  # a log-in past this ends the account's oldest session
+    max_keys_per_account: int = 20  # keys still in a rotation grace period count
+    # Revoked and expired key records are deleted this long after they stop
+    # working, and an account keeps at most max_inactive_keys of them (oldest
+    # go first): records never pile up and the keys page stays small.
+    inactive_key_retention_s: int = 30 * 86_400
+    max_inactive_keys: int = 20
+    # Log-in throttle, counted BEFORE the password is checked (fixed windows).
+    # Per (email, client IP) and per client IP (IPv6 grouped by /64), plus a
+    # looser per-email ceiling against slow guessing from many addresses; an
+    # (email, IP) pair that logged in within login_remember_s skips that
+    # ceiling, so strangers cannot lock the owner out.
+    login_window_s: int = 900
+    login_per_email_ip: int = 5
+    login_per_ip: int = 20
+    login_email_window_s: int = 3_600
+    login_per_email: int = 30
+    login_remember_s: int = 30 * 86_400
+    signup_window_s: int = 3_600
+    signup_per_ip: int = 10  # each sign-up costs an argon2 hash
+    # argon2 runs in this many threads at most, off the event loop; a log-in
+    # that waits longer than password_hash_wait_s for one answers 503.
+    password_hash_threads: int = 2
+    password_hash_wait_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """How requests are admitted (SPEC §5 "Scale rules"; gateway.limits.leasing).
+
+    ``lease``: each worker leases slices of a key's bucket and admits locally,
+    caches key records (pub/sub invalidation) and flushes usage each
+    ``usage_flush_s``; about one Redis call per slice instead of per request.
+    ``exact``: one admission script call per request (admit.lua).
+    """
+
+    mode: str = "lease"
+    key_ttl_s: float = 5.0  # cached key records are re-read at least this often
+    lease_horizon_s: float = 0.05  # a slice covers this much of a key's recent rate
+    max_slice: int = 1000  # units a lease may add beyond the request's own cost
+    lease_idle_s: float = 0.25  # unused leased units go back after this long unused
+    usage_flush_s: float = 1.0  # usage counters summed in-process are written this often
+
+
+@dataclass(frozen=True, slots=True)
+class InsightConfig:
+    """Request insight per key (gateway/insight.py): summed in each worker, flushed."""
+
+    enabled: bool = True
+    interval_s: float = 1.0  # a worker writes its sums this often (a crash loses at most this)
+    log_cap: int = 200  # failed or rate-limited calls kept per key (the Requests page)
+    log_ttl_s: int = 7 * 24 * 3600  # a key's call log is dropped this long after its last entry
+    max_keys: int = 10_000  # distinct keys summed per worker between flushes; more are dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +283,8 @@ class Config:
     dashboard: DashboardConfig = DashboardConfig()
     cache: CacheConfig = CacheConfig()
     hedge: HedgeConfig = HedgeConfig()
+    insight: InsightConfig = InsightConfig()
+    admission: AdmissionConfig = AdmissionConfig()
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"
@@ -258,7 +329,13 @@ DEFAULT_NETWORKS: dict[str, dict[str, Any]] = {
 
 DEFAULT_PLANS: dict[str, dict[str, Any]] = {
     "free": {"title": "Free", "rate": 25, "burst": 50, "weights": {"eth_getLogs": 50}},
-    "payg": {"title": "Pay as you go", "rate": 300, "burst": 600, "weights": {"eth_getLogs": 50}},
+    "payg": {
+        "title": "Pay as you go",
+        "rate": 300,
+        "burst": 600,
+        "weights": {"eth_getLogs": 50},
+        "price_per_million_cu": 0.5,
+    },
 }
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -269,6 +346,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "dashboard": DashboardConfig,
     "cache": CacheConfig,
     "hedge": HedgeConfig,
+    "insight": InsightConfig,
+    "admission": AdmissionConfig,
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
@@ -307,12 +386,26 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
 
     if sections["upstream"].client not in ("lean", "aiohttp"):
         raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
+    admission = sections["admission"]
+    if admission.mode not in ("lease", "exact"):
+        raise ConfigError('admission.mode: must be "lease" or "exact"')
+    if min(admission.key_ttl_s, admission.lease_idle_s, admission.usage_flush_s) <= 0:
+        raise ConfigError("admission: key_ttl_s, lease_idle_s and usage_flush_s must be positive")
+    if admission.max_slice < 0 or admission.lease_horizon_s < 0:
+        raise ConfigError("admission: max_slice and lease_horizon_s must not be negative")
     _check_intel(sections["cache"], sections["hedge"])
+    if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
+        raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
     for i, cidr in enumerate(sections["server"].trusted_proxies):
         try:
             ipaddress.ip_network(cidr, strict=False)
         except ValueError:
             raise ConfigError(f"server.trusted_proxies[{i}]: not an IP network") from None
+    if (
+        sections["server"].metrics_listen
+        and listen_address(sections["server"].metrics_listen) is None
+    ):
+        raise ConfigError('server.metrics_listen: expected "host:port" (or "" for none)')
 
     nets_raw = {k: dict(v) for k, v in DEFAULT_NETWORKS.items()}
     for name, table in _table(raw, "networks").items():
@@ -449,7 +542,15 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
 
 def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     path = f"plans.{name}"
-    known = {"title", "rate", "burst", "daily_quota", "weights", "max_logs_range"}
+    known = {
+        "title",
+        "rate",
+        "burst",
+        "daily_quota",
+        "weights",
+        "max_logs_range",
+        "price_per_million_cu",
+    }
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -476,6 +577,9 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     title = table.get("title", name.title())
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
+    price = table.get("price_per_million_cu", 0)
+    if isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
+        raise ConfigError(f"{path}.price_per_million_cu: expected a non-negative number (0 = free)")
     return PlanConfig(
         name=name,
         title=title,
@@ -484,7 +588,17 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
         daily_quota=quota,
         weights=types.MappingProxyType(dict(weights)),
         max_logs_range=logs_range,
+        price_per_million_cu=float(price),
     )
+
+
+def listen_address(text: str) -> tuple[str, int] | None:
+    """``"127.0.0.1:9464"`` / ``"[::1]:9464"`` -> (host, port); None when malformed."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return None
+    return host, int(port)
 
 
 def data_dir(cfg: Config) -> Path:

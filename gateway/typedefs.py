@@ -6,25 +6,38 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.accounts import Store
-from gateway.clientip import ClientIP
 from gateway.config import Config
-from gateway.limiter import Limiter
-from gateway.metrics import Metrics
-from gateway.redisconn import RedisClient
-from gateway.upstream import NodePool
-from gateway.usage import ErrorCounter
+from gateway.limits.limiter import Limiter
+from gateway.ops.metrics import Metrics
+from gateway.redis.clients import RedisClient
+from gateway.redis.mux import MuxRedis
+from gateway.rpc.clientip import ClientIP
+from gateway.store.accounts import Store
+from gateway.store.errors import ErrorCounter
+from gateway.store.insight import InsightSink
+from gateway.store.keyevents import KeyEvents
+from gateway.store.usagesink import UsageSink
+from gateway.upstream.pool import NodePool
 
 CONFIG = web.AppKey("config", Config)
 REDIS: web.AppKey[RedisClient] = web.AppKey("redis")
+# The admission check's own connection (None on a Cluster, where REDIS is
+# used): /readyz pings it, so "ready" means the hot path can reach Redis.
+MUX: web.AppKey[MuxRedis | None] = web.AppKey("mux")
+# The URL every Redis client of this app connects to (the embedded server's
+# socket when none is configured); pub/sub listeners open their own connection.
+REDIS_URL = web.AppKey("redis_url", str)
 STORE = web.AppKey("store", Store)
 LIMITER: web.AppKey[Limiter] = web.AppKey("limiter")
 POOLS = web.AppKey("pools", dict[str, NodePool])
 METRICS = web.AppKey("metrics", Metrics)
 ERRORS = web.AppKey("errors", ErrorCounter)
+INSIGHT = web.AppKey("insight", InsightSink)
+USAGE = web.AppKey("usage", UsageSink)
+KEY_EVENTS = web.AppKey("key_events", KeyEvents)
 
 if TYPE_CHECKING:
-    from gateway.handlers import RpcHandler
+    from gateway.rpc.handler import RpcHandler
 
 HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
 
@@ -32,3 +45,7 @@ HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
 RPC_METHOD = web.RequestKey("rpc_method", str)
 KEY_ID = web.RequestKey("key_id", str)
 CLIENT_IP = web.AppKey("client_ip", ClientIP)
+# Request insight (gateway/insight.py): the hash of an existing key, and
+# whether a node's answer held an error (so a big reply is not scanned twice).
+KEY_HASH = web.RequestKey("key_hash", str)
+REPLY_ERROR = web.RequestKey("reply_error", bool)

@@ -20,12 +20,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from gateway.__main__ import main as gateway_main
-from gateway.accounts import Store
 from gateway.app import create_app
+from gateway.cli.main import main as gateway_main
 from gateway.config import Config, config_from_dict
-from gateway.embedded import RedisProcess
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.redis.embedded import RedisProcess
+from gateway.store.accounts import Store
+from tests.helpers.limiters import make_limiter  # noqa: F401  (a shared fixture)
 
 TESTDATA = Path(__file__).parent / "testdata"
 

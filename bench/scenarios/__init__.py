@@ -14,6 +14,7 @@ from typing import Any
 from bench.scenarios.faults import NODE_FAILURE, REDIS_RESTART, node_failure, redis_restart
 from bench.scenarios.limits import BURST, MANY_KEYS, burst, many_keys
 from bench.scenarios.revoke import REVOKE, revoke
+from bench.scenarios.scale import SCALE, scale
 from bench.scenarios.steady import STEADY, steady
 
 Scenario = Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
@@ -25,4 +26,5 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "revoke": (REVOKE, revoke),
     "node-failure": (NODE_FAILURE, node_failure),
     "redis-restart": (REDIS_RESTART, redis_restart),
+    "scale": (SCALE, scale),
 }

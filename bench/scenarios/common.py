@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench import partcpu
 from bench import report as rpt
 from bench import verdicts as v
 from bench.loadgen import LoadResult, LoadRun, LoadSpec
+from bench.redact import redact_text
 from bench.stack import (
     KNOWN_PLANS,
     ManagedProcess,
@@ -31,7 +33,7 @@ KEYS_PER_ACCOUNT = 20  # the gateway's default per-account key ceiling
 
 
 def log(msg: str) -> None:
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
+    print(f"bench: {redact_text(msg)}", file=sys.stderr, flush=True)
 
 
 # ---- environment: a local stack or an existing deployment ---------------------
@@ -176,12 +178,16 @@ async def run_with_events(
     *,
     progress: bool,
     label: str,
+    stack: Stack | None = None,
 ) -> tuple[LoadResult, list[dict[str, Any]]]:
     """Run load; at each (t seconds after start, label, action) run the action.
 
     Each event is logged twice, when the action starts and when it returns,
-    with times relative to the load start.
+    with times relative to the load start.  With the local ``stack`` the CPU
+    of each of its parts over the run is attached to the result, so the
+    report can name the part at its limit.
     """
+    before = await partcpu.snapshot(stack)
     run = LoadRun(spec, progress=progress, label=label)
     task = asyncio.ensure_future(run.run())
     log_: list[dict[str, Any]] = []
@@ -200,7 +206,20 @@ async def run_with_events(
         with contextlib.suppress(BaseException):
             await task
         raise
+    attach_parts(result, before, await partcpu.snapshot(stack))
     return result, log_
+
+
+def attach_parts(
+    result: LoadResult, before: partcpu.PartsSnapshot, after: partcpu.PartsSnapshot
+) -> None:
+    """Store the CPU each part used between two snapshots on ``result``."""
+    result.parts_cpu_s = v.counter_delta(before.cpu_s, after.cpu_s)
+    result.parts_cpus = {k: after.cpus.get(k) for k in result.parts_cpu_s}
+    result.cpu_ticks = v.ticks_delta(before.cpu_ticks, after.cpu_ticks)
+    if before.redis_cpu_s is not None and after.redis_cpu_s is not None:
+        used = after.redis_cpu_s - before.redis_cpu_s
+        result.redis_info_cpu_s = used if used >= 0 else after.redis_cpu_s  # restarted
 
 
 def cpu_of(proc: ManagedProcess | None) -> float | None:

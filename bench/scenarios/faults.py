@@ -45,6 +45,7 @@ async def node_failure(args: argparse.Namespace) -> dict[str, Any]:
              (args.fail_at + args.outage, "node back", recover)],
             progress=not args.quiet,
             label="node-failure",
+            stack=env.stack,
         )  # fmt: skip
         report = base_report("node-failure", NODE_FAILURE, args, env)
         report["targets"]["gateway"] = rpt.summarize([res])
@@ -168,6 +169,7 @@ async def redis_restart(args: argparse.Namespace) -> dict[str, Any]:
              (args.fail_at + args.outage, "redis back", recover)],
             progress=not args.quiet,
             label="redis-restart",
+            stack=env.stack,
         )  # fmt: skip
         report = base_report("redis-restart", REDIS_RESTART, args, env)
         report["targets"]["gateway"] = rpt.summarize([res])

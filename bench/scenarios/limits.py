@@ -32,7 +32,9 @@ async def burst(args: argparse.Namespace) -> dict[str, Any]:
     async with environment(args) as env:
         keys = [k for k, _ in await env.keys(1, plan)]
         spec = load_spec(args, env, env.gateway_url, keys, rate=offered)
-        res, _ = await run_with_events(spec, [], progress=not args.quiet, label="burst")
+        res, _ = await run_with_events(
+            spec, [], progress=not args.quiet, label="burst", stack=env.stack
+        )
         report = base_report("burst", BURST, args, env)
         report["targets"]["gateway"] = rpt.summarize([res])
         report["figures"].update(burst_figures(res, rate, bucket, args.batch))
@@ -99,7 +101,9 @@ async def many_keys(args: argparse.Namespace) -> dict[str, Any]:
         pairs = await env.keys(args.keys, plan)
         keys = [k for k, _ in pairs]
         spec = load_spec(args, env, env.gateway_url, keys, rate=args.per_key_rate * len(keys))
-        res, _ = await run_with_events(spec, [], progress=not args.quiet, label="many-keys")
+        res, _ = await run_with_events(
+            spec, [], progress=not args.quiet, label="many-keys", stack=env.stack
+        )
         report = base_report("many-keys", MANY_KEYS, args, env)
         report["targets"]["gateway"] = rpt.summarize([res])
         figures, checks = many_keys_verdict(

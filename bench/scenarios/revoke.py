@@ -37,6 +37,7 @@ async def revoke(args: argparse.Namespace) -> dict[str, Any]:
             [(args.revoke_at, f"keys revoke {key_id}", lambda: env.revoke(key_id))],
             progress=not args.quiet,
             label="revoke",
+            stack=env.stack,
         )
         report = base_report("revoke", REVOKE, args, env)
         report["targets"]["gateway"] = rpt.summarize([res])

@@ -63,7 +63,9 @@ async def steady(args: argparse.Namespace) -> dict[str, Any]:
                 spec = load_spec(args, env, url, keys)
                 before, redis_before = cpu_of(proc), cpu_of(redis)
                 label = f"{name} {r + 1}/{rounds}" if rounds > 1 else name
-                res, _ = await run_with_events(spec, [], progress=not args.quiet, label=label)
+                res, _ = await run_with_events(
+                    spec, [], progress=not args.quiet, label=label, stack=env.stack
+                )
                 results[name].append(res)
                 cpu[name].append(delta(cpu_of(proc), before))
                 if name == "gateway":

@@ -19,6 +19,7 @@ from gateway.dashboard import (
     account_security,
     auth,
     endpoints,
+    key_insight,
     keys,
     login_code,
     password_reset,
@@ -65,6 +66,9 @@ def setup_dashboard(app: web.Application, cfg: Config) -> None:
     r.add_post("/plan", plan.switch_plan)
     r.add_get("/endpoints", endpoints.endpoints_page)
     _security_routes(r)
+    r.add_get("/keys/{key_id}/limits", key_insight.limits_page)
+    r.add_post("/keys/{key_id}/limits", key_insight.save_limits)
+    r.add_get("/keys/{key_id}/requests", key_insight.requests_page)
     r.add_static("/static", _HERE / "static", name="static", append_version=True)
     app.add_subapp(PREFIX, dash)
     app.router.add_get("/", to_dashboard)

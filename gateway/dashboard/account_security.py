@@ -19,11 +19,11 @@ from typing import Any
 import segno
 from aiohttp import web
 
-from gateway.accounts import Account, StoreError
 from gateway.dashboard.session import log_out, store_of, visitor_of
 from gateway.dashboard.session_tracking import security_of
 from gateway.dashboard.views import config_of, login_required, redirect, render, sentence
-from gateway.security_store import MAX_PASSWORD, MIN_PASSWORD
+from gateway.store.accounts import Account, StoreError
+from gateway.store.security import MAX_PASSWORD, MIN_PASSWORD
 
 PAGE = "/dashboard/security"
 CONFIRM_WORD = "DELETE"
@@ -52,7 +52,6 @@ async def change_password(request: web.Request, account: Account) -> web.StreamR
     if await _locked(request, account):
         return await _page(request, account, error=_LOCKED, status=429)
     if not await sec.check_password(account, current):
-        await _failed(request, account)
         return await _page(request, account, error="The current password is wrong.", status=400)
     try:
         await sec.set_password(account.id, new)
@@ -101,7 +100,6 @@ async def confirm_two_step(request: web.Request, account: Account) -> web.Stream
     code = _field(form, "code").replace(" ", "")
     codes = await sec.confirm_totp(account.id, code, config_of(request).dashboard.recovery_codes)
     if codes is None:
-        await _failed(request, account)
         return await _page(
             request,
             account,
@@ -118,7 +116,6 @@ async def turn_off_two_step(request: web.Request, account: Account) -> web.Strea
     if await _locked(request, account):
         return await _page(request, account, error=_LOCKED, status=429)
     if not await sec.check_password(account, _field(form, "password")):
-        await _failed(request, account)
         return await _page(request, account, error="The password is wrong.", status=400)
     await sec.disable_totp(account.id)
     return redirect(PAGE + "?done=two-step-off")
@@ -135,11 +132,9 @@ async def delete_account(request: web.Request, account: Account) -> web.StreamRe
             request, account, error=f"Type {CONFIRM_WORD} to confirm the deletion.", status=400
         )
     if not await sec.check_password(account, _field(form, "password")):
-        await _failed(request, account)
         return await _page(request, account, error="The password is wrong.", status=400)
     on, _ = await sec.totp_state(account.id)
     if on and not await sec.check_second_factor(account.id, _field(form, "code")):
-        await _failed(request, account)
         return await _page(request, account, error="The two-step code is wrong.", status=400)
     revoked = await sec.delete_account(account)
     response = render(request, "account_deleted.html", {"revoked": revoked})
@@ -193,12 +188,14 @@ def _counter(account: Account) -> str:
 
 
 async def _locked(request: web.Request, account: Account) -> bool:
-    count, _ = await store_of(request).failures(_counter(account))
-    return count >= _CHECK_FAILS
+    """Count this attempt BEFORE its password or code is checked (one atomic call).
 
-
-async def _failed(request: web.Request, account: Account) -> None:
-    await store_of(request).count_failure(_counter(account), _CHECK_WINDOW_MS)
+    Counting first means parallel guesses cannot all be checked before the
+    first is counted (the log-in throttle works the same way); every
+    attempt counts, right or wrong, so the limit is attempts per window.
+    """
+    count, _ = await store_of(request).count_failure(_counter(account), _CHECK_WINDOW_MS)
+    return count > _CHECK_FAILS
 
 
 def _field(form: Mapping[str, Any], name: str) -> str:

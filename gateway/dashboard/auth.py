@@ -1,19 +1,20 @@
 """Sign up, log in, log out.
 
-Passwords are checked by the Store (argon2); this module only adds the web
-parts: throttling failed attempts, rotating the session id on log-in, and
-killing the session server-side on log-out.
+Passwords are checked by the Store (argon2, in a bounded thread pool); this
+module only adds the web parts: counting attempts before any password is
+checked, rotating the session id on log-in, and killing the session
+server-side on log-out.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.accounts import AlreadyExists, StoreError
 from gateway.dashboard import login_code, throttle
 from gateway.dashboard.session import log_in, log_out, store_of, visitor_of
-from gateway.dashboard.views import redirect, render, safe_next, sentence
-from gateway.handlers import client_ip
+from gateway.dashboard.views import config_of, redirect, render, safe_next, sentence
+from gateway.rpc.handler import client_ip
+from gateway.store.accounts import AlreadyExists, Busy, StoreError
 
 MAX_PASSWORD = 1024  # argon2 is happy with more; a cap keeps hashing bounded
 MIN_PASSWORD = 8
@@ -39,7 +40,7 @@ async def signup(request: web.Request) -> web.StreamResponse:
             status=status,
         )
 
-    wait = await throttle.signup_wait_s(store, client_ip(request))
+    wait = await throttle.signup_wait_s(store, config_of(request).dashboard, client_ip(request))
     if wait:
         response = again(
             f"Too many sign-ups from your network. Try again in {_minutes(wait)}.", 429
@@ -52,6 +53,8 @@ async def signup(request: web.Request) -> web.StreamResponse:
         account = await store.create_account(email, password)
     except AlreadyExists:
         return again("An account with that email already exists. Log in instead.", 409)
+    except Busy as exc:
+        return _busy(again(sentence(str(exc)), 503))
     except StoreError as exc:
         return again(sentence(str(exc)))
     response = redirect("/dashboard/keys?msg=welcome")
@@ -80,20 +83,23 @@ async def login(request: web.Request) -> web.StreamResponse:
             request, "login.html", {"email": email, "next": target, "error": error}, status=status
         )
 
-    wait = await throttle.login_wait_s(store, email, ip)
+    limits = config_of(request).dashboard
+    wait = await throttle.login_attempt_wait_s(store, limits, email, ip)  # counted from here
     if wait:
         response = again(f"Too many failed log-ins. Try again in {_minutes(wait)}.", 429)
         response.headers["Retry-After"] = str(wait)
         return response
     account = None
     if 0 < len(password) <= MAX_PASSWORD:
-        account = await store.verify_password(email, password)
+        try:
+            account = await store.verify_password(email, password)
+        except Busy as exc:
+            return _busy(again(sentence(str(exc)), 503))
     if account is None:
-        await throttle.login_failed(store, email, ip)
         return again("Wrong email or password.", 401)
-    await throttle.login_succeeded(store, email)
     if await login_code.wanted(request, account.id):  # two-step log-in: the Code page next
-        return await login_code.begin(request, account.id, target)
+        return await login_code.begin(request, account.id, target)  # counters settle there
+    await throttle.login_succeeded(store, limits, email, ip)
     response = redirect(target)
     await log_in(request, response, account.id)
     return response
@@ -102,6 +108,11 @@ async def login(request: web.Request) -> web.StreamResponse:
 async def logout(request: web.Request) -> web.StreamResponse:
     response = redirect("/dashboard/login?msg=logged-out")
     await log_out(request, response)
+    return response
+
+
+def _busy(response: web.Response) -> web.Response:
+    response.headers["Retry-After"] = "5"
     return response
 
 

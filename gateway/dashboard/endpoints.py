@@ -11,9 +11,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.accounts import Account
 from gateway.config import NetworkConfig
 from gateway.dashboard.views import config_of, login_required, render
+from gateway.store.accounts import Account
 
 ENV_VAR = "RPC_KEY"
 CHAIN_TITLES = {

@@ -15,9 +15,17 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiDictProxy
 
-from gateway.accounts import DAY_MS, HOUR_MS, Account, KeyRecord, NotFound, StoreError
 from gateway.dashboard.session import store_of
 from gateway.dashboard.views import config_of, login_required, redirect, render, sentence
+from gateway.store.accounts import (
+    DAY_MS,
+    HOUR_MS,
+    Account,
+    KeyRecord,
+    NotFound,
+    StoreError,
+    counts_towards_cap,
+)
 
 # (form value, label, milliseconds or None for no expiry)
 EXPIRY_CHOICES: tuple[tuple[str, str, int | None], ...] = (
@@ -104,7 +112,12 @@ async def rotate_key(request: web.Request, account: Account) -> web.StreamRespon
     choices = {value: ms for value, _, ms in GRACE_CHOICES}
     grace = choices.get(str(form.get("grace", DEFAULT_GRACE)), choices[DEFAULT_GRACE])
     try:
-        key, new = await store_of(request).rotate_key(record.id, grace, account_id=account.id)
+        key, new = await store_of(request).rotate_key(
+            record.id,
+            grace,
+            account_id=account.id,
+            max_keys=config_of(request).dashboard.max_keys_per_account,
+        )
     except StoreError as exc:
         return await _page(request, account, error=sentence(str(exc)), status=409)
     old = await store_of(request).get_key(record.id, account.id)  # now with its grace expiry
@@ -133,7 +146,7 @@ async def _page(
     now = await store.now_ms()
     records = await store.list_keys(account.id)
     rows = [_row(r, now) for r in records]
-    active = sum(1 for r in records if r.status(now) == "active" and r.rotated_to is None)
+    active = sum(1 for r in records if counts_towards_cap(r, now))
     context: dict[str, Any] = {
         "rows": rows,
         "form": form or _form_values({}),
@@ -145,6 +158,8 @@ async def _page(
         "environments": ENVIRONMENTS,
         "active_count": active,
         "max_keys": config_of(request).dashboard.max_keys_per_account,
+        "retention_days": config_of(request).dashboard.inactive_key_retention_s // 86_400,
+        "max_inactive": config_of(request).dashboard.max_inactive_keys,
     }
     return render(request, "keys.html", context, account=account, status=status)
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.accounts import NotFound
 from gateway.dashboard import throttle
 from gateway.dashboard.session import COOKIE_PATH, log_in, store_of, visitor_of
 from gateway.dashboard.session_tracking import security_of
 from gateway.dashboard.views import config_of, redirect, render, safe_next
-from gateway.handlers import client_ip
+from gateway.rpc.handler import client_ip
+from gateway.store.accounts import NotFound
+from gateway.store.security import SecurityStore
 
 PENDING_COOKIE = "gw_login2"
 CODE_PAGE = "/dashboard/login/code"
@@ -72,34 +73,26 @@ async def submit_code(request: web.Request) -> web.StreamResponse:
     except NotFound:  # erased while the code page was open
         return _expired()
     ip = client_ip(request)
-    wait = await throttle.login_wait_s(store, account.email, ip)
-    if wait:
-        response = render(
-            request,
-            "login_code.html",
-            {"error": "Too many failed log-ins. Try again later."},
-            status=429,
-        )
-        response.headers["Retry-After"] = str(wait)
-        return response
+    limits = config_of(request).dashboard
+    # Count the try BEFORE the code is checked (one HINCRBY), so parallel
+    # guesses cannot all be checked: at most login_code_attempts codes per
+    # password entry.
+    tries = await sec.pending_login_try(token)
+    if tries > limits.login_code_attempts:
+        return await _start_over(request, sec, token, account.email, pending.next)
     if await sec.check_second_factor(pending.account_id, code):
         await sec.end_pending_login(token)
+        await throttle.login_succeeded(store, limits, account.email, ip)
         response = redirect(safe_next(pending.next))
         response.del_cookie(PENDING_COOKIE, path=COOKIE_PATH)
         await log_in(request, response, pending.account_id)
         return response
-    tries = await sec.pending_login_failed(token)
-    await throttle.login_failed(store, account.email, ip)
-    if tries >= config_of(request).dashboard.login_code_attempts:
-        await sec.end_pending_login(token)
-        response = render(
-            request,
-            "login.html",
-            {"email": account.email, "next": pending.next, "error": _TOO_MANY},
-            status=401,
-        )
-        response.del_cookie(PENDING_COOKIE, path=COOKIE_PATH)
-        return response
+    # A wrong code also counts as a failed log-in of this email and IP, so
+    # guesses add up across password entries (the try counter above already
+    # bounds how many of them can run in parallel).
+    await throttle.login_attempt_wait_s(store, limits, account.email, ip)
+    if tries >= limits.login_code_attempts:
+        return await _start_over(request, sec, token, account.email, pending.next)
     return render(
         request,
         "login_code.html",
@@ -114,5 +107,20 @@ _TOO_MANY = "Too many wrong codes. Log in with your password again."
 def _expired() -> web.StreamResponse:
     """No pending log-in (expired, used up, or never started): back to the password."""
     response = redirect("/dashboard/login")
+    response.del_cookie(PENDING_COOKIE, path=COOKIE_PATH)
+    return response
+
+
+async def _start_over(
+    request: web.Request, sec: SecurityStore, token: str, email: str, next_: str
+) -> web.StreamResponse:
+    """Too many wrong codes: the half-finished log-in ends; the password is asked again."""
+    await sec.end_pending_login(token)
+    response = render(
+        request,
+        "login.html",
+        {"email": email, "next": next_, "error": _TOO_MANY},
+        status=401,
+    )
     response.del_cookie(PENDING_COOKIE, path=COOKIE_PATH)
     return response

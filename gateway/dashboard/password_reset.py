@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.accounts import StoreError
 from gateway.dashboard.session import log_out, visitor_of
 from gateway.dashboard.session_tracking import security_of
 from gateway.dashboard.views import render, sentence
-from gateway.security_store import MAX_PASSWORD, MIN_PASSWORD
+from gateway.store.accounts import StoreError
+from gateway.store.security import MAX_PASSWORD, MIN_PASSWORD
 
 RESET_PATH = "/dashboard/reset"  # also where `gateway accounts reset-password` links point
 

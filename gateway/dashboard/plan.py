@@ -11,10 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.accounts import Account
 from gateway.config import PlanConfig
 from gateway.dashboard.session import store_of
 from gateway.dashboard.views import config_of, fmt_number, login_required, redirect, render
+from gateway.store.accounts import Account
+from gateway.store.insightquery import fmt_money
 
 
 @login_required
@@ -46,4 +47,5 @@ def describe(plan: PlanConfig) -> dict[str, Any]:
         "burst": fmt_number(plan.burst),
         "quota": fmt_number(plan.daily_quota) if plan.daily_quota else None,
         "weights": [(m, fmt_number(w)) for m, w in weights],
+        "price": fmt_money(plan.price_per_million_cu) if plan.price_per_million_cu else None,
     }

@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway import typedefs as T
-from gateway.accounts import Store
+from gateway.store.accounts import Store
 
 SESSION_COOKIE = "gw_session"
 CSRF_COOKIE = "gw_csrf"

@@ -17,8 +17,8 @@ from aiohttp.typedefs import Handler
 
 from gateway.dashboard.session import VISITOR, store_of
 from gateway.dashboard.views import config_of
-from gateway.handlers import client_ip
-from gateway.security_store import SecurityStore
+from gateway.rpc.handler import client_ip
+from gateway.store.security import SecurityStore
 
 _MEMO_MAX = 10_000  # sessions remembered per process before the memo starts over
 

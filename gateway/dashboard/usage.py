@@ -14,11 +14,12 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.accounts import DAY_MS, HOUR_MS, MINUTE_MS, Account, KeyRecord, NotFound, Usage
 from gateway.dashboard.charts import bar_chart
 from gateway.dashboard.keys import STATUS_WORDS
 from gateway.dashboard.session import store_of
-from gateway.dashboard.views import login_required, render
+from gateway.dashboard.views import config_of, fmt_number, login_required, render
+from gateway.store.accounts import DAY_MS, HOUR_MS, MINUTE_MS, Account, KeyRecord, NotFound, Usage
+from gateway.store.insightquery import InsightStore, fmt_money
 
 SUMMARY_LIMIT = 50  # keys listed in the overview table (newest first)
 
@@ -71,6 +72,7 @@ async def usage_page(request: web.Request, account: Account) -> web.StreamRespon
             }
         )
     usage = await store.usage(selected.id, window.span_ms, account_id=account.id)
+    context["month"] = await _month(request, account, records)
     series = chart_series(usage, window)
     context.update(
         {
@@ -89,6 +91,21 @@ async def usage_page(request: web.Request, account: Account) -> web.StreamRespon
         }
     )
     return render(request, "usage.html", context, account=account)
+
+
+async def _month(
+    request: web.Request, account: Account, records: Sequence[KeyRecord]
+) -> dict[str, Any]:
+    """This month's compute units per key and the estimated cost at the account's plan."""
+    insight = InsightStore(store_of(request), config_of(request).plans)
+    cost = await insight.month_cost(records, account.plan)
+    return {
+        "cost": cost,
+        "since": cost.since_ms,
+        "units": fmt_number(cost.compute_units),
+        "price": fmt_money(cost.price_per_million_cu),
+        "estimate": fmt_money(cost.estimated_cost),
+    }
 
 
 def chart_series(usage: Usage, window: Window) -> list[tuple[int, int]]:

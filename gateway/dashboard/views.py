@@ -17,9 +17,9 @@ import aiohttp_jinja2
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.accounts import Account, NotFound
 from gateway.config import Config
 from gateway.dashboard.session import VISITOR, log_out, store_of, visitor_of
+from gateway.store.accounts import Account, NotFound
 
 AccountView = Callable[[web.Request, Account], Awaitable[web.StreamResponse]]
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -86,8 +86,21 @@ def login_required(view: AccountView) -> View:
 
 
 def safe_next(target: str) -> str:
-    """Only same-site dashboard paths are followed after log-in (no open redirect)."""
-    if target.startswith("/dashboard/") and not target.startswith("//") and "\\" not in target:
+    """The ``next`` target if it is a same-site dashboard path, else the keys page.
+
+    Only visible ASCII is accepted: a CR/LF would split the Location header
+    (aiohttp refuses to send it and drops the connection), and ``//host``,
+    ``/\\host`` or a scheme would leave the site. Targets we make ourselves
+    are percent-encoded (``login_required``), so nothing legitimate is lost.
+    """
+    if (
+        len(target) <= 2048
+        and target.startswith("/dashboard/")
+        and target.isascii()
+        and target.isprintable()
+        and " " not in target
+        and "\\" not in target
+    ):
         return target
     return "/dashboard/keys"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import redis
 
-from gateway.embedded import LOOPBACK, RedisProcess
+from gateway.redis.embedded import LOOPBACK, RedisProcess
 
 SLOTS = 16384
 
@@ -121,6 +121,7 @@ class RedisCluster:
             proc = RedisProcess(
                 self.base_dir / f"node{i}",
                 persist=False,
+                tcp=True,  # a cluster's bus needs TCP
                 extra_args=(
                     "--cluster-enabled",
                     "yes",

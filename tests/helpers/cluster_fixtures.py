@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.config import Config, config_from_dict
-from gateway.limiter import RedisLimiter
+from gateway.limits.limiter import RedisLimiter
 from tests.conftest import MakeConfig
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from gateway.embedded import LOOPBACK, free_port
+from gateway.redis.embedded import LOOPBACK, free_port
 
 
 def wait_ready(
@@ -81,15 +81,26 @@ def mock_node_process(chain_id: int) -> Iterator[str]:
 
 
 @contextmanager
-def gateway_processes(count: int, config: Path, env: Mapping[str, str]) -> Iterator[list[int]]:
-    """``count`` processes of ``gateway serve --port P`` sharing ``config``; yields their ports."""
+def gateway_processes(
+    count: int, config: Path, env: Mapping[str, str], metrics_ports: list[int] | None = None
+) -> Iterator[list[int]]:
+    """``count`` processes of ``gateway serve --port P`` sharing ``config``; yields their ports.
+
+    Each gets its own ``--metrics-listen`` port, appended to ``metrics_ports`` when given.
+    """
     full_env = {**os.environ, "GATEWAY_CONFIG": str(config), **env}
     with ExitStack() as stack:
         ports = [free_port() for _ in range(count)]
         procs = []
         for port in ports:
+            metrics_port = free_port()
+            if metrics_ports is not None:
+                metrics_ports.append(metrics_port)
             proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve", "--host", LOOPBACK, "--port", str(port)],
+                [
+                    *(sys.executable, "-m", "gateway", "serve", "--host", LOOPBACK),
+                    *("--port", str(port), "--metrics-listen", f"{LOOPBACK}:{metrics_port}"),
+                ],
                 env=full_env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gateway.embedded import LOOPBACK, free_port
+from gateway.redis.embedded import LOOPBACK, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "127.0.0.2"  # the proxies' address as the gateway sees it

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import Config
-from gateway.server import GatewayRunner
+from gateway.server.protocol import GatewayRunner
 
 HOST = "127.0.0.1"
 

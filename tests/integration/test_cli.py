@@ -9,7 +9,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.__main__ import main, parse_duration_ms
+from gateway.cli.main import main, parse_duration_ms
 
 
 def test_durations() -> None:

@@ -24,13 +24,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio.cluster import RedisCluster
 
 from gateway import typedefs as T
-from gateway.accounts import Store
 from gateway.app import create_app
-from gateway.auth import key_hash
 from gateway.config import Config
-from gateway.embedded import free_port
-from gateway.limiter import record_key
-from gateway.redisconn import connect
+from gateway.limits.limiter import record_key
+from gateway.redis.clients import connect
+from gateway.redis.embedded import free_port
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 from tests.helpers import cluster_fixtures as _cf
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
@@ -51,8 +51,9 @@ from tests.integration.test_limiter import (  # noqa: F401
     test_plan_switch_applies_on_next_request,
     test_revoked_and_expired_keys,
     test_unknown_key_is_unauthorized,
-    test_usage_counters_in_the_same_call,
+    test_usage_counters,
     test_weights_and_batch_cost_are_charged_as_a_whole,
+    under_test,
 )
 from tests.integration.test_rpc import (  # noqa: F401
     test_auth_failure_in_batch_is_one_error_per_call,

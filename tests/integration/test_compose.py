@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from bench.mocknode import build_parser as mocknode_parser
-from gateway.__main__ import build_parser as gateway_parser
+from gateway.cli.main import build_parser as gateway_parser
 from gateway.config import Config, load_config
-from gateway.metrics import Metrics
+from gateway.ops.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
@@ -197,7 +197,15 @@ def test_prometheus_scrapes_every_replica(
     config = yaml.safe_load(bind_mounts(prom)["/etc/prometheus/prometheus.yml"].read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = {t for c in jobs["gateway"]["static_configs"] for t in c["targets"]}
-    assert targets == {f"{name}:{gateway_port(services[name])}" for name in GATEWAYS}
+    metrics_ports = {
+        name: gateway_config(services[name]).server.metrics_listen.rpartition(":")[2]
+        for name in GATEWAYS
+    }
+    assert targets == {f"{name}:{metrics_ports[name]}" for name in GATEWAYS}
+    for name in GATEWAYS:  # the RPC port is not where metrics are
+        assert metrics_ports[name] != str(gateway_port(services[name]))
+        assert gateway_config(services[name]).server.metrics_listen.startswith("0.0.0.0:")
+        assert not any(metrics_ports[name] in p for p in services[name].get("ports", []))
     assert jobs["gateway"].get("metrics_path", "/metrics") == "/metrics"
     stats_bind = next(line for line in haproxy["frontend stats"] if line.startswith("bind "))
     lb_targets = {t for c in jobs["haproxy"]["static_configs"] for t in c["targets"]}

@@ -15,11 +15,11 @@ import pyotp
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from gateway.accounts import Store
 from gateway.app import create_app
-from gateway.auth import key_hash
-from gateway.limiter import record_key, usage_prefix
-from gateway.security_store import SecurityStore
+from gateway.limits.limiter import record_key, usage_prefix
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
+from gateway.store.security import SecurityStore
 from tests.helpers.dashboard import PASSWORD, Element, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]

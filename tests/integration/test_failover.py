@@ -31,10 +31,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.accounts import Store
 from gateway.app import create_app
-from gateway.auth import key_hash
-from gateway.limiter import record_key
+from gateway.limits.limiter import record_key
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 from tests.helpers import cluster_fixtures as _cf
 from tests.helpers.cluster import ClusterNode

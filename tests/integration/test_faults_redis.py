@@ -28,9 +28,9 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway import typedefs as T
-from gateway.accounts import Store
 from gateway.config import Config
-from gateway.embedded import RedisProcess
+from gateway.redis.embedded import RedisProcess
+from gateway.store.accounts import Store
 from tests.helpers.served import served
 
 MakeConfig = Any

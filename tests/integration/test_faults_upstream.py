@@ -22,10 +22,10 @@ import aiohttp
 import pytest
 
 from gateway import typedefs as T
-from gateway.accounts import Store
 from gateway.config import Config
-from gateway.metrics import Metrics
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.ops.metrics import Metrics
+from gateway.store.accounts import Store
 from tests.helpers.served import served
 
 MakeConfig = Any

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.mocknode import MockNode
+from gateway.demo.mocknode import MockNode
 
 
 def _dumps(value: Any) -> bytes:

@@ -16,8 +16,8 @@ import aiohttp
 import orjson
 import pytest
 
+from gateway.demo.chainnode import Chain, ChainNode, start_chain_node
 from gateway.intel.cache import ResponseCache, call_key
-from gateway.intel.chainnode import Chain, ChainNode, start_chain_node
 from gateway.intel.coalesce import Coalescer
 from gateway.intel.head import PROBE_BODY, HeadTracker, parse_probe
 from gateway.intel.hedge import Budget, HedgeStats, LatencyTracker, Launch, run_hedged, timed

@@ -9,9 +9,9 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from gateway.embedded import free_port
 from gateway.intel.cache import call_key
 from gateway.intel.sharedcache import KEY_OVERHEAD, SHARDS, SharedCache
+from gateway.redis.embedded import free_port
 
 
 @pytest.fixture

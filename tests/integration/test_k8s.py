@@ -59,7 +59,7 @@ def _container() -> dict[str, Any]:
 
 def test_every_manifest_has_the_basic_shape() -> None:
     docs = _docs()
-    assert REQUIRED <= {d["kind"] for d in docs}
+    assert {d["kind"] for d in docs} >= REQUIRED
     for doc in docs:
         assert isinstance(doc.get("apiVersion"), str) and doc["apiVersion"]
         assert doc["metadata"]["name"] == "rpc-gateway" or doc["kind"] == "Secret"
@@ -126,7 +126,9 @@ def _config_redis_table() -> dict[str, Any]:
 
 def test_compose_passes_the_compose_spec_schema() -> None:
     """The real compose-spec JSON schema, as vendored by check-jsonschema."""
-    exe = shutil.which("check-jsonschema") or str(Path(sys.executable).with_name("check-jsonschema"))
+    exe = shutil.which("check-jsonschema") or str(
+        Path(sys.executable).with_name("check-jsonschema")
+    )
     if not Path(exe).exists():
         pytest.fail("check-jsonschema is not installed: pip install '.[test]'")
     result = subprocess.run(

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway.accounts import Store
-from gateway.allowlists import Allowlists
-from gateway.auth import key_hash
 from gateway.config import PlanConfig, config_from_dict
-from gateway.leasing import LeaseLimiter, LeaseSettings
-from gateway.limiter import Status, cidr_bits, ip_bits
-from gateway.usagesink import UsageSink
+from gateway.limits.allowlists import Allowlists
+from gateway.limits.leasing import LeaseLimiter, LeaseSettings
+from gateway.limits.limiter import LEASE_LUA, RedisScript, Status, cidr_bits, ip_bits
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
+from gateway.store.usagesink import UsageSink
 
 T0 = 1_700_000_000_000
 
@@ -51,14 +51,12 @@ class Counted:
     """The script runner, counting round trips."""
 
     def __init__(self, redis: Redis) -> None:
-        from gateway.leasing_script import LEASE_LUA
-
-        self._script = redis.register_script(LEASE_LUA)
+        self._script = RedisScript(redis, LEASE_LUA)
         self.calls = 0
 
     async def __call__(self, keys: Sequence[str], args: Sequence[str]) -> Any:
         self.calls += 1
-        return await self._script(keys=list(keys), args=list(args))
+        return await self._script(keys, args)
 
 
 def make(
@@ -206,7 +204,7 @@ async def test_the_keys_own_caps_narrow_the_plan(
     redis: Redis, prefix: str, store: Store, account: str
 ) -> None:
     """rcap 5/s on a 100/s plan: a burst of 5 then 5/s; dcap 12: the 13th unit is refused."""
-    from gateway.limiter import record_key
+    from gateway.limits.limiter import record_key
 
     clock = Clock()
     limiter, _, _ = make(redis, prefix, clock)

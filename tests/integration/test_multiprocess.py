@@ -14,9 +14,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.accounts import Store
-from gateway.embedded import free_port
-from gateway.mocknode import MockNode
+from gateway.demo.mocknode import MockNode
+from gateway.redis.embedded import free_port
+from gateway.store.accounts import Store
 
 BURST = 40
 PROCESSES = 3

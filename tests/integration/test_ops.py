@@ -19,12 +19,14 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.accounts import Store
+from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config
-from gateway.embedded import free_port
-from gateway.mocknode import MockNode, MockNodeOptions
-from gateway.server import GatewayRunner
+from gateway.demo.mocknode import MockNode, MockNodeOptions
+from gateway.redis.embedded import free_port
+from gateway.server.protocol import GatewayRunner
+from gateway.store.accounts import Store
+from tests.helpers.scrape import scrape
 
 MakeConfig = Any
 HOST = "127.0.0.1"
@@ -100,10 +102,11 @@ async def test_metrics_count_requests_latency_upstream_limits(
     for _ in range(5):
         await client.post(f"/bsc/{api_key}", data=CALL, headers=JSON)
     await client.post("/bsc", data=CALL, headers=JSON)  # no key: 401
-    resp = await client.get("/metrics")
-    assert resp.status == 200
-    assert resp.headers["Content-Type"].startswith("text/plain")
-    samples = _samples(await resp.text())
+    assert (await client.get("/metrics")).status == 404  # not on the public port
+    status, content_type, text = await scrape(client.app[T.METRICS])
+    assert status == 200
+    assert content_type.startswith("text/plain")
+    samples = _samples(text)
     labels = (("method", "eth_blockNumber"), ("network", "bsc"))
     assert samples[("gateway_requests_total", (*labels, ("status", "200")))] == 3
     assert samples[("gateway_requests_total", (*labels, ("status", "429")))] == 2
@@ -136,7 +139,7 @@ async def test_metrics_redis_errors_by_policy(
                 "code": -32603,
                 "message": "Service unavailable",
             }
-        samples = _samples(await (await client.get("/metrics")).text())
+        samples = _samples((await scrape(client.app[T.METRICS]))[2])
         policy = "open" if fail_open else "closed"
         assert samples[("gateway_redis_errors_total", (("policy", policy),))] == 1
 

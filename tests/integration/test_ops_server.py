@@ -23,8 +23,8 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import Config
-from gateway.mocknode import MockNode, MockNodeOptions
-from gateway.server import GatewayRunner
+from gateway.demo.mocknode import MockNode, MockNodeOptions
+from gateway.server.protocol import GatewayRunner
 
 MakeConfig = Any
 HOST = "127.0.0.1"
@@ -301,7 +301,7 @@ async def test_drain_finishes_in_flight_then_closes(
 def test_worker_config_round_trip(make_config: MakeConfig) -> None:
     """``gateway serve --workers N`` hands its exact config to the workers."""
     from gateway.config import config_from_dict
-    from gateway.serve import config_to_raw
+    from gateway.server.runner import config_to_raw
 
     cfg = make_config(
         {

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from gateway.accounts import Store
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 from tests.helpers.proxies import SOURCE, haproxy, nginx
 from tests.helpers.served import served

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.embedded import RedisProcess
-from gateway.redismux import MuxRedis, RedisUnavailable
+from gateway.redis.embedded import RedisProcess
+from gateway.redis.mux import MuxRedis, RedisUnavailable
 
 SCRIPT = "return {KEYS[1], ARGV[1]}"
 
@@ -89,14 +89,13 @@ async def test_dead_server_fails_fast_and_reconnects(own_redis: RedisProcess) ->
     mux = MuxRedis(own_redis.url, timeout_s=0.2, retry_interval_s=0.05)
     try:
         await mux.call(("SET", "x", "1"))
-        port = own_redis.port
         own_redis.stop()
         started = time.monotonic()
         for _ in range(5):
             with pytest.raises(RedisUnavailable):
                 await mux.call(("GET", "x"))
         assert time.monotonic() - started < 1.0
-        own_redis.start(port=port)
+        own_redis.start()  # the same socket path again
         await _answers_again(mux)
     finally:
         await mux.close()
@@ -104,7 +103,7 @@ async def test_dead_server_fails_fast_and_reconnects(own_redis: RedisProcess) ->
 
 async def test_auth_and_db_from_url(tmp_path: Path) -> None:
     with RedisProcess(tmp_path, persist=False, extra_args=("--requirepass", "s3cret")) as proc:
-        url = proc.url.replace("redis://", "redis://:s3cret@").rsplit("/", 1)[0] + "/3"
+        url = proc.url.replace("unix://", "unix://:s3cret@") + "?db=3"
         mux = MuxRedis(url)
         try:
             await mux.call(("SET", "k", "v"))

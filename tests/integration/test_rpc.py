@@ -9,9 +9,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.accounts import Store
 from gateway.app import create_app
-from gateway.mocknode import MockNode
+from gateway.demo.mocknode import MockNode
+from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
 
 Client = TestClient[web.Request, web.Application]
@@ -312,6 +312,7 @@ async def test_slow_upstream_is_504(
     "raw_id",
     [
         b"0",
+        b"-0",
         b"-1",
         b"9223372036854775807",
         b"18446744073709551616",
@@ -441,8 +442,8 @@ async def test_no_cors_elsewhere(client: Client) -> None:
         assert "Access-Control-Allow-Origin" not in resp.headers
 
 
-async def test_single_call_bytes_pass_through(client: Client, api_key: str) -> None:
-    # odd but valid formatting and key order survive, because the bytes are forwarded
+async def test_odd_formatting_is_answered_in_the_usual_shape(client: Client, api_key: str) -> None:
+    # odd but valid formatting and key order: the node gets the canonical form
     raw = b'{ "method" : "eth_chainId", "params":[], "id" : 1 , "jsonrpc":"2.0"}'
     resp = await client.post(f"/bsc/{api_key}", data=raw, headers=JSON)
     assert resp.status == 200

@@ -26,10 +26,10 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from gateway.accounts import Store
-from gateway.auth import key_hash
-from gateway.embedded import LOOPBACK, RedisProcess, free_port
-from gateway.limiter import bucket_key
+from gateway.limits.limiter import bucket_key
+from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
+from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 from tests.helpers.balancer import Backend, Balancer
 from tests.helpers.procs import gateway_processes, mock_node_process
 
@@ -46,6 +46,7 @@ JSON = {"Content-Type": "application/json"}
 class Stack:
     ports: list[int]
     prefix: str
+    metrics_ports: list[int]
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +65,13 @@ def stack(redis_server: RedisProcess, tmp_path_factory: pytest.TempPathFactory) 
             "[server]\naccess_log = false\n"
             "[upstream]\nprobe_interval_s = 0.5\n"
         )
+        metrics_ports: list[int] = []
         ports = es.enter_context(
-            gateway_processes(REPLICAS, Path(cfg), {"GATEWAY_REDIS_URL": redis_server.url})
+            gateway_processes(
+                REPLICAS, Path(cfg), {"GATEWAY_REDIS_URL": redis_server.url}, metrics_ports
+            )
         )
-        yield Stack(ports, prefix)
+        yield Stack(ports, prefix, metrics_ports)
 
 
 @pytest.fixture
@@ -82,7 +86,7 @@ async def balancer(stack: Stack) -> AsyncIterator[Balancer]:
 
 
 async def requests_served(session: aiohttp.ClientSession, port: int) -> float:
-    """``gateway_requests_total`` summed over labels, from one replica's /metrics."""
+    """``gateway_requests_total`` summed over labels, from one replica's metrics port."""
     async with session.get(f"http://{LOOPBACK}:{port}/metrics") as resp:
         text = await resp.text()
     return sum(
@@ -116,7 +120,7 @@ async def test_one_keys_limit_holds_across_three_replicas(
                 assert resp.status == 200
 
         await asyncio.gather(*(warm() for _ in range(CONNECTIONS)))
-        before = [await requests_served(session, p) for p in stack.ports]
+        before = [await requests_served(session, p) for p in stack.metrics_ports]
         # One request alone: the Redis time of the first admission, t0.
         client_start = time.monotonic()
         async with session.post(url, data=BODY, headers=JSON) as resp:
@@ -135,7 +139,7 @@ async def test_one_keys_limit_holds_across_three_replicas(
         client_s = time.monotonic() - client_start
         t1 = (await stack_store.get_key(rec.id)).last_used_at  # the last admission
         left = float(await redis.hget(bucket_key(stack.prefix, key_hash(key)), "t") or 0)
-        after = [await requests_served(session, p) for p in stack.ports]
+        after = [await requests_served(session, p) for p in stack.metrics_ports]
 
     assert t0 is not None and t1 is not None
     assert set(statuses) <= {200, 429}, statuses

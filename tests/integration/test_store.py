@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.accounts import AlreadyExists, NotFound, Store, StoreError
-from gateway.auth import key_hash, well_formed
 from gateway.config import config_from_dict
-from gateway.limiter import RedisLimiter, Status
+from gateway.limits.limiter import RedisLimiter, Status
+from gateway.rpc.auth import key_hash, well_formed
+from gateway.store.accounts import AlreadyExists, NotFound, Store, StoreError
 
 
 async def test_accounts_and_passwords(store: Store) -> None:

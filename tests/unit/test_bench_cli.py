@@ -16,7 +16,7 @@ from bench.baseline_proxy import create_app, parse_routes
 from bench.scenarios import SCENARIOS
 from bench.stack import cpu_plan, parse_cli_json
 from bench.workload import Endpoint, make_requests, rpc_body
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from bench.client import build_request
 from bench.hist import LatencyHistogram
 from bench.loadgen import LoadSpec, WorkerStats, _Worker, intended_times, run_load
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}'
 

@@ -13,8 +13,8 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from gateway.clientip import ClientIP
-from gateway.limiter import ip_bits
+from gateway.limits.limiter import ip_bits
+from gateway.rpc.clientip import ClientIP
 
 
 def request(peer: str, *forwarded: str) -> Any:

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 
 NodeFactory = Callable[..., Awaitable[MockNode]]
 

@@ -7,7 +7,7 @@ import time
 import pyotp
 import pytest
 
-from gateway.security_store import (
+from gateway.store.security import (
     _matching_step,
     mask_ip,
     new_recovery_code,

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from gateway.config import DEFAULT_METHODS, NetworkConfig, UpstreamConfig
-from gateway.embedded import free_port
-from gateway.metrics import Metrics
-from gateway.mocknode import MockNode, MockNodeOptions, start_mock_node
-from gateway.upstream import NodePool, UpstreamError
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.ops.metrics import Metrics
+from gateway.redis.embedded import free_port
+from gateway.upstream.pool import NodePool, UpstreamError
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 SEND = b'{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x01"]}'
@@ -173,8 +173,13 @@ async def test_all_nodes_out_still_tries(nodes: list[MockNode], make_pool: PoolF
 async def test_slow_node_times_out_then_fails_over(
     nodes: list[MockNode], make_pool: PoolFactory
 ) -> None:
+    metrics = Metrics()
     pool = await make_pool(
-        [n.url for n in nodes[:2]], total_s=2.0, attempt_timeout_s=0.2, fail_threshold=100
+        [n.url for n in nodes[:2]],
+        metrics=metrics,
+        total_s=2.0,
+        attempt_timeout_s=0.2,
+        fail_threshold=100,
     )
     nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=1500)
     started = time.monotonic()
@@ -182,7 +187,7 @@ async def test_slow_node_times_out_then_fails_over(
         assert b"result" in await pool.forward(CALL)
     elapsed = time.monotonic() - started
     assert elapsed < 0.2 * 2 + 0.3  # two of four calls hit the slow node first
-    assert pool.nodes[0].failures == 2
+    assert metrics.upstream_results.labels("bsc", "bsc-0", "timeout")._value.get() == 2
 
 
 async def test_everything_slow_is_a_timeout(nodes: list[MockNode], make_pool: PoolFactory) -> None:
@@ -261,7 +266,7 @@ async def test_retry_budget_caps_extra_load(nodes: list[MockNode], make_pool: Po
     for _ in range(calls):
         with pytest.raises(UpstreamError):
             await pool.forward(CALL)
-    attempts = sum(n.requests for n in pool.nodes)
+    attempts = sum(n.requests for n in nodes)
     assert attempts <= calls * 1.2 + 10  # 10: the bucket's starting tokens
 
 

@@ -1,0 +1,16 @@
+"""Micro-benchmarks that justify the hand-written fast paths.
+
+Each module measures one fast path against the library call it replaces,
+the same way (closed loop, same concurrency, the far side in another process
+on another CPU), and prints client CPU microseconds per call, so a claim in a
+docstring can be re-checked on any machine:
+
+* ``python -m bench.micro.nodeclient``: gateway/nodeclient.py and the load
+  generator's client vs ``aiohttp.ClientSession``;
+* ``python -m bench.micro.redismux``: ``EVALSHA`` through gateway/redismux.py
+  vs ``redis.asyncio``;
+* ``python -m bench.micro.watchdog``: gateway/server.py's ``GatewayRunner``
+  (slow-client watchdog, connection cap) vs plain ``web.AppRunner``.
+
+Every module takes ``--json``.
+"""

@@ -1,0 +1,152 @@
+"""A key's own pages: its Limits (the owner's caps) and its Requests (insight, failed calls).
+
+Both are reached from the key's row on the API Keys page. The key is
+always looked up with the logged-in account's id, so another account's
+key id answers 404 like one that never existed. Writes go through
+``KeyLimits`` (gateway/key_limits.py), reads through ``InsightStore``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gateway.dashboard.session import store_of
+from gateway.dashboard.views import (
+    config_of,
+    fmt_number,
+    login_required,
+    redirect,
+    render,
+    sentence,
+)
+from gateway.store.accounts import Account, KeyRecord, NotFound, StoreError
+from gateway.store.insightquery import WINDOWS, InsightStore, fmt_ms
+from gateway.store.keylimits import KeyLimits, fmt_rate, parse_daily, parse_rate
+
+# Words for the JSON-RPC codes the gateway itself answers with (SPEC §4).
+CODE_WORDS = {
+    -32700: "Parse error",
+    -32600: "Invalid request",
+    -32601: "Method not found",
+    -32602: "Invalid params",
+    -32603: "Internal or upstream error",
+    -32001: "Key refused",
+    -32005: "Rate limited",
+}
+MAX_FILTER = 64  # longest method name or code accepted as a filter
+
+
+def _limits(request: web.Request) -> KeyLimits:
+    return KeyLimits(store_of(request), config_of(request).plans)
+
+
+async def _own_key(request: web.Request, account: Account) -> KeyRecord:
+    try:
+        return await store_of(request).get_key(request.match_info["key_id"], account.id)
+    except NotFound:
+        raise web.HTTPNotFound() from None
+
+
+@login_required
+async def limits_page(request: web.Request, account: Account) -> web.StreamResponse:
+    record = await _own_key(request, account)
+    return await _limits_page(request, account, record, saved=request.query.get("saved") == "1")
+
+
+@login_required
+async def save_limits(request: web.Request, account: Account) -> web.StreamResponse:
+    record = await _own_key(request, account)
+    form = await request.post()
+    values = {name: str(form.get(name, ""))[:32] for name in ("rate", "daily_cu")}
+    try:
+        await _limits(request).set_key_limits(
+            account.id,
+            record.id,
+            rate=parse_rate(values["rate"]),
+            daily_cu=parse_daily(values["daily_cu"]),
+        )
+    except NotFound:
+        raise web.HTTPNotFound() from None
+    except StoreError as exc:
+        return await _limits_page(
+            request, account, record, form=values, error=sentence(str(exc)), status=400
+        )
+    return redirect(f"/dashboard/keys/{record.id}/limits?saved=1")
+
+
+async def _limits_page(
+    request: web.Request,
+    account: Account,
+    record: KeyRecord,
+    *,
+    form: dict[str, str] | None = None,
+    error: str | None = None,
+    saved: bool = False,
+    status: int = 200,
+) -> web.Response:
+    try:
+        plan = _limits(request).plan_of(record)
+    except StoreError:
+        raise web.HTTPNotFound() from None
+    if form is None:
+        form = {
+            "rate": "" if record.rate_cap is None else fmt_rate(record.rate_cap),
+            "daily_cu": "" if record.daily_cu_cap is None else str(record.daily_cu_cap),
+        }
+    context: dict[str, Any] = {
+        "key": record,
+        "plan": plan,
+        "plan_rate": fmt_number(plan.rate),
+        "plan_quota": fmt_number(plan.daily_quota) if plan.daily_quota else None,
+        "form": form,
+        "error": error,
+        "saved": saved,
+    }
+    return render(request, "key_limits.html", context, account=account, status=status)
+
+
+@login_required
+async def requests_page(request: web.Request, account: Account) -> web.StreamResponse:
+    record = await _own_key(request, account)
+    insight = InsightStore(store_of(request), config_of(request).plans)
+    method = request.query.get("method", "").strip()[:MAX_FILTER]
+    code_text = request.query.get("code", "").strip()[:MAX_FILTER]
+    code: int | None = None
+    error = None
+    if code_text:
+        try:
+            code = int(code_text)
+        except ValueError:
+            error = f"“{code_text}” is not an error code; codes are whole numbers such as -32005."
+    cap = config_of(request).insight.log_cap
+    everything = await insight.calls(record.id, account_id=account.id, limit=cap)
+    shown = [
+        c
+        for c in everything
+        if (not method or c.method == method) and (code is None or c.code == code)
+    ]
+    tables = [
+        {
+            "name": name,
+            "title": title,
+            "rows": await insight.methods(record.id, name, account_id=account.id),
+        }
+        for name, (title, _) in WINDOWS.items()
+    ]
+    context: dict[str, Any] = {
+        "key": record,
+        "tables": tables,
+        "calls": shown,
+        "total_logged": len(everything),
+        "log_cap": cap,
+        "method": method,
+        "code": code_text,
+        "error": error,
+        "known_methods": sorted({c.method for c in everything}),
+        "known_codes": sorted({c.code for c in everything if c.code}),
+        "code_words": CODE_WORDS,
+        "fmt_ms": fmt_ms,
+    }
+    return render(request, "key_requests.html", context, account=account)

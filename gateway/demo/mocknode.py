@@ -1,0 +1,640 @@
+"""A lean mock blockchain JSON-RPC node for tests, demos and benchmarks.
+
+The node is a raw ``asyncio.Protocol`` HTTP/1.1 server rather than an aiohttp
+app because it sits behind the gateway in every load test: it has to cost far
+less CPU per call than the thing being measured, or the benchmark measures the
+mock.  It speaks just enough HTTP/1.1 for real clients (keep-alive,
+``Content-Length`` and chunked bodies, pipelining, ``Connection: close``) and
+answers a fixed set of Ethereum JSON-RPC methods with canned, deterministic
+data.
+
+Fault injection (latency, HTTP 500, HTTP 429, dropped connections, a node that
+is down, a lagging head) is driven by :class:`MockNodeOptions`, which tests
+swap at runtime with :func:`dataclasses.replace` to script failures.
+
+Request ids are echoed exactly: numbers of any size keep their literal bytes
+(orjson refuses integers beyond 64 bits, so such bodies are re-read with the
+stdlib parser, keeping every number as an :class:`orjson.Fragment`); strings
+come back as equal JSON strings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import decimal
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Literal, cast
+
+import orjson
+
+__all__ = ["LatencyDist", "MockNode", "MockNodeOptions", "go_decode", "start_mock_node"]
+
+LatencyDist = Literal["uniform", "exponential"]
+
+_MAX_HEAD: Final = 64 * 1024
+_MAX_BODY: Final = 16 * 1024 * 1024
+_BLOCK_INTERVAL_S: Final = 3  # timestamp spacing of canned blocks
+_GENESIS_TS: Final = 1_598_671_449  # BSC genesis; any fixed value would do
+
+_REASONS: Final = {
+    200: b"OK",
+    204: b"No Content",
+    400: b"Bad Request",
+    405: b"Method Not Allowed",
+    413: b"Payload Too Large",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+}
+
+
+@dataclass(frozen=True)
+class MockNodeOptions:
+    """Behaviour of one mock node; frozen so a swap is one atomic assignment.
+
+    Rates are fractions of HTTP requests and are drawn once per request, in
+    the order drop, error, 429, so with a ``seed`` the same sequence of
+    requests always meets the same faults.
+    """
+
+    chain_id: int = 56
+    latency_ms: float = 0.0
+    latency_jitter_ms: float = 0.0
+    latency_dist: LatencyDist = "uniform"  # "exponential": jitter is the mean
+    error_rate: float = 0.0
+    rate_429: float = 0.0
+    drop_rate: float = 0.0
+    block_time_s: float = 1.0
+    start_block: int = 1_000_000
+    seed: int | None = None
+    # How the node reads a request: "exact" (strict, first parser wins), or
+    # "go" as geth / BSC / op-geth do with encoding/json: keys matched
+    # case-insensitively, the last one wins ("Method" overrides "method").
+    decode: Literal["exact", "go"] = "exact"
+    # What the node does with ids: "echo" them exactly; "js" reads them as
+    # float64 and writes them back as JavaScript does (2**64 comes back as
+    # 18446744073709552000); "refuse_null" answers -32600 to ``id: null``.
+    ids: Literal["echo", "js", "refuse_null"] = "echo"
+    # When set, every POST is answered 200 with exactly these bytes (a broken
+    # node, a proxy's HTML page, an answer of hundreds of megabytes).
+    raw_answer: bytes | None = None
+    # When > 0, eth_call and eth_getLogs answer a hex string result of about
+    # this many bytes (a 50 MB eth_getLogs, a hostile node).
+    result_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        rates = (self.error_rate, self.rate_429, self.drop_rate)
+        if any(not 0.0 <= r <= 1.0 for r in rates) or sum(rates) > 1.0:
+            raise ValueError("error_rate, rate_429, drop_rate: each in [0, 1], sum <= 1")
+        if self.latency_ms < 0 or self.latency_jitter_ms < 0 or self.block_time_s < 0:
+            raise ValueError("latency_ms, latency_jitter_ms, block_time_s must be >= 0")
+        if self.latency_dist not in ("uniform", "exponential"):
+            raise ValueError(f"latency_dist: unknown distribution {self.latency_dist!r}")
+        if self.decode not in ("exact", "go"):
+            raise ValueError(f"decode: unknown mode {self.decode!r}")
+        if self.ids not in ("echo", "js", "refuse_null"):
+            raise ValueError(f"ids: unknown mode {self.ids!r}")
+
+
+class _BadRequest(Exception):
+    """Unparseable HTTP framing: answer 4xx and close the connection."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _Reparse(Exception):
+    """A float id was read by orjson; re-read with the literal-keeping parser."""
+
+
+def _http(status: int, body: bytes, *, close: bool, extra: bytes = b"") -> bytes:
+    """Serialise one HTTP/1.1 response; 204 carries no body and no length."""
+    head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
+    if status != 204:
+        head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+    if close:
+        head += b"Connection: close\r\n"
+    return head + extra + b"\r\n" + (body if status != 204 else b"")
+
+
+def _err(cid: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": cid, "error": {"code": code, "message": message}}
+
+
+def _loads(body: bytes) -> Any:
+    """Parse JSON, keeping number literals exact when orjson cannot."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _loads_exact(body)
+
+
+def _loads_exact(body: bytes) -> Any:
+    def reject(name: str) -> Any:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(
+        body, parse_int=orjson.Fragment, parse_float=orjson.Fragment, parse_constant=reject
+    )
+
+
+class _GoObject(dict[str, Any]):
+    """A JSON object that also remembers its members in order, duplicates included."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+_GO_FIELDS: Final = {"jsonrpc": str, "id": object, "method": str, "params": object}
+
+
+def go_decode(body: bytes) -> Any:
+    """Read a request the way Go's ``encoding/json`` fills geth's message struct.
+
+    Each member whose name equals a field's name under Unicode case folding
+    sets that field, later members overwriting earlier ones; a ``null`` for a
+    string field leaves it as it was; every other member is ignored.
+    Numbers keep their literal (``json.RawMessage``).
+    """
+
+    def reject(name: str) -> Any:
+        raise ValueError(f"not JSON: {name}")
+
+    msg = json.loads(
+        body,
+        parse_int=orjson.Fragment,
+        parse_float=orjson.Fragment,
+        parse_constant=reject,
+        object_pairs_hook=_GoObject,
+    )
+    if isinstance(msg, list):
+        return [_go_struct(item) for item in msg]
+    return _go_struct(msg)
+
+
+def _go_struct(obj: Any) -> Any:
+    if not isinstance(obj, _GoObject):
+        return obj
+    out: dict[str, Any] = {}
+    for key, value in obj.pairs:
+        name = key.casefold()
+        kind = _GO_FIELDS.get(name)
+        if kind is None or (value is None and kind is str):
+            continue
+        out[name] = value
+    return out
+
+
+def _js_id(cid: Any) -> Any:
+    """An id as a JavaScript node writes it back: through a float64."""
+    if type(cid) is not int and type(cid) is not float:
+        return cid
+    f = float(cid)
+    if not f.is_integer():
+        return f
+    digits = format(decimal.Decimal(repr(f)), "f").partition(".")[0]
+    return orjson.Fragment(digits)
+
+
+def _hash32(*parts: object) -> str:
+    return "0x" + hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
+
+
+def _first_param(params: Any) -> Any:
+    if not isinstance(params, list) or not params:
+        raise ValueError("missing params")
+    return params[0]
+
+
+_Handler = Callable[["MockNode", Any], Any]
+
+
+def _block_by_number(node: MockNode, params: Any) -> Any:
+    tag = _first_param(params)
+    head = node.head
+    if tag in ("latest", "pending", "safe", "finalized"):
+        number = head
+    elif tag == "earliest":
+        number = 0
+    elif isinstance(tag, str) and tag.startswith("0x"):
+        number = int(tag, 16)
+    else:
+        raise ValueError("bad block tag")
+    if number > head:
+        return None  # real nodes answer null for a block they do not have yet
+    chain = node.options.chain_id
+    return {
+        "number": hex(number),
+        "hash": _hash32(chain, number),
+        "parentHash": _hash32(chain, number - 1),
+        "timestamp": hex(_GENESIS_TS + number * _BLOCK_INTERVAL_S),
+        "miner": "0x" + "00" * 20,
+        "gasLimit": hex(140_000_000),
+        "gasUsed": "0x0",
+        "baseFeePerGas": "0x0",
+        "difficulty": "0x2",
+        "extraData": "0x",
+        "size": "0x260",
+        "transactions": [],
+        "uncles": [],
+    }
+
+
+def _send_raw(node: MockNode, params: Any) -> Any:
+    raw = _first_param(params)
+    if not isinstance(raw, str) or not raw.startswith("0x"):
+        raise ValueError("raw transaction must be 0x-hex")
+    return _hash32("tx", raw)
+
+
+_METHODS: Final[dict[str, _Handler]] = {
+    "eth_chainId": lambda n, p: hex(n.options.chain_id),
+    "net_version": lambda n, p: str(n.options.chain_id),
+    "eth_blockNumber": lambda n, p: hex(n.head),
+    "eth_getBalance": lambda n, p: "0xde0b6b3a7640000",  # 1 BNB
+    "eth_call": lambda n, p: "0x" + "00" * 31 + "01",
+    "eth_gasPrice": lambda n, p: "0x3b9aca00",  # 1 gwei
+    "eth_estimateGas": lambda n, p: "0x5208",  # 21000
+    "eth_getTransactionCount": lambda n, p: "0x1",
+    "eth_getBlockByNumber": _block_by_number,
+    "eth_getLogs": lambda n, p: [],
+    "eth_sendRawTransaction": _send_raw,
+    "web3_clientVersion": lambda n, p: f"rpc-gateway-mocknode/1.0/chain-{n.options.chain_id}",
+}
+
+
+class _Conn(asyncio.Protocol):
+    """One client connection: parses requests, queues answers in order.
+
+    Answers due later (latency) sit in ``_pending`` with a timer each; every
+    timer pops the front entry, and due times never decrease, so pipelined
+    answers leave in request order even when timers share a deadline.
+    """
+
+    def __init__(self, node: MockNode) -> None:
+        self._node = node
+        self._transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._head: tuple[bytes, bool, int, bool, int] | None = None
+        self._pending: collections.deque[tuple[asyncio.TimerHandle, bytes | None, bool]] = (
+            collections.deque()
+        )
+        self._last_due = 0.0
+        self._closing = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        if self._node.down:
+            self._transport.abort()
+            return
+        self._node._conns.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._node._conns.discard(self)
+        for timer, _, _ in self._pending:
+            timer.cancel()
+        self._pending.clear()
+        self._transport = None
+
+    def abort(self) -> None:
+        """Drop the connection with no answer (node down or drop fault)."""
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._node.down:
+            self.abort()
+            return
+        self._buf += data
+        try:
+            while not self._closing:
+                request = self._next_request()
+                if request is None:
+                    return
+                self._respond(*request)
+        except _BadRequest as exc:
+            body = orjson.dumps(_err(None, -32600, "Invalid Request"))
+            self._emit(_http(exc.status, body, close=True), 0.0, close=True)
+            self._closing = True
+
+    def _next_request(self) -> tuple[bytes, bytes, bool] | None:
+        """Cut one complete request off the buffer: (method, body, keep_alive)."""
+        buf = self._buf
+        if self._head is None:
+            while buf[:2] == b"\r\n":  # stray CRLFs between requests are allowed
+                del buf[:2]
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > _MAX_HEAD:
+                    raise _BadRequest(431)
+                return None
+            self._head = (*_parse_head(bytes(buf[:end])), end + 4)
+        method, keep_alive, length, chunked, start = self._head
+        if chunked:
+            decoded = _dechunk(buf, start)
+            if decoded is None:
+                return None
+            body, consumed = decoded
+        else:
+            if len(buf) < start + length:
+                return None
+            body, consumed = bytes(buf[start : start + length]), start + length
+        del buf[:consumed]
+        self._head = None
+        return method, body, keep_alive
+
+    def _respond(self, method: bytes, body: bytes, keep_alive: bool) -> None:
+        node = self._node
+        node.requests += 1
+        opts = node.options
+        close = not keep_alive
+        if method != b"POST":
+            reply = orjson.dumps(_err(None, -32600, "Invalid Request"))
+            self._emit(
+                _http(405, reply, close=close, extra=b"Allow: POST\r\n"), node._delay(), close
+            )
+        else:
+            roll = node._rng.random() if opts.drop_rate or opts.error_rate or opts.rate_429 else 1.0
+            if roll < opts.drop_rate:
+                node._count_calls(body)
+                self._emit(None, node._delay(), True)
+            elif roll < opts.drop_rate + opts.error_rate:
+                status, reply = 500, node._fault_body(body, -32603, "Internal error")
+                self._emit(_http(status, reply, close=close), node._delay(), close)
+            elif roll < opts.drop_rate + opts.error_rate + opts.rate_429:
+                status, reply = 429, node._fault_body(body, -32005, "Rate limit exceeded")
+                extra = b"Retry-After: 1\r\n"
+                self._emit(_http(status, reply, close=close, extra=extra), node._delay(), close)
+            elif opts.raw_answer is not None:
+                node._count_calls(body)
+                self._emit(_http(200, opts.raw_answer, close=close), node._delay(), close)
+            else:
+                status, reply = node._answer(body)
+                self._emit(_http(status, reply, close=close), node._delay(), close)
+        if close:
+            self._closing = True
+
+    def _emit(self, data: bytes | None, delay: float, close: bool) -> None:
+        """Send now, or queue behind earlier answers; ``None`` means drop."""
+        if delay <= 0 and not self._pending:
+            self._deliver(data, close)
+            return
+        loop = asyncio.get_running_loop()
+        due = max(loop.time() + delay, self._last_due)
+        self._last_due = due
+        timer = loop.call_at(due, self._fire)
+        self._pending.append((timer, data, close))
+
+    def _fire(self) -> None:
+        if self._pending:
+            _, data, close = self._pending.popleft()
+            self._deliver(data, close)
+
+    def _deliver(self, data: bytes | None, close: bool) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if data is None or self._node.down:
+            self.abort()
+            return
+        transport.write(data)
+        if close:
+            transport.close()
+
+
+def _parse_head(head: bytes) -> tuple[bytes, bool, int, bool]:
+    """Request line and the three headers that matter for framing."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+        raise _BadRequest(400)
+    method, _, version = parts
+    keep_alive = version == b"HTTP/1.1"
+    length, chunked = 0, False
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise _BadRequest(400)
+        name = name.strip().lower()
+        if name == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                raise _BadRequest(400) from None
+            if length < 0:
+                raise _BadRequest(400)
+            if length > _MAX_BODY:
+                raise _BadRequest(413)
+        elif name == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+        elif name == b"connection":
+            token = value.strip().lower()
+            if token == b"close":
+                keep_alive = False
+            elif token == b"keep-alive":
+                keep_alive = True
+    return method, keep_alive, length, chunked
+
+
+def _dechunk(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
+    """Decode a chunked body starting at ``pos``; None while incomplete."""
+    out = bytearray()
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        try:
+            size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
+        except ValueError:
+            raise _BadRequest(400) from None
+        pos = eol + 2
+        if size == 0:
+            if buf[pos : pos + 2] == b"\r\n":
+                return bytes(out), pos + 2
+            end = buf.find(b"\r\n\r\n", pos)  # trailers
+            return None if end < 0 else (bytes(out), end + 4)
+        if len(buf) < pos + size + 2:
+            return None
+        out += buf[pos : pos + size]
+        if len(out) > _MAX_BODY:
+            raise _BadRequest(413)
+        pos += size + 2
+
+
+class MockNode:
+    """A running mock node; the public attributes are for tests to read and poke.
+
+    ``options`` may be replaced at any time (it is read per request);
+    ``down = True`` aborts every open connection and refuses new ones.
+    """
+
+    options: MockNodeOptions
+
+    def __init__(self, options: MockNodeOptions) -> None:
+        self.options = options
+        self.requests = 0
+        self.calls = 0
+        self.by_method: collections.Counter[str] = collections.Counter()
+        # (method, params) of every call as the node understood it (decode="go" only)
+        self.received: list[tuple[Any, Any]] = []
+        self.bodies: list[bytes] = []  # every request body (decode="go" only)
+        self.port = 0
+        self.url = ""
+        self._down = False
+        self._offset = 0
+        self._t0 = time.monotonic()
+        self._rng = random.Random(options.seed)
+        self._conns: set[_Conn] = set()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        self._down = value
+        if value:
+            for conn in list(self._conns):
+                conn.abort()
+
+    @property
+    def head(self) -> int:
+        """Current block: start_block + whole block times elapsed + offset."""
+        opts = self.options
+        ticks = int((time.monotonic() - self._t0) / opts.block_time_s) if opts.block_time_s else 0
+        return opts.start_block + ticks + self._offset
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    def set_head_offset(self, blocks: int) -> None:
+        """Set (not add to) the head shift; negative makes a lagging node."""
+        self._offset = blocks
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._conns):
+            conn.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        await asyncio.sleep(0)  # let aborted transports run connection_lost
+
+    def _delay(self) -> float:
+        opts = self.options
+        ms = opts.latency_ms
+        if opts.latency_jitter_ms:
+            if opts.latency_dist == "exponential":
+                ms += self._rng.expovariate(1.0 / opts.latency_jitter_ms)
+            else:
+                ms += self._rng.uniform(0.0, opts.latency_jitter_ms)
+        return ms / 1000.0
+
+    def _answer(self, body: bytes) -> tuple[int, bytes]:
+        """The JSON-RPC answer to one HTTP body: (HTTP status, reply bytes)."""
+        try:
+            if self.options.decode == "go":
+                self.bodies.append(body)
+                return self._answer_parsed(go_decode(body))
+            if self.options.ids == "js":
+                return self._answer_parsed(orjson.loads(body), floats_ok=True)
+            try:
+                return self._answer_parsed(_loads(body))
+            except _Reparse:
+                return self._answer_parsed(_loads_exact(body))
+        except (ValueError, RecursionError):
+            return 200, orjson.dumps(_err(None, -32700, "Parse error"))
+
+    def _answer_parsed(self, msg: Any, floats_ok: bool = False) -> tuple[int, bytes]:
+        calls = msg if isinstance(msg, list) else [msg]
+        if not floats_ok and any(isinstance(c, dict) and type(c.get("id")) is float for c in calls):
+            raise _Reparse  # before counting, so a re-read does not count twice
+        if isinstance(msg, list):
+            if not msg:
+                return 200, orjson.dumps(_err(None, -32600, "Invalid Request"))
+            replies = [r for r in map(self._call, msg) if r is not None]
+        else:
+            one = self._call(msg)
+            replies = [] if one is None else [one]
+        if not replies:
+            return 204, b""
+        return 200, orjson.dumps(replies if isinstance(msg, list) else replies[0])
+
+    def _call(self, call: Any) -> dict[str, Any] | None:
+        if not isinstance(call, dict):
+            return _err(None, -32600, "Invalid Request")
+        cid = call.get("id")
+        method = call.get("method")
+        opts = self.options
+        if opts.decode == "go":
+            self.received.append((method, call.get("params")))
+        if opts.ids == "js":
+            cid = _js_id(cid)
+        elif opts.ids == "refuse_null" and "id" in call and cid is None:
+            return _err(None, -32600, "Invalid Request: id must not be null")
+        if not isinstance(method, str) or call.get("jsonrpc") != "2.0":
+            return _err(cid, -32600, "Invalid Request")
+        self.calls += 1
+        self.by_method[method] += 1
+        if "id" not in call:
+            return None
+        handler = _METHODS.get(method)
+        if handler is None:
+            return _err(cid, -32601, "Method not found")
+        try:
+            result = handler(self, call.get("params"))
+        except (TypeError, ValueError, IndexError, KeyError):
+            return _err(cid, -32602, "Invalid params")
+        if opts.result_bytes > 0 and method in ("eth_call", "eth_getLogs"):
+            result = "0x" + "ab" * (opts.result_bytes // 2)
+        return {"jsonrpc": "2.0", "id": cid, "result": result}
+
+    def _fault_body(self, body: bytes, code: int, message: str) -> bytes:
+        """Error body for an injected fault, one error per call id."""
+        msg = self._count_calls(body)
+        if isinstance(msg, list) and msg:
+            ids = [c.get("id") for c in msg if isinstance(c, dict) and "id" in c]
+            return orjson.dumps([_err(i, code, message) for i in ids] or _err(None, code, message))
+        cid = msg.get("id") if isinstance(msg, dict) else None
+        return orjson.dumps(_err(cid, code, message))
+
+    def _count_calls(self, body: bytes) -> Any:
+        """Count the calls of a faulted request (the node did receive them)."""
+        try:
+            msg = _loads(body)
+        except ValueError:
+            return None
+        for call in msg if isinstance(msg, list) else [msg]:
+            if isinstance(call, dict) and isinstance(call.get("method"), str):
+                self.calls += 1
+                self.by_method[call["method"]] += 1
+        return msg
+
+
+async def start_mock_node(
+    options: MockNodeOptions | None = None, host: str = "127.0.0.1", port: int = 0
+) -> MockNode:
+    """Start a mock node listening on ``host:port`` (0 picks a free port)."""
+    node = MockNode(options or MockNodeOptions())
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Conn(node), host, port, backlog=1024)
+    node._server = server
+    node.port = server.sockets[0].getsockname()[1]
+    node.url = f"http://{host}:{node.port}"
+    return node

@@ -1,0 +1,327 @@
+"""JSON-RPC 2.0 types: parse, validate, the error catalogue. No I/O here.
+
+Every error the gateway can answer lives in ``ERRORS``-style constants that
+carry both the JSON-RPC code and the HTTP status, and ``error_body`` is the
+one function that turns any of them into a reply body.
+
+Ids are echoed exactly as sent. orjson silently turns integers beyond 64
+bits into floats, so whenever a parsed id (or anything we must re-encode)
+holds a float, the body is parsed again with the stdlib parser keeping every
+number literal as an ``orjson.Fragment``; encoding a Fragment writes the
+original digits back byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    """One row of the SPEC §4 error table."""
+
+    code: int
+    message: str
+    http_status: int
+
+
+PARSE_ERROR: Final = ErrorKind(-32700, "Parse error", 200)
+INVALID_REQUEST: Final = ErrorKind(-32600, "Invalid Request", 200)
+METHOD_NOT_FOUND: Final = ErrorKind(-32601, "Method not found", 200)
+UNAUTHORIZED: Final = ErrorKind(-32001, "Invalid authentication credentials", 401)
+FORBIDDEN: Final = ErrorKind(-32001, "Invalid authentication credentials", 403)
+RATE_LIMITED: Final = ErrorKind(-32005, "Rate limit exceeded", 429)
+BODY_TOO_LARGE: Final = ErrorKind(-32600, "Invalid Request", 413)
+UNSUPPORTED_MEDIA_TYPE: Final = ErrorKind(-32600, "Invalid Request", 415)
+METHOD_NOT_ALLOWED: Final = ErrorKind(-32600, "Invalid Request", 405)
+REQUEST_TIMEOUT: Final = ErrorKind(-32600, "Invalid Request", 408)
+UPSTREAM_UNAVAILABLE: Final = ErrorKind(-32603, "Upstream unavailable", 502)
+UPSTREAM_TIMEOUT: Final = ErrorKind(-32603, "Upstream timeout", 504)
+SERVICE_UNAVAILABLE: Final = ErrorKind(-32603, "Service unavailable", 503)
+INTERNAL_ERROR: Final = ErrorKind(-32603, "Internal error", 500)
+
+
+class ParseError(Exception):
+    """The body is not JSON (or nests deeper than we will follow)."""
+
+
+def _fragment(literal: str) -> orjson.Fragment:
+    return orjson.Fragment(literal)
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_exact(body: bytes | str) -> Any:
+    """Parse keeping every number as its original literal (slow path).
+
+    Bytes must be UTF-8 (RFC 8259 §8.1): the stdlib would also guess UTF-16
+    and UTF-32 and skip a BOM, which orjson, and the nodes, do not.
+    """
+    try:
+        text = body.decode() if isinstance(body, bytes) else body
+        return json.loads(
+            text, parse_int=_fragment, parse_float=_fragment, parse_constant=_no_constants
+        )
+    except (ValueError, RecursionError, UnicodeDecodeError) as exc:
+        raise ParseError(str(exc)) from None
+
+
+def loads(body: bytes) -> Any:
+    """Fast parse with orjson; the caller switches to ``loads_exact`` on floats."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ParseError(str(exc)) from None
+
+
+def error_body(kind: ErrorKind, id_: Any = None, data: Any = None) -> bytes:
+    """A complete JSON-RPC error response for one call (Fragment ids keep their digits)."""
+    return orjson.dumps(error_obj(kind, id_, data))
+
+
+def error_obj(kind: ErrorKind, id_: Any = None, data: Any = None) -> dict[str, Any]:
+    """The same error as a dict, for splicing into a batch answer."""
+    err: dict[str, Any] = {"code": kind.code, "message": kind.message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": id_, "error": err}
+
+
+@dataclass(slots=True)
+class Call:
+    """One call of a request, validated; ``error`` set if it must not be forwarded.
+
+    Only what was validated is kept (``method``, ``params``, ``id``): the
+    bytes sent to a node are rebuilt from these, so no other member of the
+    client's object can ever reach a node.
+    """
+
+    method: str = ""
+    params: Any = None  # a list or dict; None when the call had none
+    id: Any = None
+    has_id: bool = False
+    error: ErrorKind | None = None
+    reason: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        """Whether this call takes a place in the answer (notifications do not)."""
+        return self.has_id or (self.error is not None and self.error is not METHOD_NOT_FOUND)
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or type(value) in (str, int, orjson.Fragment)
+
+
+def validate_call(obj: Any, methods: Collection[str]) -> Call:
+    """Check one request object against JSON-RPC 2.0 and the network's methods."""
+    if type(obj) is not dict:
+        return Call(error=INVALID_REQUEST, reason="request must be an object")
+    has_id = "id" in obj
+    id_ = obj.get("id")
+    if has_id and not _valid_id(id_):
+        return Call(error=INVALID_REQUEST, reason="id must be a string, number or null")
+    call = Call(id=id_, has_id=has_id)
+    if obj.get("jsonrpc") != "2.0":
+        call.error, call.reason = INVALID_REQUEST, 'jsonrpc must be "2.0"'
+        return call
+    method = obj.get("method")
+    if type(method) is not str:
+        call.error, call.reason = INVALID_REQUEST, "method must be a string"
+        return call
+    call.method = method
+    params = obj.get("params")
+    if params is not None and type(params) is not list and type(params) is not dict:
+        call.error, call.reason = INVALID_REQUEST, "params must be an array or object"
+        return call
+    call.params = params
+    if method not in methods:
+        call.error = METHOD_NOT_FOUND
+    return call
+
+
+def _has_float(value: Any) -> bool:
+    """Whether a parsed value holds a float anywhere (no recursion)."""
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is not list and kind is not dict:
+        return False
+    stack = [value]
+    while stack:
+        obj = stack.pop()
+        for item in obj.values() if type(obj) is dict else obj:
+            t = type(item)
+            if t is float:
+                return True
+            if t is list or t is dict:
+                stack.append(item)
+    return False
+
+
+def needs_exact(parsed: Any) -> bool:
+    """True when an id or params may have lost digits in orjson.
+
+    orjson reads integers beyond 64 bits (and every fraction or exponent) as
+    floats; re-encoding those would not give the client's number back, so
+    such a body is parsed again with ``loads_exact``.
+    """
+    if type(parsed) is dict:
+        return type(parsed.get("id")) is float or _has_float(parsed.get("params"))
+    if type(parsed) is list:
+        return any(
+            type(o) is dict and (type(o.get("id")) is float or _has_float(o.get("params")))
+            for o in parsed
+        )
+    return False
+
+
+def parse_body(body: bytes) -> Any:
+    """The request body as JSON values whose numbers re-encode exactly.
+
+    The fast parser first; the literal-keeping one when numbers would lose
+    digits, and as the fallback for valid JSON orjson refuses (``1.5e400``).
+    A body that parses but cannot be encoded again (a lone surrogate) is not
+    JSON we can forward: ``ParseError``.
+    """
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = loads_exact(body)
+        try:
+            orjson.dumps(parsed)
+        except orjson.JSONEncodeError as exc:
+            raise ParseError(str(exc)) from None
+        return parsed
+    if needs_exact(parsed) or (b"-0" in body and _zero_id(parsed)):
+        return loads_exact(body)
+    return parsed
+
+
+def _zero_id(parsed: Any) -> bool:
+    """An id orjson read as 0, which may have been written ``-0``."""
+    if type(parsed) is dict:
+        return type(parsed.get("id")) is int and parsed["id"] == 0
+    if type(parsed) is list:
+        return any(type(o) is dict and type(o.get("id")) is int and o["id"] == 0 for o in parsed)
+    return False
+
+
+def call_error_obj(call: Call) -> dict[str, Any]:
+    assert call.error is not None
+    return error_obj(call.error, call.id, call.reason)
+
+
+# -- canonical forwarding --------------------------------------------------------
+_HEAD: Final = b'{"jsonrpc":"2.0","id":'
+
+
+def encode_call(call: Call, gid: int) -> bytes:
+    """The one form a call reaches a node in: validated members, the gateway's id.
+
+    A notification stays a notification (no id). Absent params go as ``[]``
+    (geth and BSC refuse a missing array for some methods).
+    """
+    params = b"[]" if call.params is None else orjson.dumps(call.params)
+    method = orjson.dumps(call.method)
+    if not call.has_id:
+        return b'{"jsonrpc":"2.0","method":%s,"params":%s}' % (method, params)
+    return b'%s%d,"method":%s,"params":%s}' % (_HEAD, gid, method, params)
+
+
+def encode_batch(calls: Collection[Call], first_gid: int) -> bytes:
+    """The forwardable calls as one array; call ``i`` carries id ``first_gid + i``."""
+    return b"[" + b",".join(encode_call(c, first_gid + i) for i, c in enumerate(calls)) + b"]"
+
+
+class BadAnswer(Exception):
+    """The node's answer is not a JSON-RPC answer to what we sent."""
+
+
+def _is_answer(obj: Any) -> bool:
+    return type(obj) is dict and ("result" in obj or "error" in obj)
+
+
+def _answers_gid(obj: dict[str, Any], gid: bytes) -> bool:
+    ident = obj.get("id")
+    if ident is None:  # a node's error about the request it could not read
+        return "error" in obj
+    return orjson.dumps(ident) == gid
+
+
+def restore_single(reply: bytes, gid: int, client_id: Any) -> tuple[bytes, bool]:
+    """The node's answer with the client's id back in: (body, is an error).
+
+    geth's order (``{"jsonrpc":"2.0","id":N,`` first) is spliced without
+    parsing the result, however large; any other shape is parsed in full
+    (numbers kept exact) and re-encoded. Raises ``BadAnswer``.
+    """
+    head = b"%s%d," % (_HEAD, gid)
+    if reply.startswith(head) and reply.rstrip().endswith(b"}"):
+        n = len(head)
+        is_error = reply.startswith(b'"error"', n)
+        return b"%s%s,%s" % (_HEAD, orjson.dumps(client_id), reply[n:]), is_error
+    try:
+        obj = loads_exact(reply)
+    except ParseError:
+        raise BadAnswer("not JSON") from None
+    if not _is_answer(obj) or not _answers_gid(obj, b"%d" % gid):
+        raise BadAnswer("not an answer to the call sent")
+    obj["jsonrpc"] = "2.0"
+    obj["id"] = client_id
+    return orjson.dumps(obj), "error" in obj
+
+
+def restore_batch(reply: bytes, calls: Collection[Call], first_gid: int) -> tuple[bytes, bool]:
+    """The batch answer in request order: node answers mapped back by gateway id.
+
+    ``calls`` is the whole request (ours: per-call errors, in place; the
+    forwarded ones numbered from ``first_gid`` in order). A call the node did
+    not answer gets -32603. Raises ``BadAnswer`` when the reply is not JSON.
+    """
+    if not any(c.error is None and c.has_id for c in calls):
+        answers: Any = []  # only notifications went out: nothing to wait for
+    else:
+        try:
+            answers = loads_exact(reply)
+        except ParseError:
+            raise BadAnswer("not JSON") from None
+    by_gid: dict[bytes, dict[str, Any]] = {}
+    whole: dict[str, Any] | None = None
+    if type(answers) is list:
+        for item in answers:
+            if _is_answer(item) and "id" in item:
+                by_gid.setdefault(orjson.dumps(item["id"]), item)
+    elif _is_answer(answers) and answers.get("id") is None and "error" in answers:
+        whole = answers  # one error about the whole batch (e.g. "batch too large")
+    else:
+        raise BadAnswer("not an answer to the batch sent")
+    out: list[Any] = []
+    gid = first_gid
+    is_error = False
+    for call in calls:
+        if call.error is not None:
+            if call.answered:
+                out.append(call_error_obj(call))
+            continue
+        mine, gid = gid, gid + 1
+        if not call.has_id:
+            continue
+        item = whole if whole is not None else by_gid.get(b"%d" % mine)
+        if item is None:
+            out.append(error_obj(UPSTREAM_UNAVAILABLE, call.id, "no answer from node"))
+            is_error = True
+            continue
+        answer = dict(item)
+        answer["jsonrpc"] = "2.0"
+        answer["id"] = call.id
+        is_error = is_error or "error" in answer
+        out.append(answer)
+    return orjson.dumps(out), is_error

@@ -1,0 +1,10 @@
+"""Serving: protocol (timeouts, connection cap, drain), runner (``gateway serve``, the demo)
+and workers (the multi-process supervisor). ``gunicorn_app`` is the gunicorn entry point
+(``gunicorn gateway.server:gunicorn_app``).
+
+May import: everything below it (app, ops, redis, demo, config).
+"""
+
+from gateway.server.protocol import gunicorn_app
+
+__all__ = ["gunicorn_app"]

@@ -1,0 +1,477 @@
+"""The listening side: slow-client timeouts, a connection cap, graceful drain.
+
+aiohttp closes idle keep-alive connections (``keepalive_timeout``) but has no
+timeout for a client that is *sending*: one header byte a second holds a
+connection, and a handler waiting on ``request.read()``, forever. Here each
+connection gets a watchdog with three phases:
+
+* ``HEAD``: from the connection's start, or the first byte of its next
+  request, the whole request head must arrive within
+  ``server.header_timeout_s``;
+* ``BODY``: once the head is in, the body must arrive within
+  ``server.body_timeout_s``;
+* idle (between requests) and "handler running" are not watched here; the
+  former is aiohttp's keep-alive timeout, the latter the upstream deadline.
+
+Independently of the phase, an answer the client does not read is watched:
+once the transport's write buffer passes its high-water mark (the protocol
+is paused for writing) it must drain below the low-water mark within
+``server.write_timeout_s``, or the connection is aborted (not closed: a
+close would wait for a flush that never comes). Without it a client that
+never reads pins the answer's buffers, and the handler awaiting ``drain()``,
+for as long as it likes.
+
+A phase that overruns closes the connection (counted in
+``gateway_client_timeouts`` with phase ``header``, ``body`` or ``write``).
+The timer is lazy, like aiohttp's keep-alive timer: a phase change only
+writes a deadline; the one timer per connection reschedules itself when it
+fires early, so a busy keep-alive connection
+costs no timer operations per request.
+
+``server.max_connections`` caps open connections per process: one more is
+answered ``503`` (a JSON-RPC error, ``Connection: close``) and closed.
+Malformed HTTP is answered with a JSON-RPC ``Invalid Request`` body and
+logged as one line without the request bytes (aiohttp's own message quotes
+them, and they may hold an API key).
+
+Use ``GatewayRunner(app)`` wherever aiohttp would use ``web.AppRunner``:
+``gateway serve`` (``serve_app``), gunicorn (``gunicorn_app``) and tests.
+The runner also opens the ``/metrics`` listener (``gateway.ops.metricsport``) on
+``server.metrics_listen``; with several processes one holds it at a time.
+On shutdown the runner stops listening, answers in-flight requests with
+``Connection: close``, waits up to ``server.drain_timeout_s`` for them and
+only then runs the app's cleanup (pools, Redis).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import socket
+from typing import Any, Final
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+
+from gateway import typedefs as T
+from gateway.config import ServerConfig
+from gateway.ops.accesslog import AccessLogger
+from gateway.ops.metrics import Metrics, mark_process_dead
+from gateway.ops.metricsport import MetricsListener
+from gateway.rpc import protocol as rpc
+
+log = logging.getLogger("gateway.server")
+
+_IDLE: Final = 0
+_HEAD: Final = 1
+_BODY: Final = 2
+
+_BUSY_BODY: Final = rpc.error_body(rpc.SERVICE_UNAVAILABLE, None, "too many connections")
+_BUSY_REPLY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
+
+
+class _Watch:
+    """Per-process settings and counters the protocols share (one per server)."""
+
+    __slots__ = (
+        "body_timeout",
+        "connections",
+        "head_timeout",
+        "max_connections",
+        "metrics",
+        "rejected",
+        "timeouts",
+        "write_timeout",
+    )
+
+    def __init__(self, cfg: ServerConfig, metrics: Metrics | None) -> None:
+        self.head_timeout = cfg.header_timeout_s
+        self.body_timeout = cfg.body_timeout_s
+        self.write_timeout = cfg.write_timeout_s
+        self.max_connections = cfg.max_connections
+        self.connections = 0
+        self.rejected = 0
+        self.timeouts = 0
+        self.metrics = metrics
+
+
+class GatewayProtocol(RequestHandler):
+    """aiohttp's request handler plus the watchdog, the cap and drain hints."""
+
+    __slots__ = (
+        "_gw_deadline",
+        "_gw_payload",
+        "_gw_phase",
+        "_gw_timer",
+        "_gw_watch",
+        "_gw_write_deadline",
+    )
+
+    def __init__(
+        self, manager: GatewayServer, *, loop: asyncio.AbstractEventLoop, **kwargs: Any
+    ) -> None:
+        super().__init__(manager, loop=loop, **kwargs)
+        self._gw_watch = manager.watch
+        self._gw_phase = _IDLE
+        self._gw_deadline = 0.0
+        self._gw_write_deadline = 0.0  # 0: the client reads what we write
+        self._gw_timer: asyncio.TimerHandle | None = None
+        self._gw_payload: Any = None
+
+    # -- connection cap ------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        watch = self._gw_watch
+        if watch.max_connections and watch.connections >= watch.max_connections:
+            watch.rejected += 1
+            if watch.metrics is not None:
+                watch.metrics.connections_rejected.inc()
+            self._manager = None  # makes connection_lost a no-op
+            tcp = transport if isinstance(transport, asyncio.WriteTransport) else None
+            if tcp is not None:
+                tcp.write(_BUSY_REPLY)
+            transport.close()
+            return
+        watch.connections += 1
+        if watch.metrics is not None:
+            watch.metrics.connections.inc()
+        super().connection_made(transport)
+        if watch.head_timeout > 0:
+            self._gw_enter(_HEAD, watch.head_timeout)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._manager is not None:
+            watch = self._gw_watch
+            watch.connections -= 1
+            if watch.metrics is not None:
+                watch.metrics.connections.dec()
+        timer = self._gw_timer
+        if timer is not None:
+            timer.cancel()
+            self._gw_timer = None
+        self._gw_phase = _IDLE
+        self._gw_payload = None
+        super().connection_lost(exc)
+
+    # -- slow clients --------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        count = self._request_count
+        super().data_received(data)
+        phase = self._gw_phase
+        if self._request_count != count:  # one or more request heads completed
+            payload = self._messages[-1][1] if self._messages else None
+            if payload is None or payload.is_eof():
+                self._gw_phase = _IDLE
+                self._gw_payload = None
+            elif self._gw_watch.body_timeout > 0:
+                self._gw_payload = payload
+                self._gw_enter(_BODY, self._gw_watch.body_timeout)
+            else:
+                self._gw_phase = _IDLE
+        elif phase == _IDLE:
+            if data and self._gw_watch.head_timeout > 0 and self._payload_parser is None:
+                self._gw_enter(_HEAD, self._gw_watch.head_timeout)  # not for a websocket
+        elif phase == _BODY and self._gw_payload.is_eof():
+            self._gw_phase = _IDLE
+            self._gw_payload = None
+
+    def _gw_enter(self, phase: int, timeout: float) -> None:
+        loop = self._loop
+        deadline = loop.time() + timeout
+        self._gw_phase = phase
+        self._gw_deadline = deadline
+        self._gw_arm(deadline)
+
+    def _gw_arm(self, deadline: float) -> None:
+        timer = self._gw_timer
+        if timer is not None:
+            if timer.when() <= deadline:
+                return  # fires first, then reschedules itself to the deadline
+            timer.cancel()
+        self._gw_timer = self._loop.call_at(deadline, self._gw_check)
+
+    # -- clients that do not read --------------------------------------------
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        timeout = self._gw_watch.write_timeout
+        if timeout > 0:
+            self._gw_write_deadline = deadline = self._loop.time() + timeout
+            self._gw_arm(deadline)
+
+    def resume_writing(self) -> None:
+        self._gw_write_deadline = 0.0  # the timer finds nothing to do and lapses
+        super().resume_writing()
+
+    def _gw_check(self) -> None:
+        self._gw_timer = None
+        transport = self.transport
+        if transport is None:
+            return
+        loop = self._loop
+        now = loop.time()
+        write_deadline = self._gw_write_deadline
+        if write_deadline:
+            if now >= write_deadline:
+                self._gw_write_stalled(transport)
+                return
+            self._gw_timer = loop.call_at(write_deadline, self._gw_check)
+        phase = self._gw_phase
+        if phase == _IDLE or self._force_close:
+            return
+        if phase == _BODY and self._gw_payload is not None and self._gw_payload.is_eof():
+            self._gw_phase = _IDLE
+            self._gw_payload = None
+            return
+        if now < self._gw_deadline:
+            self._gw_arm(self._gw_deadline)
+            return
+        watch = self._gw_watch
+        watch.timeouts += 1
+        name = "header" if phase == _HEAD else "body"
+        if watch.metrics is not None:
+            watch.metrics.client_timeouts.labels(name).inc()
+        log.info("slow client closed phase=%s remote=%s", name, _peer(self.transport))
+        self._gw_phase = _IDLE
+        self._gw_payload = None
+        self.force_close()
+
+    def _gw_write_stalled(self, transport: asyncio.Transport) -> None:
+        watch = self._gw_watch
+        watch.timeouts += 1
+        if watch.metrics is not None:
+            watch.metrics.client_timeouts.labels("write").inc()
+        log.info(
+            "unread answer, connection aborted after_s=%s buffered=%s remote=%s",
+            watch.write_timeout,
+            transport.get_write_buffer_size(),
+            _peer(transport),
+        )
+        self._gw_write_deadline = 0.0
+        self._force_close = True
+        transport.abort()  # drops the buffer; connection_lost wakes the writer
+
+    # -- drain ---------------------------------------------------------------
+    async def finish_response(
+        self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        if self._close and not resp.prepared:
+            resp.force_close()  # shutting down: tell the client not to reuse the connection
+        return await super().finish_response(request, resp, start_time)
+
+    # -- malformed HTTP ------------------------------------------------------
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A JSON-RPC error instead of aiohttp's text; no request bytes in the log."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already sent, cannot send another")
+        if status >= 500:
+            kind = rpc.UPSTREAM_TIMEOUT if status == 504 else rpc.INTERNAL_ERROR
+            if exc is not None and status == 500:
+                log.error(
+                    "unhandled error path=%s error=%s",
+                    _path_head(request),
+                    type(exc).__name__,
+                    exc_info=exc,
+                )
+        else:
+            kind = rpc.INVALID_REQUEST
+            log.info(
+                "bad http request status=%s error=%s remote=%s",
+                status,
+                type(exc).__name__ if exc is not None else "-",
+                request.remote,
+            )
+        resp = web.Response(
+            status=status, body=rpc.error_body(kind), content_type="application/json"
+        )
+        resp.force_close()
+        return resp
+
+
+def _peer(transport: Any) -> str:
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "-"
+
+
+def _path_head(request: BaseRequest) -> str:
+    """The first path segment only: a key may follow it."""
+    try:
+        return "/" + request.path[1:].partition("/")[0]
+    except Exception:  # a request that failed parsing may have no usable path
+        return "-"
+
+
+class GatewayServer(web.Server):
+    """``web.Server`` whose connections are ``GatewayProtocol``s."""
+
+    watch: _Watch
+
+    def __call__(self) -> RequestHandler:
+        return GatewayProtocol(self, loop=self._loop, **self._kwargs)
+
+
+class ListenError(Exception):
+    """The public port could not be bound; the message names it and says why."""
+
+
+def bind_listener(host: str, port: int, *, reuse_port: bool, backlog: int) -> socket.socket:
+    """A listening socket on ``host:port``, or ``ListenError`` naming the address.
+
+    Bound before the app starts (Redis, pools), so that a busy port fails at
+    once with one clear line instead of a traceback after a ready banner.
+    """
+    where = f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        return socket.create_server(
+            infos[0][4][:2], family=infos[0][0], backlog=backlog, reuse_port=reuse_port
+        )
+    except socket.gaierror as exc:
+        raise ListenError(f"cannot listen on {where}: unknown host ({exc.strerror})") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        if exc.errno == errno.EADDRINUSE:
+            reason = "the port is already in use by another process"
+        raise ListenError(f"cannot listen on {where}: {reason}") from None
+
+
+class GatewayRunner(web.AppRunner):
+    """``web.AppRunner`` with the gateway's protocol and server settings from config.
+
+    ``setup()`` also starts the ``/metrics`` listener on ``server.metrics_listen``
+    (``metrics_listen=""`` turns it off for this runner).
+    """
+
+    def __init__(
+        self, app: web.Application, *, metrics_listen: str | None = None, **kwargs: Any
+    ) -> None:
+        cfg = app[T.CONFIG].server
+        listen = cfg.metrics_listen if metrics_listen is None else metrics_listen
+        self.metrics_listener = (
+            MetricsListener(app[T.METRICS], listen) if listen and T.METRICS in app else None
+        )
+        kwargs.setdefault("keepalive_timeout", cfg.keepalive_timeout_s)
+        kwargs.setdefault("shutdown_timeout", cfg.drain_timeout_s)
+        kwargs.setdefault("access_log_class", AccessLogger)
+        kwargs.setdefault(
+            "access_log", logging.getLogger("gateway.access") if cfg.access_log else None
+        )
+        kwargs.setdefault("handle_signals", False)
+        super().__init__(app, **kwargs)
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # Same object, one more method: the app built it with its private
+        # request factory, which a fresh GatewayServer could not reach.
+        server.__class__ = GatewayServer
+        assert isinstance(server, GatewayServer)
+        server.watch = _Watch(self.app[T.CONFIG].server, self.app.get(T.METRICS))
+        return server
+
+    async def setup(self) -> None:
+        await super().setup()
+        if self.metrics_listener is not None:
+            await self.metrics_listener.start()
+
+    async def cleanup(self) -> None:
+        """Stop listening, drain in-flight calls, run the app's cleanup."""
+        try:
+            await super().cleanup()
+        finally:
+            if self.metrics_listener is not None:
+                await self.metrics_listener.close()
+            mark_process_dead()
+
+    @property
+    def watch(self) -> _Watch:
+        server = self.server
+        assert isinstance(server, GatewayServer), "GatewayRunner.setup() was not awaited"
+        return server.watch
+
+
+async def serve_app(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    reuse_port: bool = False,
+    backlog: int = 1024,
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Future[int] | None = None,
+    handle_signals: bool = True,
+) -> None:
+    """Serve until SIGINT/SIGTERM (or ``stop``), then drain and clean up.
+
+    The port is bound first: a busy one raises ``ListenError`` before anything
+    else starts. ``ready`` receives the bound port once the socket listens.
+    """
+    sock = bind_listener(host, port, reuse_port=reuse_port, backlog=backlog)
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM) if handle_signals else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    runner = GatewayRunner(app)
+    try:
+        await runner.setup()
+        site = web.SockSite(runner, sock, backlog=backlog)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        if ready is not None and not ready.done():
+            ready.set_result(int(bound))
+        await stop.wait()
+        log.info(
+            "draining for_s=%s connections=%s",
+            app[T.CONFIG].server.drain_timeout_s,
+            runner.watch.connections,
+        )
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()
+        sock.close()
+
+
+def setup_logging() -> None:
+    """Log lines to stderr at ``$GATEWAY_LOG_LEVEL`` (INFO), unless a host configured logging.
+
+    Gunicorn configures only its own loggers: without this the access log
+    (``gateway.access``, INFO) was dropped there.
+    """
+    if logging.getLogger().handlers:
+        return
+    logging.basicConfig(
+        level=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+async def gunicorn_app() -> web.AppRunner:
+    """Gunicorn entry: ``gunicorn gateway.server:gunicorn_app -k
+    aiohttp.GunicornUVLoopWebWorker``. Returns a ``GatewayRunner`` so the slow
+    client timeouts, the connection cap and the drain apply under gunicorn too
+    (keep-alive and drain then come from the gateway config, not gunicorn's
+    flags; keep gunicorn's ``--graceful-timeout`` above ``server.drain_timeout_s``).
+
+    The access log goes to stderr like under ``gateway serve``. ``/metrics``
+    is on ``server.metrics_listen``: one worker holds it, the others retry,
+    and with ``PROMETHEUS_MULTIPROC_DIR`` set it reports every worker.
+    """
+    from gateway.app import create_app
+    from gateway.config import load_config
+
+    setup_logging()
+    return GatewayRunner(create_app(load_config()))

@@ -1,0 +1,462 @@
+"""Upstream node pools: pooled sessions, health probes, retries, timeouts.
+
+One ``NodePool`` per network, one ``aiohttp.ClientSession`` per pool (a
+per-node connection limit, keep-alive, connect and total timeouts).
+
+Routing: each call goes to the best node by tier, then by fewest calls in
+flight, round robin among equals. Tier 0 is "in rotation and fresh"; tier 1
+"in rotation but lagging" (more than ``max_lag_blocks`` behind the best
+head the probe saw); tier 2 "out of rotation" (probe failed, or taken out
+after ``fail_threshold`` failures in a row for ``cooldown_s``), tried only
+when nothing better is left, so a pool whose every node looks down still
+tries instead of failing without asking anyone.
+
+Retries: a failed call is retried on a *different* node while the deadline
+(``limits.upstream_timeout_s``, one for all attempts) and the retry budget
+(``retry_budget`` extra attempts per first attempt, e.g. 0.2 = at most 20 %
+extra load) allow. Each attempt is capped at ``attempt_timeout_s`` so a slow
+node leaves time for another. A call that is not idempotent
+(``eth_sendRawTransaction``) is retried only when it certainly never reached
+the node (connect refused or timed out) or the node refused it with 429;
+once it may have been received it is never sent again.
+
+Health: a background probe asks every node for ``eth_blockNumber`` each
+``probe_interval_s``. A node whose probe fails leaves the rotation until a
+probe succeeds; a node taken out by failures comes back only after its
+cooldown *and* a successful probe. Bodies travel as bytes: the pool never
+parses what it forwards. Node URLs may hold a provider's secret, so logs and
+metrics name nodes ``<network>-<index>``, never by URL.
+
+Transport: ``upstream.client = "lean"`` (default) sends calls through
+``gateway.nodeclient`` (keep-alive connections + aiohttp's C response
+parser; ~35 µs of CPU per call against ~140 µs through a ClientSession, see
+docs/PERFORMANCE.md); ``"aiohttp"`` uses the pooled ``ClientSession``.
+Probes always use the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Final
+
+import aiohttp
+import orjson
+
+from gateway.config import NetworkConfig, UpstreamConfig
+from gateway.ops.metrics import Metrics, NodeMetrics
+from gateway.upstream.nodeclient import NodeClient, NodeStream, UpstreamError
+
+__all__ = ["Node", "NodePool", "UpstreamError"]  # UpstreamError: nodeclient's, shared
+
+log = logging.getLogger("gateway.upstream")
+
+PROBE_BODY: Final = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+_JSON_HEADERS: Final = {"Content-Type": "application/json"}
+# A node's 4xx answer that judges the request, not the node: relayed when JSON.
+_RELAYED_4XX: Final = frozenset({400, 413, 422})
+
+
+class Node:
+    """One upstream node and what the pool knows about it."""
+
+    __slots__ = (
+        "client",
+        "consecutive_failures",
+        "down_until",
+        "head",
+        "healthy",
+        "in_flight",
+        "lagging",
+        "metrics",
+        "name",
+        "url",
+    )
+
+    def __init__(self, url: str, name: str, metrics: NodeMetrics | None = None) -> None:
+        self.url = url
+        self.name = name
+        self.healthy = True  # last probe answered (optimistic until the first probe)
+        self.head = 0
+        self.lagging = False
+        self.consecutive_failures = 0
+        self.down_until = 0.0  # taken out until this monotonic time
+        self.in_flight = 0  # calls and requests counted in metrics, not here
+        self.metrics = metrics
+        self.client: NodeClient | None = None
+
+    def usable(self, now: float) -> bool:
+        return self.healthy and now >= self.down_until
+
+    def __repr__(self) -> str:  # never the URL: it may carry a provider key
+        return f"<Node {self.name} healthy={self.healthy} head={self.head}>"
+
+
+class _Budget:
+    """Retries allowed as a fraction of first attempts (a token bucket)."""
+
+    __slots__ = ("cap", "ratio", "tokens")
+
+    def __init__(self, ratio: float, tokens: float = 10.0, cap: float = 100.0) -> None:
+        self.ratio = ratio
+        self.tokens = tokens
+        self.cap = cap
+
+    def on_attempt(self) -> None:
+        tokens = self.tokens + self.ratio
+        self.tokens = tokens if tokens < self.cap else self.cap
+
+    def take(self) -> bool:
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class NodePool:
+    """The nodes of one network; ``forward`` is the only hot-path entry."""
+
+    def __init__(
+        self,
+        network: NetworkConfig,
+        cfg: UpstreamConfig,
+        connect_timeout_s: float,
+        total_timeout_s: float,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        max_response_bytes: int | None = None,
+    ) -> None:
+        self.network = network
+        self.max_response_bytes = max_response_bytes
+        self.clock = clock  # injectable for tests; monotonic seconds
+        self.cfg = cfg
+        self.connect_timeout_s = connect_timeout_s
+        self.total_timeout_s = total_timeout_s
+        attempt = cfg.attempt_timeout_s
+        self.attempt_timeout_s = min(attempt, total_timeout_s) if attempt > 0 else total_timeout_s
+        self.max_attempts = max(1, cfg.max_attempts)
+        self.session: aiohttp.ClientSession | None = None
+        self.nodes = [
+            Node(
+                url,
+                f"{network.name}-{i}",
+                metrics.node(network.name, f"{network.name}-{i}") if metrics else None,
+            )
+            for i, url in enumerate(network.upstreams)
+        ]
+        self._next = 0
+        self._budget = _Budget(cfg.retry_budget)
+        self._attempt_timeout = aiohttp.ClientTimeout(
+            total=self.attempt_timeout_s, sock_connect=connect_timeout_s
+        )
+        probe_s = cfg.probe_timeout_s or self.attempt_timeout_s
+        self._probe_timeout = aiohttp.ClientTimeout(
+            total=probe_s, sock_connect=min(connect_timeout_s, probe_s)
+        )
+        for node in self.nodes:
+            if node.metrics is not None:
+                node.metrics.healthy.set(1)
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            limit_per_host=self.cfg.connections_per_node,
+            keepalive_timeout=self.cfg.keepalive_s,
+            ttl_dns_cache=300,
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding", "User-Agent"),
+            timeout=aiohttp.ClientTimeout(
+                total=self.total_timeout_s, sock_connect=self.connect_timeout_s
+            ),
+        )
+        if self.cfg.client == "lean":
+            for node in self.nodes:
+                node.client = NodeClient(
+                    node.url,
+                    max_connections=self.cfg.connections_per_node,
+                    connect_timeout_s=self.connect_timeout_s,
+                    idle_timeout_s=self.cfg.keepalive_s,
+                )
+
+    async def close(self) -> None:
+        for node in self.nodes:
+            if node.client is not None:
+                await node.client.close()
+                node.client = None
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # -- routing -------------------------------------------------------------
+    def pick(self, exclude: tuple[Node, ...] = ()) -> Node | None:
+        """The best node not in ``exclude``: tier, then fewest in flight, round robin."""
+        nodes = self.nodes
+        n = len(nodes)
+        start = self._next
+        if not exclude:  # a retry does not move the rotation on
+            self._next = start + 1 if start + 1 < n else 0
+        now = self.clock()
+        best: Node | None = None
+        best_rank = 0
+        for i in range(n):
+            node = nodes[(start + i) % n]
+            if exclude and node in exclude:
+                continue
+            if node.healthy and now >= node.down_until:
+                rank = node.in_flight + (1 << 20 if node.lagging else 0)
+            else:
+                rank = node.in_flight + (1 << 40)
+            if best is None or rank < best_rank:
+                best, best_rank = node, rank
+        return best
+
+    def healthy_count(self) -> int:
+        now = self.clock()
+        return sum(1 for node in self.nodes if node.usable(now))
+
+    def summary(self) -> dict[str, int]:
+        """Node counts for /readyz: configured, in rotation, in rotation and fresh."""
+        now = self.clock()
+        usable = [node for node in self.nodes if node.usable(now)]
+        return {
+            "nodes": len(self.nodes),
+            "healthy": len(usable),
+            "fresh": sum(1 for node in usable if not node.lagging),
+        }
+
+    # -- forwarding ----------------------------------------------------------
+    async def forward(
+        self, body: bytes, *, idempotent: bool = True, stream_over: int | None = None
+    ) -> bytes | NodeStream:
+        """POST ``body`` to a node and return its answer (any 2xx).
+
+        The answer is its bytes; with ``stream_over`` (lean client only) a
+        longer 2xx answer comes as a ``NodeStream`` the caller must read to
+        the end or close. Raises ``UpstreamError`` once the attempts, the
+        deadline or the retry budget run out (see the module docstring), or
+        for an answer over ``max_response_bytes``.
+        """
+        session = self.session
+        assert session is not None, "NodePool.start() was not awaited"
+        deadline = self.clock() + self.total_timeout_s
+        self._budget.on_attempt()
+        tried: tuple[Node, ...] = ()
+        last = UpstreamError(f"{self.network.name}: no upstream node configured")
+        for attempt in range(self.max_attempts):
+            node = self.pick(tried)
+            if node is None:
+                break
+            remaining = deadline - self.clock()
+            if remaining <= 0.001:
+                last = UpstreamError(f"{self.network.name}: deadline reached", timeout=True)
+                break
+            if attempt:
+                if not self._budget.take():
+                    break
+                prev = tried[-1]
+                if prev.metrics is not None:
+                    prev.metrics.retry.inc()
+            tried += (node,)
+            node.in_flight += 1
+            try:
+                if node.client is not None:
+                    payload = await _lean_attempt(
+                        node,
+                        node.client,
+                        body,
+                        min(remaining, self.attempt_timeout_s),
+                        self.max_response_bytes,
+                        stream_over,
+                    )
+                else:
+                    timeout = (
+                        self._attempt_timeout
+                        if remaining >= self.attempt_timeout_s
+                        else aiohttp.ClientTimeout(
+                            total=remaining, sock_connect=self.connect_timeout_s
+                        )
+                    )
+                    payload = await self._attempt(
+                        session, node, body, timeout, self.max_response_bytes
+                    )
+            except UpstreamError as exc:
+                self._failed(node, exc)
+                last = exc
+                if exc.too_large or (exc.sent and not idempotent and not exc.resend_ok):
+                    break
+                continue
+            finally:
+                node.in_flight -= 1
+            node.consecutive_failures = 0
+            if node.metrics is not None:
+                node.metrics.ok.inc()
+            return payload
+        raise last
+
+    @staticmethod
+    async def _attempt(
+        session: aiohttp.ClientSession,
+        node: Node,
+        body: bytes,
+        limit: aiohttp.ClientTimeout,
+        max_bytes: int | None,
+    ) -> bytes:
+        try:
+            async with session.post(
+                node.url, data=body, headers=_JSON_HEADERS, timeout=limit
+            ) as resp:
+                status = resp.status
+                if max_bytes is None:
+                    payload = await resp.read()
+                else:
+                    if resp.content_length is not None and resp.content_length > max_bytes:
+                        raise _too_large(node)
+                    payload = await resp.content.read(max_bytes + 1)
+                    while not resp.content.at_eof() and len(payload) <= max_bytes:
+                        payload += await resp.content.read(max_bytes + 1 - len(payload))
+                    if len(payload) > max_bytes:
+                        raise _too_large(node)
+        except aiohttp.ConnectionTimeoutError:
+            raise UpstreamError(
+                f"{node.name}: connect timed out", timeout=True, sent=False
+            ) from None
+        except TimeoutError:
+            raise UpstreamError(f"{node.name}: timed out", timeout=True) from None
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamError(
+                f"{node.name}: unreachable ({exc.os_error.__class__.__name__})", sent=False
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError(f"{node.name}: failed ({exc.__class__.__name__})") from None
+        answer = _judge(node, status, payload)
+        assert isinstance(answer, bytes)  # this transport never streams
+        return answer
+
+    def _failed(self, node: Node, exc: UpstreamError) -> None:
+        metrics = node.metrics
+        if metrics is not None:
+            (metrics.timeout if exc.timeout else metrics.error).inc()
+        if not exc.node_fault:
+            return
+        node.consecutive_failures += 1
+        if node.consecutive_failures >= self.cfg.fail_threshold:
+            now = self.clock()
+            if now >= node.down_until:
+                node.down_until = now + self.cfg.cooldown_s
+                node.consecutive_failures = 0
+                if metrics is not None:
+                    metrics.healthy.set(0)
+                log.warning(
+                    "node taken out node=%s for_s=%s last_error=%s",
+                    node.name,
+                    self.cfg.cooldown_s,
+                    exc,
+                )
+
+    # -- health --------------------------------------------------------------
+    async def probe_once(self) -> None:
+        """Ask every node for its head; mark down, lagging, or back in rotation."""
+        results = await asyncio.gather(*(self._probe(node) for node in self.nodes))
+        best = max((h for h in results if h is not None), default=0)
+        now = self.clock()
+        for node, head in zip(self.nodes, results, strict=True):
+            was_in = node.usable(now) and not node.lagging
+            if head is None:
+                if node.healthy:
+                    log.warning("node probe failed node=%s", node.name)
+                node.healthy = False
+            else:
+                node.head = head
+                node.lagging = best - head > self.cfg.max_lag_blocks
+                if not node.healthy or (node.down_until and now >= node.down_until):
+                    log.info("node back node=%s head=%s", node.name, head)
+                    node.down_until = 0.0
+                    node.consecutive_failures = 0
+                node.healthy = True
+            is_in = node.usable(now) and not node.lagging
+            if node.lagging and was_in:
+                log.warning("node lagging node=%s head=%s best=%s", node.name, head, best)
+            if node.metrics is not None:
+                node.metrics.healthy.set(1 if is_in else 0)
+                if head is not None:
+                    node.metrics.head.set(head)
+
+    async def _probe(self, node: Node) -> int | None:
+        session = self.session
+        assert session is not None
+        try:
+            async with session.post(
+                node.url, data=PROBE_BODY, headers=_JSON_HEADERS, timeout=self._probe_timeout
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                reply = orjson.loads(await resp.read())
+                head = int(reply["result"], 16)
+                # a hostile node's absurd head would break the metrics and lag math
+                return head if 0 <= head < 1 << 63 else None
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError, TypeError):
+            return None
+
+    async def probe_forever(self) -> None:
+        while True:
+            try:
+                await self.probe_once()
+            except Exception:  # a probe bug must not end health checking
+                log.exception("probe failed network=%s", self.network.name)
+            await asyncio.sleep(self.cfg.probe_interval_s)
+
+    async def __aenter__(self) -> NodePool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self.close()
+
+
+def _too_large(node: Node) -> UpstreamError:
+    return UpstreamError(
+        f"{node.name}: answer over the size limit", node_fault=False, too_large=True
+    )
+
+
+def _judge(node: Node, status: int, payload: bytes | NodeStream) -> bytes | NodeStream:
+    """The answer to relay, or ``UpstreamError`` saying whose fault it was."""
+    if 200 <= status < 300:
+        return payload
+    assert isinstance(payload, bytes)  # only 2xx answers are streamed
+    if status in _RELAYED_4XX and payload[:1] in (b"{", b"["):
+        return payload  # a JSON-RPC answer about the request itself
+    if status == 429:
+        raise UpstreamError(f"{node.name}: HTTP 429", resend_ok=True)
+    raise UpstreamError(
+        f"{node.name}: HTTP {status}",
+        node_fault=status >= 500 or status in (401, 403, 404, 405, 408),
+    )
+
+
+async def _lean_attempt(
+    node: Node,
+    client: NodeClient,
+    body: bytes,
+    timeout_s: float,
+    max_bytes: int | None,
+    stream_over: int | None,
+) -> bytes | NodeStream:
+    try:
+        status, payload = await client.post(
+            body, timeout_s, max_bytes=max_bytes, stream_over=stream_over
+        )
+    except UpstreamError as exc:
+        if exc.too_large:
+            raise _too_large(node) from None
+        raise UpstreamError(f"{node.name}: {exc}", timeout=exc.timeout, sent=exc.sent) from None
+    return _judge(node, status, payload)

@@ -1,0 +1,50 @@
+"""A real, short ``python -m bench steady`` run names every part's CPU (issue 12 item 6)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.stack import child_env
+
+
+def test_steady_report_lists_cpu_of_each_part(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "steady", "--closed", "--duration", "1s",
+         "--connections", "8", "--workers", "2", "--json", "--quiet", "--no-plot",
+         "--out-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    gw = json.loads(out.stdout)["targets"]["gateway"]
+    parts = {row["part"]: row for row in gw["cpu_by_part"]}
+    expected = {"gateway supervisor", "gateway worker 1", "gateway worker 2", "redis-server"}
+    assert expected <= set(parts)
+    assert {"mocknode-56-0", "mocknode-56-1", "mocknode-204-0", "load generator 1"} <= set(parts)
+    for name in ("gateway worker 1", "gateway worker 2", "redis-server", "load generator 1"):
+        assert parts[name]["cpu_s"] > 0 and parts[name]["us_per_req"] > 0, parts[name]
+    assert gw["admitted"] == gw["kinds"]["ok"] > 0
+    assert gw["redis_cpu_us_per_admitted"] > 0
+    assert gw["at_limit"]
+
+
+def test_scale_runs_one_then_two_workers(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "scale", "--max-workers", "2", "--duration", "1s",
+         "--connections", "8", "--min-efficiency", "0", "--json", "--quiet",
+         "--out-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=180, env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    rows = report["scale"]["rows"]
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert rows[1]["ideal_rps"] == pytest.approx(2 * rows[0]["throughput_rps"])
+    two = {r["part"] for r in report["targets"]["2 workers"]["cpu_by_part"]}
+    assert {"gateway worker 1", "gateway worker 2"} <= two  # really restarted with 2
+    assert report["targets"]["2 workers"]["connections"] == 16  # same per worker
+    assert list(tmp_path.glob("scale-*.png"))

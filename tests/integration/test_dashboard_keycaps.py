@@ -1,0 +1,239 @@
+"""A key's Limits and Requests pages, and the month's cost on Usage and Plan, through the
+real app: forms, CSRF refusal, other accounts' key ids, real RPC calls feeding insight."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
+
+from gateway.config import Config
+from gateway.rpc.auth import generate_key, key_hash
+from tests.helpers.dashboard import Element, User, new_email, parse
+
+AiohttpClient = Callable[..., Any]
+
+
+@pytest.fixture
+def config(make_config: Callable[..., Config]) -> Config:
+    """Free plan of 1 request/s (burst 3) so a few calls hit the limit; fast insight flush."""
+    return make_config(
+        {"insight": {"interval_s": 0.05}, "plans": {"free": {"rate": 1, "burst": 3}}}
+    )
+
+
+async def new_user(aiohttp_client: AiohttpClient, client: TestClient[Any, Any]) -> User:
+    user = User(await aiohttp_client(client.server), new_email())
+    await user.signup()
+    return user
+
+
+def labels(doc: Element) -> dict[str, str]:
+    return {lab.text.strip(): lab.attrs["for"] for lab in doc.tags("label")}
+
+
+async def row_limits(user: User, key_id: str) -> str:
+    doc = await user.get("/dashboard/keys")
+    return doc.find(data_key_id=key_id).testid("key-limits")
+
+
+async def test_limits_page_saves_caps_shown_on_the_row(
+    client: Any, aiohttp_client: AiohttpClient
+) -> None:
+    user = await new_user(aiohttp_client, client)
+    _, key_id = await user.create_key(name="capped")
+    keys = await user.get("/dashboard/keys")
+    row = keys.find(data_key_id=key_id)
+    links = {a.text.strip(): a.attrs["href"] for a in row.tags("a")}
+    assert links["Limits"] == f"/dashboard/keys/{key_id}/limits"
+    assert links["Requests"] == f"/dashboard/keys/{key_id}/requests"
+    assert row.testid("key-limits") == "Plan's"
+
+    doc = await user.get(links["Limits"])
+    ids = labels(doc)
+    assert doc.find(id=ids["Requests per second"]).attrs["value"] == ""
+    assert doc.find(id=ids["Daily compute units"]).attrs["value"] == ""
+    assert "Save limits" in {b.text.strip() for b in doc.tags("button")}
+    resp = await user.post(links["Limits"], {"rate": "0.5", "daily_cu": "1,500"})
+    assert resp.status == 303
+    assert resp.headers["Location"] == f"/dashboard/keys/{key_id}/limits?saved=1"
+    doc = await user.get(resp.headers["Location"])
+    assert doc.testid("saved").startswith("Limits saved")
+    assert doc.find(id=ids["Requests per second"]).attrs["value"] == "0.5"
+    assert doc.find(id=ids["Daily compute units"]).attrs["value"] == "1500"
+    assert await row_limits(user, key_id) == "0.5/s · 1,500 CU/day"
+
+    # Only one cap; then empty fields return to the plan's.
+    assert (await user.post(links["Limits"], {"rate": "", "daily_cu": "7"})).status == 303
+    assert await row_limits(user, key_id) == "7 CU/day"
+    assert (await user.post(links["Limits"], {"rate": "", "daily_cu": ""})).status == 303
+    assert await row_limits(user, key_id) == "Plan's"
+
+
+@pytest.mark.parametrize(
+    ("rate", "daily", "words"),
+    [
+        ("2", "", "at most the Free plan's 1"),
+        ("fast", "", "not a number"),
+        ("0", "", "positive"),
+        ("", "lots", "not a whole number"),
+        ("", "0", "at least 1"),
+    ],
+)
+async def test_bad_limits_are_explained_and_change_nothing(
+    client: Any, aiohttp_client: AiohttpClient, rate: str, daily: str, words: str
+) -> None:
+    user = await new_user(aiohttp_client, client)
+    _, key_id = await user.create_key()
+    await user.get(f"/dashboard/keys/{key_id}/limits")
+    resp = await user.post(f"/dashboard/keys/{key_id}/limits", {"rate": rate, "daily_cu": daily})
+    assert resp.status == 400
+    doc = parse(await resp.text())
+    assert words in doc.testid("error")
+    assert doc.find(name="rate").attrs["value"] == rate  # what was typed is kept
+    assert await row_limits(user, key_id) == "Plan's"
+
+
+async def test_limits_form_refuses_a_wrong_csrf_token(
+    client: Any, aiohttp_client: AiohttpClient
+) -> None:
+    alice = await new_user(aiohttp_client, client)
+    bob = await new_user(aiohttp_client, client)
+    _, key_id = await alice.create_key()
+    await alice.get(f"/dashboard/keys/{key_id}/limits")
+    for token in ("", bob.csrf, "x" * 43):
+        resp = await alice.post(f"/dashboard/keys/{key_id}/limits", {"rate": "1"}, csrf=token)
+        assert resp.status == 403
+    assert await row_limits(alice, key_id) == "Plan's"
+
+
+async def test_other_accounts_key_ids_answer_404(
+    client: Any, aiohttp_client: AiohttpClient
+) -> None:
+    alice = await new_user(aiohttp_client, client)
+    mallory = await new_user(aiohttp_client, client)
+    _, key_id = await alice.create_key()
+    await mallory.get("/dashboard/keys")
+    for key in (key_id, "key_000000000000", "..%2f..%2fkeys"):
+        await mallory.get(f"/dashboard/keys/{key}/limits", status=404)
+        await mallory.get(f"/dashboard/keys/{key}/requests", status=404)
+        resp = await mallory.post(f"/dashboard/keys/{key}/limits", {"rate": "1"})
+        assert resp.status == 404
+    assert await row_limits(alice, key_id) == "Plan's"
+
+
+async def test_pages_need_a_log_in(client: Any) -> None:
+    for page in ("limits", "requests"):
+        resp = await client.get(f"/dashboard/keys/key_x/{page}", allow_redirects=False)
+        assert resp.status == 303
+        assert resp.headers["Location"].startswith("/dashboard/login?next=")
+
+
+async def _rpc(client: Any, key: str, method: str) -> int:
+    call = {"jsonrpc": "2.0", "id": 1, "method": method, "params": []}
+    resp = await client.post(f"/bsc/{key}", json=call)
+    await resp.read()
+    return int(resp.status)
+
+
+async def _wait_for_log(user: User, path: str, rows: int) -> Element:
+    for _ in range(100):
+        doc = await user.get(path)
+        if len(doc.find_all(data_testid="request-log-row")) >= rows:
+            return doc
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {rows} logged calls on {path}")
+
+
+async def test_requests_page_shows_real_failed_calls_and_filters(
+    client: Any, aiohttp_client: AiohttpClient
+) -> None:
+    user = await new_user(aiohttp_client, client)
+    key, key_id = await user.create_key()
+    path = f"/dashboard/keys/{key_id}/requests"
+    doc = await user.get(path)
+    assert doc.find_all(data_testid="request-log-empty")
+
+    statuses = [await _rpc(client, key, "eth_blockNumber") for _ in range(6)]
+    limited = statuses.count(429)
+    assert limited >= 2 and statuses.count(200) >= 3
+    assert await _rpc(client, key, "eth_noSuchMethod") in (200, 429)
+    doc = await _wait_for_log(user, path, limited + 1)
+
+    hour = doc.find(data_testid="method-insight", data_window="hour")
+    row = hour.find(data_method="eth_blockNumber")
+    assert row.testid("calls") == "6"
+    assert row.testid("errors") == str(limited)
+    assert row.testid("p50").endswith("ms") and row.testid("p99").endswith("ms")
+    assert doc.find(data_testid="method-insight", data_window="day").find(
+        data_method="eth_blockNumber"
+    )
+
+    log = doc.find(data_testid="request-log")
+    ids = labels(doc)
+    assert doc.find(id=ids["Method"]).attrs["name"] == "method"
+    assert doc.find(id=ids["Error code"]).attrs["name"] == "code"
+    entries = log.find_all(data_testid="request-log-row")
+    assert len(entries) >= limited + 1
+    limited_rows = [
+        e
+        for e in entries
+        if e.attrs["data-code"] == "-32005" and e.attrs["data-method"] == "eth_blockNumber"
+    ]
+    assert len(limited_rows) == limited
+    cells = [td.text.strip() for td in limited_rows[0].tags("td")]
+    assert cells[1] == "eth_blockNumber" and cells[3] == "429"
+    assert cells[5] == "127.0.0.0/24"
+    assert key not in await (await user.client.get(path)).text()
+
+    only = await user.get(f"{path}?method=eth_blockNumber&code=-32005")
+    got = only.find(data_testid="request-log").find_all(data_testid="request-log-row")
+    assert len(got) == limited
+    assert {e.attrs["data-method"] for e in got} == {"eth_blockNumber"}
+    assert only.find(id=ids["Method"]).attrs["value"] == "eth_blockNumber"
+    none = await user.get(f"{path}?method=eth_getLogs")
+    assert none.find_all(data_testid="request-log-empty")
+    bad = await user.get(f"{path}?code=abc")
+    assert "not an error code" in bad.testid("error")
+
+
+async def test_usage_and_plan_pages_show_the_month_and_the_price(
+    client: Any, aiohttp_client: AiohttpClient
+) -> None:
+    user = await new_user(aiohttp_client, client)
+    key, _ = await user.create_key()
+    assert await _rpc(client, key, "eth_blockNumber") == 200
+    doc = await user.get("/dashboard/usage")
+    card = doc.find(data_testid="month-cost")
+    assert card.testid("month-cu") == "1"
+    assert card.testid("month-cost-amount") == "$0.00"  # the free plan costs nothing
+    plan = await user.get("/dashboard/plan")
+    prices = {
+        p.attrs["data-plan"]: p.testid("plan-price") for p in plan.find_all(data_testid="plan")
+    }
+    assert prices == {"free": "Free", "payg": "$0.50 per million compute units"}
+    assert "since the 1st of the month" in plan.find(id="pricing").text
+    await user.post("/dashboard/plan", {"plan": "payg"})
+    doc = await user.get("/dashboard/usage")
+    card = doc.find(data_testid="month-cost")
+    assert card.testid("month-cost-amount") == "less than $0.0001"  # 1 CU at $0.50 per million
+    assert "$0.50 per million" in card.text
+
+
+async def test_made_up_keys_leave_no_insight_behind(
+    client: Any, redis: Redis, prefix: str, api_key: str
+) -> None:
+    for _ in range(5):
+        assert await _rpc(client, generate_key(), "eth_blockNumber") == 401
+    assert await _rpc(client, api_key, "eth_blockNumber") == 200
+    for _ in range(100):  # the real key's call shows up within a few flushes...
+        if await redis.keys(f"{prefix}:*:q:f:*"):
+            break
+        await asyncio.sleep(0.05)
+    found: Any = await redis.keys(f"{prefix}:*:q:*")
+    # ...and it is the only key with insight: unknown keys are never recorded.
+    assert {k.split("}")[0] for k in found} == {f"{prefix}:{{{key_hash(api_key)}"}

@@ -1,0 +1,54 @@
+"""The micro-benchmarks run for real (briefly) and print their table and JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.micro.common import Row, emit
+from bench.stack import child_env
+
+
+def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [Row("a", 2000, 2.0, 0.05, {"Redis CPU µs/call": 4.0}), Row("b", 0, 1.0, 0.0, {})]
+    assert rows[0].rps == 1000.0 and rows[0].cpu_us_per_call == pytest.approx(25.0)
+    assert rows[1].cpu_us_per_call is None
+    emit("t", "s", rows, as_json=False, params={}, machine={})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "t: s"
+    assert out[2].split() == ["a", "1,000", "25.0", "4.0"]
+    assert out[3].split() == ["b", "0", "nan", "nan"]
+
+
+@pytest.mark.parametrize(
+    ("module", "names"),
+    [
+        (
+            "bench.micro.nodeclient",
+            ["gateway NodeClient (lean)", "bench generator client (lean)", "aiohttp ClientSession"],
+        ),
+        ("bench.micro.redismux", ["redis.asyncio Redis.evalsha", "gateway MuxRedis.evalsha"]),
+        ("bench.clientcost", ["gateway NodeClient (lean)"]),  # the old name still works
+        (
+            "bench.micro.watchdog",
+            ["web.AppRunner, 16 conns", "GatewayRunner (watchdog, cap), 16 conns"],
+        ),
+    ],
+)
+def test_micro_benchmark_runs(module: str, names: list[str]) -> None:
+    extra = ["--connections", "16"] if module.endswith("watchdog") else []
+    out = subprocess.run(
+        [sys.executable, "-m", module, "--seconds", "0.3", "--json", *extra],
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    rows = {r["name"]: r for r in report["rows"]}
+    assert set(names) <= set(rows)
+    for name in names:
+        assert rows[name]["calls"] > 0 and rows[name]["cpu_us_per_call"] > 0
+    if module.endswith("redismux"):
+        assert all(r["extra"]["Redis CPU µs/call"] > 0 for r in rows.values())

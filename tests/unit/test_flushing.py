@@ -1,0 +1,42 @@
+"""flush_every: ends on cancel even when the flush swallows the cancellation, and flushes last."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from gateway.redis.flushing import flush_every
+
+
+async def test_a_swallowed_cancel_still_ends_the_loop() -> None:
+    calls = 0
+    inside = asyncio.Event()
+
+    async def flush() -> None:
+        nonlocal calls
+        calls += 1
+        inside.set()
+        # a Redis command in flight; redis-py may drop the connection and return
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(flush_every(0.001, flush))
+    await inside.wait()
+    task.cancel()
+    async with asyncio.timeout(2):  # a bare sleep/flush loop never ends here
+        await task
+    assert calls >= 2  # the interrupted flush, then the last one on the way out
+
+
+async def test_cancel_during_the_sleep_flushes_once_more() -> None:
+    flushed: list[int] = []
+
+    async def flush() -> None:
+        flushed.append(1)
+
+    task = asyncio.create_task(flush_every(60, flush))
+    await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert flushed == [1]
