@@ -46,7 +46,7 @@ from redis.exceptions import LockError
 
 from gateway.limits.limiter import bucket_key, cidr_bits, record_key, usage_prefix
 from gateway.rpc.auth import generate_key, key_hash, key_hint
-from gateway.store.keyevents import keys_channel, publish_key_change
+from gateway.store.keyevents import publish_key_change
 
 if TYPE_CHECKING:
     from gateway.config import Config
@@ -678,8 +678,9 @@ class Store:
         pipe.hset(record_key(self.prefix, khash), "rev", now)
         pipe.hdel(bucket_key(self.prefix, khash), "t", "ts")
         self._expire_at(pipe, key_id, khash, now)
-        pipe.publish(keys_channel(self.prefix), khash)
         await pipe.execute()
+        # not in the pipeline: a Cluster pipeline refuses PUBLISH (it has no key)
+        await publish_key_change(self.redis, self.prefix, khash)
         return await self.get_key(key_id)
 
     async def rotate_key(
@@ -729,8 +730,8 @@ class Store:
                 if grace_ms == 0:
                     pipe.hset(record_key(self.prefix, khash), "rev", now)
                 self._expire_at(pipe, key_id, khash, new_expiry)
-                pipe.publish(keys_channel(self.prefix), khash)  # its expiry changed
                 await pipe.execute()
+                await publish_key_change(self.redis, self.prefix, khash)  # its expiry changed
                 return key, new
         except LockError:
             raise StoreError(
