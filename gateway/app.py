@@ -147,7 +147,9 @@ async def _admission_ctx(app: web.Application) -> AsyncIterator[None]:
     mux = app[T.MUX]
 
     def runner(lua: str) -> ScriptRunner:
-        return MuxScript(mux, lua) if mux is not None else RedisScript(app[T.REDIS], lua)
+        if mux is not None:
+            return MuxScript(mux, lua)
+        return RedisScript(app[T.REDIS], lua, cfg.redis.failure_log_interval_s)
 
     if cfg.admission.mode == "exact":
         app[T.LIMITER] = ExactLimiter(runner(ADMIT_LUA), cfg.plans, cfg.redis.prefix)

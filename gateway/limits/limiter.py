@@ -22,6 +22,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import PlanConfig
+from gateway.redis.failurelog import FailureLog
 from gateway.redis.mux import MuxRedis, RedisUnavailable
 
 ADMIT_LUA = resources.files("gateway").joinpath("limits/admit.lua").read_text()
@@ -162,8 +163,9 @@ class RedisScript:
     "Redis could not be asked" becomes ``LimiterUnavailable``.
     """
 
-    def __init__(self, redis: Redis | RedisCluster, lua: str) -> None:
+    def __init__(self, redis: Redis | RedisCluster, lua: str, log_interval_s: float = 10.0) -> None:
         self._script = redis.register_script(lua)
+        self._failed = FailureLog(log_interval_s)
 
     async def __call__(self, keys: Sequence[str], args: Sequence[str]) -> Any:
         try:
@@ -171,6 +173,7 @@ class RedisScript:
         # RedisClusterException (no node reachable, slot not covered) is not a
         # RedisError, yet it means the same: Redis could not be asked.
         except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            self._failed(exc)  # the mux logs its own failures the same way
             raise LimiterUnavailable(str(exc)) from exc
 
 
@@ -226,9 +229,13 @@ class RedisLimiter(ExactLimiter):
     """The exact limiter through redis-py (single Redis or Cluster)."""
 
     def __init__(
-        self, redis: Redis | RedisCluster, plans: Sequence[PlanConfig], prefix: str = "gw"
+        self,
+        redis: Redis | RedisCluster,
+        plans: Sequence[PlanConfig],
+        prefix: str = "gw",
+        log_interval_s: float = 10.0,
     ) -> None:
-        super().__init__(RedisScript(redis, ADMIT_LUA), plans, prefix)
+        super().__init__(RedisScript(redis, ADMIT_LUA, log_interval_s), plans, prefix)
 
 
 class MuxLimiter(ExactLimiter):

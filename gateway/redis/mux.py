@@ -42,6 +42,8 @@ from typing import Any
 import hiredis
 from redis.asyncio import ConnectionPool, SSLConnection, UnixDomainSocketConnection
 
+from gateway.redis.failurelog import FailureLog
+
 log = logging.getLogger("gateway.redis")
 
 
@@ -93,29 +95,6 @@ class Endpoint:
         if self.db:
             out.append(("SELECT", str(self.db)))
         return out
-
-
-class _FailureLog:
-    """One log line per ``interval_s`` about hot-path Redis failures, not one per call."""
-
-    def __init__(self, interval_s: float) -> None:
-        self._interval = interval_s
-        self._next = 0.0
-        self._suppressed = 0
-
-    def __call__(self, exc: RedisUnavailable) -> None:
-        now = time.monotonic()
-        if now < self._next:
-            self._suppressed += 1
-            return
-        suppressed, self._suppressed = self._suppressed, 0
-        self._next = now + self._interval
-        # WARNING, not ERROR: the failure policy (fail closed/open) handles it.
-        log.warning(
-            "redis unavailable on the hot path: %s (%d similar failures not logged before)",
-            exc,
-            suppressed,
-        )
 
 
 def _pack(args: Sequence[str | bytes]) -> bytes:
@@ -188,7 +167,7 @@ class MuxRedis:
         log_interval_s: float = 10.0,
     ) -> None:
         self._endpoint = Endpoint.from_url(url)
-        self._failed = _FailureLog(log_interval_s)
+        self._failed = FailureLog(log_interval_s)
         self._timeout = timeout_s
         self._connect_timeout = connect_timeout_s
         self._retry_interval = retry_interval_s

@@ -38,7 +38,6 @@ NON_IDEMPOTENT = frozenset({"eth_sendRawTransaction"})
 # Single answers longer than this (or of unknown length) are streamed, not
 # buffered; the common small answer keeps the one-buffer path.
 STREAM_OVER = 1 << 20
-REDIS_LOG_INTERVAL_S = 10.0  # at most one "Redis unavailable" line per this many seconds
 _MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON decoder
 
 CORS_HEADERS = {
@@ -109,30 +108,6 @@ class _Relay:
         self.req = req
 
 
-class _LogLimiter:
-    """At most one log line per ``interval_s``; the lines in between are counted.
-
-    A Redis outage fails every request: logging each one would bury the log
-    (and cost more than the request), logging none hides the outage.
-    """
-
-    __slots__ = ("_interval", "_next", "_suppressed")
-
-    def __init__(self, interval_s: float) -> None:
-        self._interval = interval_s
-        self._next = 0.0
-        self._suppressed = 0
-
-    def warning(self, msg: str, *args: object) -> None:
-        now = time.monotonic()
-        if now < self._next:
-            self._suppressed += 1
-            return
-        self._next = now + self._interval
-        suppressed, self._suppressed = self._suppressed, 0
-        log.warning(msg + " suppressed=%d", *args, suppressed)
-
-
 class RpcHandler:
     """Serves one network's prefix; one instance per network."""
 
@@ -167,7 +142,6 @@ class RpcHandler:
             p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
         }
         self._gid = 1  # the next id a node sees; the client's id never leaves the gateway
-        self._redis_log = _LogLimiter(REDIS_LOG_INTERVAL_S)
 
     def bind(self, limiter: Limiter, pool: NodePool, errors: ErrorCounter) -> None:
         """Attach the resources made by the app's cleanup contexts (at startup)."""
@@ -313,12 +287,9 @@ class RpcHandler:
                 request.headers.get(hdrs.ORIGIN, ""),
                 ip_bits(self.client_ip(request)),
             )
-        except LimiterUnavailable as exc:
+        except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
             mode = "open" if self.fail_open else "closed"
             self.metrics.redis_errors.labels(mode).inc()
-            self._redis_log.warning(
-                "redis unavailable network=%s fail=%s error=%s", self.network.name, mode, exc
-            )
             if not self.fail_open:
                 return self._request_error(rpc.SERVICE_UNAVAILABLE, req)
             decision = Decision(Status.ADMITTED, "")

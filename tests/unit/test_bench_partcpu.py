@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from bench import partcpu
 from bench import report as rpt
 from bench import verdicts as v
 from bench.fakes import fake_result
+from gateway.redis.embedded import RedisProcess
 
 INFO = "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.0\r\n"
 
@@ -129,9 +131,15 @@ def test_readers_see_real_cpu() -> None:
     assert ticks and all(0 <= busy <= total for busy, total in ticks.values())
 
 
-async def test_redis_info_cpu_from_a_real_redis(redis_url: str) -> None:
-    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    used = await partcpu.redis_info_cpu(port)
+async def test_redis_info_cpu_from_a_real_redis(tmp_path: Path) -> None:
+    # the bench stack's Redis listens on loopback TCP (the shared test Redis
+    # is a unix socket), so this starts one the same way
+    server = RedisProcess(tmp_path, persist=False, tcp=True)
+    server.start()
+    try:
+        used = await partcpu.redis_info_cpu(server.port)
+    finally:
+        server.stop()
     assert used is not None and used > 0
     from bench.stack import free_port
 

@@ -211,18 +211,3 @@ def test_a_batch_whose_forwarded_calls_are_notifications_needs_no_node_answer() 
         {"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}}
     ]
     assert not is_error
-
-
-def test_log_limiter_counts_what_it_suppresses(caplog: pytest.LogCaptureFixture) -> None:
-    import time
-
-    from gateway.rpc.handler import _LogLimiter
-
-    limiter = _LogLimiter(0.05)
-    with caplog.at_level("WARNING", logger="gateway.rpc.protocol"):
-        for i in range(5):
-            limiter.warning("redis unavailable n=%d", i)
-        time.sleep(0.06)
-        limiter.warning("redis unavailable n=%d", 5)
-    lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["redis unavailable n=0 suppressed=0", "redis unavailable n=5 suppressed=4"]
