@@ -20,13 +20,21 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
-from gateway.limits.limiter import MuxLimiter, RedisLimiter
+from gateway.limits.leasing import LeaseLimiter, LeaseSettings
+from gateway.limits.limiter import (
+    ADMIT_LUA,
+    LEASE_LUA,
+    ExactLimiter,
+    MuxScript,
+    RedisScript,
+    ScriptRunner,
+)
 from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging
 from gateway.ops.metrics import Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
 from gateway.ops.routes import setup_ops_routes
-from gateway.redis.clients import admin_connect, connect
+from gateway.redis.clients import admin_connect, connect, pubsub_connect
 from gateway.redis.embedded import ensure_embedded
 from gateway.redis.mux import MuxRedis
 from gateway.rpc.clientip import ClientIP
@@ -34,6 +42,8 @@ from gateway.rpc.handler import RpcHandler
 from gateway.store.accounts import Store
 from gateway.store.errors import ErrorCounter
 from gateway.store.insight import InsightSink
+from gateway.store.keyevents import KeyEvents
+from gateway.store.usagesink import UsageSink
 from gateway.upstream.pool import NodePool
 from gateway.ws.setup import add_ws_route, setup_ws
 
@@ -53,6 +63,9 @@ def create_app(config: Config | None = None) -> web.Application:
     app[T.METRICS] = Metrics()
     app[T.CLIENT_IP] = ClientIP(cfg.server.trusted_proxies)
     app.cleanup_ctx.append(_redis_ctx)
+    app.cleanup_ctx.append(_key_events_ctx)
+    app.cleanup_ctx.append(_usage_ctx)
+    app.cleanup_ctx.append(_admission_ctx)
     app.cleanup_ctx.append(_pools_ctx)
     app.cleanup_ctx.append(_errors_ctx)
     app.cleanup_ctx.append(_insight_ctx)
@@ -86,18 +99,14 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
     admin = admin_connect(cfg.redis, url)
     app[T.REDIS] = redis
     mux: MuxRedis | None = None
-    if cfg.redis.cluster:
-        app[T.LIMITER] = RedisLimiter(
-            redis, cfg.plans, cfg.redis.prefix, cfg.redis.failure_log_interval_s
-        )
-    else:
+    if not cfg.redis.cluster:
         mux = MuxRedis(
             url,
             timeout_s=cfg.redis.timeout_ms / 1000,
             connect_timeout_s=cfg.redis.connect_timeout_ms / 1000,
             log_interval_s=cfg.redis.failure_log_interval_s,
         )
-        app[T.LIMITER] = MuxLimiter(mux, cfg.plans, cfg.redis.prefix)
+    app[T.REDIS_URL] = url
     app[T.MUX] = mux
     app[T.STORE] = Store.from_config(admin, cfg)
     try:
@@ -109,6 +118,68 @@ async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
         await admin.aclose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
+
+
+async def _key_events_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The pub/sub listener that tells this process which key records changed."""
+    cfg = app[T.CONFIG]
+    url = app[T.REDIS_URL]
+    events = KeyEvents(lambda: pubsub_connect(url), cfg.redis.prefix)
+    app[T.KEY_EVENTS] = events
+    task = asyncio.create_task(events.run(), name="key-events")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _usage_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Usage counters summed in this process, flushed each interval and on exit."""
+    cfg = app[T.CONFIG]
+    sink = UsageSink(app[T.STORE].redis, cfg.redis.prefix, interval_s=cfg.admission.usage_flush_s)
+    app[T.USAGE] = sink
+    task = asyncio.create_task(sink.run(), name="usage-flush")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _admission_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The limiter: leased (default) or one exact script call per request."""
+    cfg = app[T.CONFIG]
+    mux = app[T.MUX]
+
+    def runner(lua: str) -> ScriptRunner:
+        if mux is not None:
+            return MuxScript(mux, lua)
+        return RedisScript(app[T.REDIS], lua, cfg.redis.failure_log_interval_s)
+
+    if cfg.admission.mode == "exact":
+        app[T.LIMITER] = ExactLimiter(runner(ADMIT_LUA), cfg.plans, cfg.redis.prefix)
+        yield
+        return
+    a = cfg.admission
+    limiter = LeaseLimiter(
+        runner(LEASE_LUA),
+        cfg.plans,
+        cfg.redis.prefix,
+        app[T.USAGE],
+        LeaseSettings(a.key_ttl_s, a.lease_horizon_s, a.max_slice, a.lease_idle_s),
+    )
+    app[T.KEY_EVENTS].add(limiter.invalidate)
+    app[T.LIMITER] = limiter
+    task = asyncio.create_task(limiter.run(), name="lease-give-back")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:

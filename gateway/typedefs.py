@@ -13,6 +13,8 @@ from gateway.rpc.clientip import CLIENT_IP as CLIENT_IP  # defined beside Client
 from gateway.store.accounts import Store
 from gateway.store.errors import ErrorCounter
 from gateway.store.insight import InsightSink
+from gateway.store.keyevents import KeyEvents
+from gateway.store.usagesink import UsageSink
 from gateway.upstream.pool import NodePool
 
 CONFIG = web.AppKey("config", Config)
@@ -20,12 +22,17 @@ REDIS: web.AppKey[RedisClient] = web.AppKey("redis")
 # The admission check's own connection (None on a Cluster, where REDIS is
 # used): /readyz pings it, so "ready" means the hot path can reach Redis.
 MUX: web.AppKey[MuxRedis | None] = web.AppKey("mux")
+# The URL every Redis client of this app connects to (the embedded server's
+# socket when none is configured); pub/sub listeners open their own connection.
+REDIS_URL = web.AppKey("redis_url", str)
 STORE = web.AppKey("store", Store)
 LIMITER: web.AppKey[Limiter] = web.AppKey("limiter")
 POOLS = web.AppKey("pools", dict[str, NodePool])
 METRICS = web.AppKey("metrics", Metrics)
 ERRORS = web.AppKey("errors", ErrorCounter)
 INSIGHT = web.AppKey("insight", InsightSink)
+USAGE = web.AppKey("usage", UsageSink)
+KEY_EVENTS = web.AppKey("key_events", KeyEvents)
 
 # Per-request values the access log reads (never the key itself).
 RPC_METHOD = web.RequestKey("rpc_method", str)

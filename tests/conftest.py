@@ -26,6 +26,7 @@ from gateway.config import Config, config_from_dict
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import RedisProcess
 from gateway.store.accounts import Store
+from tests.helpers.limiters import make_limiter  # noqa: F401  (a shared fixture)
 
 TESTDATA = Path(__file__).parent / "testdata"
 

@@ -15,6 +15,7 @@ from gateway.config.defaults import (
 )
 from gateway.config.load import config_from_dict, listen_address, load_config
 from gateway.config.schema import (
+    AdmissionConfig,
     CacheConfig,
     Config,
     ConfigError,
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_NETWORKS",
     "DEFAULT_PLANS",
     "FORBIDDEN_METHOD_PREFIXES",
+    "AdmissionConfig",
     "CacheConfig",
     "Config",
     "ConfigError",

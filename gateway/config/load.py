@@ -23,6 +23,7 @@ from gateway.config.defaults import (
     FORBIDDEN_METHOD_PREFIXES,
 )
 from gateway.config.schema import (
+    AdmissionConfig,
     CacheConfig,
     Config,
     ConfigError,
@@ -47,6 +48,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "cache": CacheConfig,
     "hedge": HedgeConfig,
     "insight": InsightConfig,
+    "admission": AdmissionConfig,
     "ws": WsConfig,
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
@@ -86,6 +88,13 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
 
     if sections["upstream"].client not in ("lean", "aiohttp"):
         raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
+    admission = sections["admission"]
+    if admission.mode not in ("lease", "exact"):
+        raise ConfigError('admission.mode: must be "lease" or "exact"')
+    if min(admission.key_ttl_s, admission.lease_idle_s, admission.usage_flush_s) <= 0:
+        raise ConfigError("admission: key_ttl_s, lease_idle_s and usage_flush_s must be positive")
+    if admission.max_slice < 0 or admission.lease_horizon_s < 0:
+        raise ConfigError("admission: max_slice and lease_horizon_s must not be negative")
     _check_intel(sections["cache"], sections["hedge"])
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
         raise ConfigError("insight: interval_s must be positive and log_cap at least 1")

@@ -195,6 +195,24 @@ class DashboardConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """How requests are admitted (SPEC §5 "Scale rules"; gateway.limits.leasing).
+
+    ``lease``: each worker leases slices of a key's bucket and admits locally,
+    caches key records (pub/sub invalidation) and flushes usage each
+    ``usage_flush_s``; about one Redis call per slice instead of per request.
+    ``exact``: one admission script call per request (admit.lua).
+    """
+
+    mode: str = "lease"
+    key_ttl_s: float = 5.0  # cached key records are re-read at least this often
+    lease_horizon_s: float = 0.05  # a slice covers this much of a key's recent rate
+    max_slice: int = 1000  # units a lease may add beyond the request's own cost
+    lease_idle_s: float = 0.25  # unused leased units go back after this long unused
+    usage_flush_s: float = 1.0  # usage counters summed in-process are written this often
+
+
+@dataclass(frozen=True, slots=True)
 class InsightConfig:
     """Request insight per key (gateway/insight.py): summed in each worker, flushed."""
 
@@ -249,6 +267,7 @@ class Config:
     cache: CacheConfig = CacheConfig()
     hedge: HedgeConfig = HedgeConfig()
     insight: InsightConfig = InsightConfig()
+    admission: AdmissionConfig = AdmissionConfig()
     ws: WsConfig = WsConfig()
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()

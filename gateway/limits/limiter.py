@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
@@ -22,11 +22,12 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config import PlanConfig
+from gateway.redis import keyspace as ks
 from gateway.redis.failurelog import FailureLog
 from gateway.redis.mux import MuxRedis, RedisUnavailable
 
 ADMIT_LUA = resources.files("gateway").joinpath("limits/admit.lua").read_text()
-ADMIT_SHA = hashlib.sha1(ADMIT_LUA.encode()).hexdigest()
+LEASE_LUA = resources.files("gateway").joinpath("limits/lease.lua").read_text()
 
 
 class Status(IntEnum):
@@ -36,6 +37,8 @@ class Status(IntEnum):
     RATE_LIMITED = 3
     QUOTA_EXCEEDED = 4
     TOO_EXPENSIVE = 5
+    KEY_RATE_CAPPED = 6  # the owner's per-key requests-per-second cap, not the plan's
+    KEY_DAILY_CAPPED = 7  # the owner's per-key daily compute-unit cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,14 +156,58 @@ def _num(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
-class _ScriptLimiter:
-    """The shared half of both limiters: ``admit.lua``'s KEYS and ARGV.
+class RedisScript:
+    """Runs one Lua script with EVALSHA through redis-py (which reloads it on NOSCRIPT).
 
-    Subclasses only say how the script is run (``_run``); over the limit is
-    a ``Decision``, and "Redis could not be asked" is ``LimiterUnavailable``.
+    The general runner: works on a single Redis and on a Cluster (redis-py
+    routes by the first key; every key of one call shares one hash tag).
+    "Redis could not be asked" becomes ``LimiterUnavailable``.
     """
 
-    def __init__(self, plans: Sequence[PlanConfig], prefix: str) -> None:
+    def __init__(self, redis: Redis | RedisCluster, lua: str, log_interval_s: float = 10.0) -> None:
+        self._script = redis.register_script(lua)
+        self._failed = FailureLog(log_interval_s)
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[str]) -> Any:
+        try:
+            return await self._script(keys=list(keys), args=list(args))
+        # RedisClusterException (no node reachable, slot not covered) is not a
+        # RedisError, yet it means the same: Redis could not be asked.
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            self._failed(exc)  # the mux logs its own failures the same way
+            raise LimiterUnavailable(str(exc)) from exc
+
+
+class MuxScript:
+    """Runs one Lua script over the multiplexed connection: the fast path for one Redis.
+
+    All calls issued in one event-loop tick leave in one write (see
+    ``gateway.redis.mux``).
+    """
+
+    def __init__(self, mux: MuxRedis, lua: str) -> None:
+        self._mux = mux
+        self._lua = lua
+        self._sha = hashlib.sha1(lua.encode()).hexdigest()
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[str]) -> Any:
+        try:
+            return await self._mux.evalsha(self._sha, self._lua, keys, args)
+        except RedisUnavailable as exc:
+            raise LimiterUnavailable(str(exc)) from exc
+
+
+ScriptRunner = Callable[[Sequence[str], Sequence[str]], Awaitable[Any]]
+
+
+class ExactLimiter:
+    """``admit.lua`` once per request: key, allowlists, quota, bucket and usage in one call.
+
+    ``admission.mode = "exact"``; the default is ``gateway.limits.leasing``.
+    """
+
+    def __init__(self, run: ScriptRunner, plans: Sequence[PlanConfig], prefix: str) -> None:
+        self._run = run
         self._plans = PlanTable(plans)
         self._prefix = prefix
 
@@ -173,21 +220,14 @@ class _ScriptLimiter:
         ip_bits: str = "",
         now_ms: int | None = None,
     ) -> Decision:
-        tag = f"{self._prefix}:{{{khash}}}:"
+        tag = ks.key_tag(self._prefix, khash)
         args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits]
         args.extend(self._plans.args(methods))
         return decision_from_reply(await self._run((tag + "k", tag), args))
 
-    async def _run(self, keys: Sequence[str], args: Sequence[str]) -> Any:
-        raise NotImplementedError
 
-
-class RedisLimiter(_ScriptLimiter):
-    """Runs ``admit.lua`` with EVALSHA through redis-py (which reloads it on NOSCRIPT).
-
-    The general implementation: works on a single Redis and on a Cluster
-    (redis-py routes by the first key; all keys share one hash tag).
-    """
+class RedisLimiter(ExactLimiter):
+    """The exact limiter through redis-py (single Redis or Cluster)."""
 
     def __init__(
         self,
@@ -196,36 +236,14 @@ class RedisLimiter(_ScriptLimiter):
         prefix: str = "gw",
         log_interval_s: float = 10.0,
     ) -> None:
-        super().__init__(plans, prefix)
-        self._script = redis.register_script(ADMIT_LUA)
-        self._failed = FailureLog(log_interval_s)
-
-    async def _run(self, keys: Sequence[str], args: Sequence[str]) -> Any:
-        try:
-            return await self._script(keys=list(keys), args=list(args))
-        # RedisClusterException (no node reachable, slot not covered) is not a
-        # RedisError, yet it means the same: Redis could not be asked.
-        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
-            self._failed(exc)
-            raise LimiterUnavailable(str(exc)) from exc
+        super().__init__(RedisScript(redis, ADMIT_LUA, log_interval_s), plans, prefix)
 
 
-class MuxLimiter(_ScriptLimiter):
-    """``admit.lua`` over one multiplexed connection: the fast path for one Redis.
-
-    All checks issued in one event-loop tick leave in one write (see
-    ``gateway.redis.mux``).
-    """
+class MuxLimiter(ExactLimiter):
+    """The exact limiter over one multiplexed connection."""
 
     def __init__(self, mux: MuxRedis, plans: Sequence[PlanConfig], prefix: str = "gw") -> None:
-        super().__init__(plans, prefix)
-        self._mux = mux
-
-    async def _run(self, keys: Sequence[str], args: Sequence[str]) -> Any:
-        try:
-            return await self._mux.evalsha(ADMIT_SHA, ADMIT_LUA, keys, args)
-        except RedisUnavailable as exc:
-            raise LimiterUnavailable(str(exc)) from exc
+        super().__init__(MuxScript(mux, ADMIT_LUA), plans, prefix)
 
 
 def decision_from_reply(res: Sequence[Any]) -> Decision:

@@ -109,3 +109,14 @@ def admin_connect(cfg: RedisConfig, url: str) -> RedisClient:
             gate_timeout_s=5,
         )
     return Redis.from_url(url, decode_responses=True, socket_timeout=5, socket_connect_timeout=5)
+
+
+def pubsub_connect(url: str) -> Redis:
+    """A plain client for SUBSCRIBE, even on a Cluster (PUBLISH reaches every node).
+
+    No socket timeout: a subscriber waits for messages by design; redis-py's
+    health checks (every 30 s) find a dead connection instead.
+    """
+    return Redis.from_url(
+        url, decode_responses=True, socket_connect_timeout=5, health_check_interval=30
+    )

@@ -56,6 +56,17 @@ _STATUS_ERROR = {
     Status.RATE_LIMITED: rpc.RATE_LIMITED,
     Status.QUOTA_EXCEEDED: rpc.RATE_LIMITED,
     Status.TOO_EXPENSIVE: rpc.RATE_LIMITED,
+    Status.KEY_RATE_CAPPED: rpc.RATE_LIMITED,
+    Status.KEY_DAILY_CAPPED: rpc.RATE_LIMITED,
+}
+# error.data.reason of a 429 that is not the plain token bucket: it names the
+# limit that was reached, so a key holder can tell the owner's own key caps
+# (Infura-style "key limits") from the plan's.
+_REFUSAL_REASON = {
+    Status.QUOTA_EXCEEDED: "daily quota reached",
+    Status.TOO_EXPENSIVE: "request costs more compute units than the plan's burst",
+    Status.KEY_RATE_CAPPED: "the key's own requests-per-second cap reached (set by its owner)",
+    Status.KEY_DAILY_CAPPED: "the key's own daily compute-unit cap reached (set by its owner)",
 }
 
 
@@ -433,10 +444,10 @@ class RpcHandler:
         self._net_metrics.rate_limited()
         retry_ms = max(1, decision.retry_ms)
         data: dict[str, Any] = {"retry_after_ms": retry_ms}
-        if decision.status is Status.QUOTA_EXCEEDED:
-            data["reason"] = "daily quota reached"
-        elif decision.status is Status.TOO_EXPENSIVE:
-            data["reason"] = "request costs more compute units than the plan's burst"
+        reason = _REFUSAL_REASON.get(decision.status)
+        if reason is not None:
+            data["reason"] = reason
+        if decision.status is Status.TOO_EXPENSIVE:
             retry_ms = data["retry_after_ms"] = 1000
         headers = self._limit_headers(decision)
         headers[hdrs.RETRY_AFTER] = str(-(-retry_ms // 1000))

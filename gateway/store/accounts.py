@@ -32,6 +32,7 @@ from gateway.store.core import (
     RedisClient,
     StoreError,
 )
+from gateway.store.keyevents import publish_key_change
 from gateway.store.passwords import HASH_NICE, Passwords
 from gateway.store.records import Account, AttemptCounter, KeyRecord, Usage, counts_towards_cap
 from gateway.store.sessions import Sessions
@@ -121,10 +122,11 @@ class Accounts(Passwords):
         for key_id in await self.redis.smembers(ks.account_keys(self.prefix, account_id)):
             khash = await self.redis.get(ks.key_index(self.prefix, key_id))
             if khash:
-                # Only the plan changes. The bucket (t, ts) stays: admit.lua
-                # clamps its level to the new plan's burst, so switching plans
-                # back and forth never hands out a fresh full bucket.
+                # Only the plan changes. The bucket (t, ts) stays: the admission
+                # scripts clamp its level to the new plan's burst, so switching
+                # plans back and forth never hands out a fresh full bucket.
                 await self.redis.hset(ks.record_key(self.prefix, khash), "plan", plan)
+                await publish_key_change(self.redis, self.prefix, khash)
         return Account(account.id, account.email, plan, account.created_at)
 
 

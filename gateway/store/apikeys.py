@@ -21,6 +21,7 @@ from gateway.limits.limiter import cidr_bits
 from gateway.redis import keyspace as ks
 from gateway.rpc.auth import generate_key, key_hash, key_hint
 from gateway.store.core import NotFound, StoreCore, StoreError
+from gateway.store.keyevents import publish_key_change
 from gateway.store.records import Account, KeyRecord, counts_towards_cap
 
 
@@ -310,7 +311,9 @@ class ApiKeys(StoreCore):
         return records
 
     async def revoke_key(self, key_id: str, account_id: str | None = None) -> KeyRecord:
-        """Revoke now. admit.lua reads the record on every call, so this is immediate."""
+        """Revoke now, on every process: the record changes, then a pub/sub message
+        drops every worker's cached copy (``store.keyevents``) and closes the key's
+        WebSockets, so it stops working everywhere within milliseconds."""
         khash, record = await self._get_key(key_id, account_id)
         if record.revoked_at is not None:
             return record
@@ -320,6 +323,8 @@ class ApiKeys(StoreCore):
         pipe.hdel(ks.bucket_key(self.prefix, khash), "t", "ts")
         self._expire_at(pipe, key_id, khash, now)
         await pipe.execute()
+        # not in the pipeline: a Cluster pipeline refuses PUBLISH (it has no key)
+        await publish_key_change(self.redis, self.prefix, khash)
         return await self.get_key(key_id)
 
     async def rotate_key(
@@ -372,6 +377,7 @@ class ApiKeys(StoreCore):
                     pipe.hset(ks.record_key(self.prefix, khash), "rev", now)
                 self._expire_at(pipe, key_id, khash, new_expiry)
                 await pipe.execute()
+                await publish_key_change(self.redis, self.prefix, khash)  # its expiry changed
                 return key, new
         except LockError:
             raise StoreError(

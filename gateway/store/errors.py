@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from gateway.redis.flushing import flush_every
 from gateway.store.accounts import Store
-from gateway.store.flushing import flush_every
 
 log = logging.getLogger("gateway.usage")
 

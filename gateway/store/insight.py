@@ -32,8 +32,8 @@ from typing import Any
 import orjson
 
 from gateway.redis import keyspace as ks
+from gateway.redis.flushing import flush_every
 from gateway.rpc.clientip import mask_ip
-from gateway.store.flushing import flush_every
 
 log = logging.getLogger("gateway.insight")
 

@@ -19,19 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.config import PlanConfig
-from gateway.redis.keyspace import keys_channel as keys_channel  # re-exported: its old home
 from gateway.redis.keyspace import record_key
 from gateway.store.accounts import KeyRecord, Store, StoreError
+from gateway.store.keyevents import publish_key_change
 
 MAX_DAILY_CU = 10**15  # beyond any real day; keeps the field an exact Lua number
-
-
-async def publish_key_change(redis: Any, prefix: str, khash: str) -> None:
-    """Tell every gateway process to drop its cached copy of the key record ``khash``.
-
-    Plain PUBLISH: on Redis Cluster it reaches every node's subscribers.
-    """
-    await redis.publish(keys_channel(prefix), khash)
 
 
 def parse_rate(text: str) -> float | None:

@@ -1,7 +1,7 @@
 """Allowlist edges (SPEC §5, issue 10 item 8), each through the real admit.lua.
 
 Keys are made by ``Store.create_key`` (so entries pass the same normaliser as
-the dashboard and CLI) and checked by ``RedisLimiter`` against a real Redis.
+the dashboard and CLI) and checked by every admission implementation against a real Redis.
 """
 
 from __future__ import annotations
@@ -10,21 +10,23 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.config import config_from_dict
-from gateway.limits.limiter import RedisLimiter, Status, cidr_bits, ip_bits, record_key
+from gateway.limits.limiter import Limiter, Status, cidr_bits, ip_bits, record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store, StoreError, normalize_origin, normalize_origins
+from tests.helpers.limiters import MakeLimiter
 
 T0 = 1_700_000_000_000
 OK, NO = Status.ADMITTED, Status.FORBIDDEN
 
 
 @pytest.fixture
-def limiter(redis: Redis, prefix: str) -> RedisLimiter:
-    return RedisLimiter(redis, config_from_dict({}).plans, prefix)
+def limiter(make_limiter: MakeLimiter) -> Limiter:
+    """Every admission implementation (exact script, leased): one set of rules."""
+    return make_limiter(config_from_dict({}).plans).limiter
 
 
 async def check(
-    limiter: RedisLimiter, key: str, origin: str = "", ip: str = "", method: str = "eth_call"
+    limiter: Limiter, key: str, origin: str = "", ip: str = "", method: str = "eth_call"
 ) -> Status:
     d = await limiter.admit(key_hash(key), 1, {method: 1}, origin, ip_bits(ip), now_ms=T0)
     return d.status
@@ -58,14 +60,14 @@ ORIGIN_CASES = [
 
 @pytest.mark.parametrize(("entry", "origin", "expected"), ORIGIN_CASES)
 async def test_origin_entry(
-    limiter: RedisLimiter, store: Store, account: str, entry: str, origin: str, expected: Status
+    limiter: Limiter, store: Store, account: str, entry: str, origin: str, expected: Status
 ) -> None:
     key, _ = await store.create_key(account, origins=[entry])
     assert await check(limiter, key, origin=origin) is expected
 
 
 async def test_stored_wildcard_without_a_dot_never_matches_a_longer_name(
-    limiter: RedisLimiter, redis: Redis, prefix: str, store: Store, account: str
+    limiter: Limiter, redis: Redis, prefix: str, store: Store, account: str
 ) -> None:
     """A record written before the normaliser refused ``*example.com``."""
     key, _ = await store.create_key(account, origins=["https://placeholder.example"])
@@ -121,7 +123,7 @@ IP_CASES = [
 
 @pytest.mark.parametrize(("entries", "ip", "expected"), IP_CASES)
 async def test_ip_entries(
-    limiter: RedisLimiter,
+    limiter: Limiter,
     store: Store,
     account: str,
     entries: list[str],
@@ -133,7 +135,7 @@ async def test_ip_entries(
 
 
 async def test_ip_entries_stored_before_the_family_mark_still_match(
-    limiter: RedisLimiter, redis: Redis, prefix: str, store: Store, account: str
+    limiter: Limiter, redis: Redis, prefix: str, store: Store, account: str
 ) -> None:
     key, _ = await store.create_key(account, ips=["192.0.2.0/24"])
     legacy = "\n" + cidr_bits("10.0.0.0/8")[1:] + "\n" + cidr_bits("2001:db8::/32")[1:] + "\n"
@@ -143,9 +145,7 @@ async def test_ip_entries_stored_before_the_family_mark_still_match(
     assert await check(limiter, key, ip="11.1.2.3") is NO
 
 
-async def test_methods_star_and_lists_anded(
-    limiter: RedisLimiter, store: Store, account: str
-) -> None:
+async def test_methods_star_and_lists_anded(limiter: Limiter, store: Store, account: str) -> None:
     key, _ = await store.create_key(
         account,
         origins=["*.example.com", "https://b.io"],

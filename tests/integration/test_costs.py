@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient
 from gateway.app import create_app
 from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
+from tests.helpers.lease import settle
 
 Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
@@ -37,6 +38,7 @@ async def test_requests_we_answer_ourselves_still_cost_a_unit(
     for expected in (1, 2):
         resp = await client.post(f"/bsc/{key}", data=body, headers=JSON)
         assert resp.status == status
+        await settle(client.app)
         usage = await store.usage(rec.id)
         assert usage.compute_units == expected
         assert usage.total >= expected

@@ -9,6 +9,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
 from tests.helpers.dashboard import User, new_email, parse
+from tests.helpers.lease import settle
 
 AiohttpClient = Callable[..., Any]
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
@@ -34,6 +35,7 @@ async def test_usage_rises_with_calls(client: Any, aiohttp_client: AiohttpClient
     assert doc.testid("usage-total") == "0"
     for method in ("eth_blockNumber", "eth_blockNumber", "eth_chainId"):
         assert (await call(client, key, method)).status == 200
+    await settle(client.app)
     for window in ("24h", "1h"):
         doc = await user.get(f"/dashboard/usage?key={key_id}&window={window}")
         assert doc.testid("usage-total") == "3"
@@ -63,6 +65,7 @@ async def test_usage_counts_rate_limited_calls(
     key, key_id = await user.create_key()
     statuses = [(await call(client, key)).status for _ in range(4)]
     assert statuses == [200, 200, 429, 429]
+    await settle(client.app)
     doc = await user.get(f"/dashboard/usage?key={key_id}")
     assert doc.testid("usage-total") == "2"
     assert doc.testid("usage-limited") == "2"
@@ -76,6 +79,7 @@ async def test_usage_day_windows_and_empty_state(
     assert "no keys" in doc.testid("empty")
     key, key_id = await user.create_key()
     await call(client, key)
+    await settle(client.app)
     for window in ("7d", "30d", "bogus"):
         doc = await user.get(f"/dashboard/usage?key={key_id}&window={window}")
         assert doc.testid("usage-total") == "1"

@@ -215,7 +215,10 @@ async def test_redis_hung_sigstop_under_load(
         f"recovered_ms={recovered_ms:.0f}"
     )
     assert not timeline.errors, timeline.errors
-    assert set(hung) == {503}
+    # Units a worker leased before the hang were already taken from the shared
+    # bucket: they are still spent (at most max_slice per key), then it fails closed.
+    assert set(hung) <= {200, 503} and hung.get(503, 0) > 0
+    assert hung.get(200, 0) <= cfg.admission.max_slice
     _only_service_unavailable(timeline)
     assert worst < TIMEOUT_MS / 1000 * 4  # never redis-py's minute of retries
     assert set(after) == {200}

@@ -24,6 +24,7 @@ from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.rpc import protocol as rpc
 from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
+from tests.helpers.lease import settle
 
 Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
@@ -157,6 +158,7 @@ async def test_allowlist_and_weights_use_the_validated_method(
     assert resp.status == 200
     # what was billed and allowed is what ran: eth_chainId, one unit each
     assert calls_seen(go_node) == [("eth_chainId", b"[]")] * 2
+    await settle(client.app)
     usage = await store.usage(rec.id)
     assert usage.compute_units == 2 and usage.methods == {"eth_chainId": 2}
 

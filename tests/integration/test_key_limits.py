@@ -14,10 +14,11 @@ from redis.asyncio import Redis
 
 from gateway.config import config_from_dict
 from gateway.limits.limiter import record_key, usage_prefix
+from gateway.redis.keyspace import keys_channel
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import DAY_MS, NotFound, Store, StoreError
 from gateway.store.insightquery import InsightStore, fmt_money
-from gateway.store.keylimits import KeyLimits, keys_channel, parse_daily, parse_rate
+from gateway.store.keylimits import KeyLimits, parse_daily, parse_rate
 
 CLI = Callable[..., tuple[int, str, str]]
 PLANS = config_from_dict({}).plans  # free 25/s, payg 300/s

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from redis.asyncio import Redis
 
 from gateway.config import PlanConfig, config_from_dict
 from gateway.limits.limiter import (
     Limiter,
-    MuxLimiter,
-    RedisLimiter,
     Status,
     cidr_bits,
     ip_bits,
     record_key,
 )
-from gateway.redis.mux import MuxRedis
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
+from tests.helpers.limiters import MakeLimiter, UnderTest
 
 T0 = 1_700_000_000_000  # an injected "now" in ms
 
@@ -34,17 +30,15 @@ def plans(**over: dict[str, object]) -> tuple[PlanConfig, ...]:
     return config_from_dict({"plans": raw}).plans
 
 
-@pytest.fixture(params=["redis-py", "mux"])
-async def limiter(
-    request: pytest.FixtureRequest, redis: Redis, prefix: str, redis_url: str
-) -> AsyncIterator[Limiter]:
-    """Every test runs against both implementations of the same script."""
-    if request.param == "redis-py":
-        yield RedisLimiter(redis, plans(), prefix)
-        return
-    mux = MuxRedis(redis_url, timeout_s=2.0)
-    yield MuxLimiter(mux, plans(), prefix)
-    await mux.close()
+@pytest.fixture
+def under_test(make_limiter: MakeLimiter) -> UnderTest:
+    """Every test runs against every admission implementation (tests/helpers/limiters.py)."""
+    return make_limiter(plans())
+
+
+@pytest.fixture
+def limiter(under_test: UnderTest) -> Limiter:
+    return under_test.limiter
 
 
 async def admit(
@@ -98,8 +92,8 @@ async def test_weights_and_batch_cost_are_charged_as_a_whole(
     assert d.status is Status.TOO_EXPENSIVE
 
 
-async def test_daily_quota(redis: Redis, prefix: str, store: Store, account: str) -> None:
-    limiter = RedisLimiter(redis, plans(free={"daily_quota": 3}), prefix)
+async def test_daily_quota(make_limiter: MakeLimiter, store: Store, account: str) -> None:
+    limiter = make_limiter(plans(free={"daily_quota": 3})).limiter
     key, _ = await store.create_key(account)
     day_start = (T0 // 86_400_000 + 1) * 86_400_000
     now = day_start - 10_000
@@ -110,21 +104,25 @@ async def test_daily_quota(redis: Redis, prefix: str, store: Store, account: str
     assert await admit(limiter, key, day_start + 1) is Status.ADMITTED  # new UTC day
 
 
-async def test_revoked_and_expired_keys(limiter: Limiter, store: Store, account: str) -> None:
+async def test_revoked_and_expired_keys(under_test: UnderTest, store: Store, account: str) -> None:
+    limiter = under_test.limiter
     key, rec = await store.create_key(account, expires_in_ms=60_000)
     now = await store.now_ms()
     assert await admit(limiter, key, now) is Status.ADMITTED
     assert await admit(limiter, key, now + 61_000) is Status.UNAUTHORIZED
     await store.revoke_key(rec.id)
+    under_test.changed(key)
     assert await admit(limiter, key, now) is Status.UNAUTHORIZED
 
 
 async def test_plan_switch_applies_on_next_request(
-    limiter: Limiter, store: Store, account: str, api_key: str
+    under_test: UnderTest, store: Store, account: str, api_key: str
 ) -> None:
+    limiter = under_test.limiter
     got = [await admit(limiter, api_key, T0) for _ in range(21)]
     assert got[-1] is Status.RATE_LIMITED
     await store.set_plan(account, "payg")
+    under_test.changed(api_key)
     d = await limiter.admit(key_hash(api_key), 1, {"eth_call": 1}, now_ms=T0)
     # the new plan applies at once, to the bucket's old (empty) level
     assert d.status is Status.RATE_LIMITED and d.plan == "payg" and d.limit == 200
@@ -171,15 +169,15 @@ def test_ip_bits_map_ipv4_into_ipv6() -> None:
     assert cidr_bits("::/0") == "6"
 
 
-async def test_usage_counters_in_the_same_call(
-    limiter: Limiter, store: Store, account: str
-) -> None:
+async def test_usage_counters(under_test: UnderTest, store: Store, account: str) -> None:
+    limiter = under_test.limiter
     key, rec = await store.create_key(account)
     now = await store.now_ms()
     khash = key_hash(key)
     await limiter.admit(khash, 3, {"eth_call": 2, "eth_chainId": 1}, now_ms=now)
     for _ in range(30):
         await limiter.admit(khash, 1, {"eth_call": 1}, now_ms=now)
+    await under_test.flush()  # leased admission sums usage in-process, written each second
     usage = await store.usage(rec.id)
     assert usage.total == 3 + 17  # 20 burst units, 3 + 17 admitted
     assert usage.limited == 13

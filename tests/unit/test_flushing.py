@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from gateway.store.flushing import flush_every
+from gateway.redis.flushing import flush_every
 
 
 async def test_a_swallowed_cancel_still_ends_the_loop() -> None:

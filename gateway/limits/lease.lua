@@ -1,0 +1,150 @@
+-- lease.lua: lease a slice of a key's token bucket (and daily quota) in one call.
+--
+-- A worker asks for the units of the request in hand (ARGV[3]) plus a slice
+-- (ARGV[4]) it expects to spend soon; the script grants the cost and as much
+-- of the slice as leaves three quarters of what remains for the other
+-- workers, and deducts the whole grant from the shared bucket and the day's
+-- compute units at once. The worker then admits locally until its slice is
+-- spent. Units are deducted before they are used, so no number of workers
+-- can ever admit more than burst + rate * t; units a worker leased but did
+-- not use come back through ARGV[5] (refilled into the bucket, capped at the
+-- burst, and taken off the day's count). A bucket near empty grants the cost
+-- alone, so a key at its limit is admitted one call at a time, exactly.
+--
+-- Everything of one API key shares the hash tag {<sha256>}: one Cluster slot.
+--
+-- KEYS[1] key record hash (+ bucket fields t, ts)   <p>:{H}:k
+-- KEYS[2] usage key prefix                           <p>:{H}:
+-- ARGV[1] now in ms, or "" to use redis TIME
+-- ARGV[2] "1": also return the record's fields (a key this worker has not cached)
+-- ARGV[3] cost of the request in hand in compute units (0: only give units back)
+-- ARGV[4] slice: extra units wanted beyond the cost
+-- ARGV[5] units given back (leased earlier, not used)
+-- ARGV[6] P = number of plans, then P groups of 5:
+--         name, rate (units/s), burst, daily quota (0 = none), cost of this request
+--         (a cached key's worker passes only its plan's group, cost in ARGV[3])
+--
+-- The owner's per-key caps (record fields rcap: requests per second, dcap:
+-- compute units per day; absent = the plan's) narrow the plan: the bucket
+-- refills at min(plan rate, rcap) and holds at most min(plan burst, rcap),
+-- the day allows min(plan quota, dcap).
+--
+-- returns {status, granted, tokens_left, retry_ms, plan, burst, rate_milli,
+--          [id, exp, rev, org, ipb, mth]}
+--   status 0 granted, 1 unknown/expired/revoked, 3 over the token bucket,
+--   4 over the daily quota, 5 costs more than the bucket can ever hold,
+--   6 over the key's own rate cap, 7 over the key's own daily cap
+
+local DAY_MS = 86400000
+local DAY_TTL_MS = 7862400000  -- usage by day is kept 91 days
+
+local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts',
+  'rcap', 'dcap')
+local function reply(status, granted, left, retry, plan, burst, rate)
+  local out = {status, granted, left, retry, plan or '', burst or 0, math.floor((rate or 0) * 1000)}
+  if ARGV[2] == '1' then
+    for i = 1, 7 do
+      if i ~= 2 then out[#out + 1] = rec[i] or '' end
+    end
+  end
+  return out
+end
+if not rec[1] then
+  return reply(1, 0, 0, 0)
+end
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if (rec[4] and rec[4] ~= '') or (rec[3] and rec[3] ~= '' and now >= tonumber(rec[3])) then
+  return reply(1, 0, 0, 0)
+end
+
+-- the key's plan (an unknown name falls back to the first plan)
+local nplans = tonumber(ARGV[6])
+local base = 7
+for p = 0, nplans - 1 do
+  if ARGV[7 + p * 5] == rec[2] then
+    base = 7 + p * 5
+    break
+  end
+end
+local plan = ARGV[base]
+local rate = tonumber(ARGV[base + 1])
+local burst = tonumber(ARGV[base + 2])
+local quota = tonumber(ARGV[base + 3])
+local rate_status, quota_status = 3, 4
+local rcap = tonumber(rec[10] or '')
+if rcap and rcap > 0 and rcap < rate then
+  rate, rate_status = rcap, 6
+  if rcap < burst then burst = math.max(1, math.floor(rcap)) end
+end
+local dcap = tonumber(rec[11] or '')
+if dcap and dcap > 0 and (quota == 0 or dcap < quota) then
+  quota, quota_status = dcap, 7
+end
+local cost = tonumber(ARGV[3])
+if cost < 0 then cost = tonumber(ARGV[base + 4]) end
+local slice = tonumber(ARGV[4])
+local back = tonumber(ARGV[5])
+local day_key = KEYS[2] .. 'd:' .. math.floor(now / DAY_MS)
+
+-- refill continuously at `rate`; the level is clamped to this plan's burst,
+-- so a plan switch keeps the level and never grants a fresh bucket
+local tokens = tonumber(rec[8])
+local ts = tonumber(rec[9])
+if not tokens or not ts then
+  tokens, ts = burst, now
+end
+if now > ts then
+  tokens = tokens + (now - ts) * rate / 1000
+  ts = now
+end
+if back > 0 then
+  tokens = tokens + back
+  if redis.call('HEXISTS', day_key, 'cu') == 1 then
+    redis.call('HINCRBY', day_key, 'cu', -back)
+  end
+end
+if tokens > burst then tokens = burst end
+
+local function refuse(status, retry)
+  if back > 0 then
+    redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts)
+  end
+  return reply(status, 0, math.floor(tokens), retry, plan, burst, rate)
+end
+
+if cost == 0 then
+  redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts)
+  return reply(0, 0, math.floor(tokens), 0, plan, burst, rate)
+end
+if cost > burst then
+  return refuse(5, 1000)
+end
+local room = -1
+if quota > 0 then
+  local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
+  if used + cost > quota then
+    return refuse(quota_status, (math.floor(now / DAY_MS) + 1) * DAY_MS - now)
+  end
+  room = quota - used - cost
+end
+if cost > tokens then
+  return refuse(rate_status, math.ceil((cost - tokens) * 1000 / rate))
+end
+
+local extra = math.floor((tokens - cost) / 4)
+if slice < extra then extra = slice end
+if room >= 0 and room < extra then extra = room end
+local granted = cost + extra
+tokens = tokens - granted
+redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)
+if redis.call('HINCRBY', day_key, 'cu', granted) == granted then
+  redis.call('PEXPIRE', day_key, DAY_TTL_MS)  -- first units of the day
+end
+return reply(0, granted, math.floor(tokens), 0, plan, burst, rate)

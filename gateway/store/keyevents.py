@@ -1,0 +1,80 @@
+"""Key changes, broadcast to every gateway process through Redis pub/sub.
+
+Whatever changes a key's record (revoke, rotate, plan switch, limits,
+account deletion) publishes the key's hash on ``<prefix>:keys``; every
+process subscribes and drops its cached copy, so a revoked key stops
+working everywhere within the pub/sub delay (milliseconds), well under the
+1 s SPEC §5 allows. If the subscription breaks, every cached record is
+dropped at once (a message may have been missed) and the listener
+reconnects with a backoff; the cache's own TTL is the last safety net.
+
+``PUBLISH`` reaches every node of a Redis Cluster (Redis 6.2 has no sharded
+pub/sub), so one subscription to any node is enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.redis.keyspace import keys_channel
+
+log = logging.getLogger("gateway.keyevents")
+
+Listener = Callable[[str | None], None]  # a key hash, or None for "everything"
+
+
+async def publish_key_change(redis: Any, prefix: str, khash: str) -> None:
+    """Tell every gateway process to drop its cached copy of the key record ``khash``."""
+    await redis.publish(keys_channel(prefix), khash)
+
+
+class KeyEvents:
+    """Runs the subscription and calls each listener with every changed key."""
+
+    def __init__(self, connect: Callable[[], Redis], prefix: str) -> None:
+        self._connect = connect
+        self._channel = keys_channel(prefix)
+        self._listeners: list[Listener] = []
+        self.ready = asyncio.Event()
+
+    def add(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _emit(self, khash: str | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(khash)
+            except Exception:  # one bad listener must not stop the others
+                log.exception("key event listener failed")
+
+    async def run(self) -> None:
+        backoff = 0.1
+        while True:
+            redis = self._connect()
+            try:
+                async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(self._channel)
+                    self._emit(None)  # anything may have changed while we were away
+                    self.ready.set()
+                    backoff = 0.1
+                    while True:
+                        msg = await pubsub.get_message(timeout=5.0)
+                        if msg is not None and msg.get("type") == "message":
+                            data = msg["data"]
+                            self._emit(data.decode() if isinstance(data, bytes) else str(data))
+            except (RedisError, OSError) as exc:
+                self.ready.clear()
+                self._emit(None)
+                log.warning("key events lost, reconnecting: %s", exc.__class__.__name__)
+            finally:
+                with contextlib.suppress(Exception):
+                    await redis.aclose()
+            await asyncio.sleep(backoff)
+            backoff = min(5.0, backoff * 2)
