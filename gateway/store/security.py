@@ -419,7 +419,9 @@ def _matching_step(secret: str, code: str, window: int = 1, now: float | None = 
     if not (len(code) == 6 and code.isascii() and code.isdigit()):
         return None  # also keeps non-ASCII digits ("٣") away from compare_digest
     totp = pyotp.TOTP(secret)
-    step = totp.timecode(int(time.time() if now is None else now))
+    # the step number itself (RFC 6238): pyotp's timecode() takes a datetime
+    # before 2.10, an int after, so it is not used
+    step = int(time.time() if now is None else now) // totp.interval
     for candidate in _around(step, window):
         if hmac.compare_digest(totp.generate_otp(candidate), code):
             return candidate
