@@ -38,7 +38,13 @@ from typing import Any, Protocol
 
 from gateway.config import PlanConfig
 from gateway.limits.allowlists import NO_ALLOWLISTS, Allowlists
-from gateway.limits.limiter import Decision, LimiterUnavailable, ScriptRunner, Status
+from gateway.limits.limiter import (
+    Decision,
+    LimiterUnavailable,
+    ScriptRunner,
+    Status,
+    is_probe,
+)
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import flush_every
 
@@ -120,7 +126,17 @@ class LeaseLimiter:
         now = self._clock() if now_ms is None else now_ms / 1000
         key = self._keys.get(khash)
         if key is None or key.plan is None or now - key.loaded > self._s.key_ttl_s:
-            return await self._ask(khash, key, calls, methods, origin, ip_bits, now_ms, cold=True)
+            return await self._ask(
+                khash,
+                key,
+                calls,
+                methods,
+                origin,
+                ip_bits,
+                now_ms,
+                cold=True,
+                cost=0 if is_probe(calls, methods) else -1,
+            )
         if key.exp_ms and (now_ms or self._wall_ms()) >= key.exp_ms:
             self._keys.pop(khash, None)
             return Decision(Status.UNAUTHORIZED, key.key_id)
@@ -142,7 +158,7 @@ class LeaseLimiter:
         if not self._allowed(key, methods, origin, ip_bits):
             self._usage.count(khash, "den")
             return Decision(Status.FORBIDDEN, key.key_id)
-        cost = max(1, sum(plan.cost(m) * n for m, n in methods.items()))
+        cost = _cost(plan, calls, methods)
         self._note_rate(key, now)
         if cost > key.burst:
             self._usage.count(khash, "lim", calls)
@@ -233,7 +249,7 @@ class LeaseLimiter:
                 return Decision(Status.FORBIDDEN, key.key_id)
             self._note_rate(key, now)
         if status is Status.ADMITTED:
-            cost_now = max(1, sum(plan.cost(m) * n for m, n in methods.items()))
+            cost_now = _cost(plan, calls, methods)
             key.tokens += granted - cost_now
             key.used = now
             key.refused_until = 0.0
@@ -302,6 +318,13 @@ class LeaseLimiter:
         closing = task is not None and task.cancelling() > 0  # shutdown: return all units
         with contextlib.suppress(LimiterUnavailable):
             await self.give_back_idle(everything=closing)
+
+
+def _cost(plan: PlanConfig, calls: int, methods: Mapping[str, int]) -> int:
+    """Units a request costs: at least one, except a probe (``limiter.is_probe``)."""
+    if is_probe(calls, methods):
+        return 0
+    return max(1, sum(plan.cost(m) * n for m, n in methods.items()))
 
 
 def _plan_args(plans: Sequence[PlanConfig]) -> Callable[[Mapping[str, int]], list[str]]:

@@ -126,8 +126,13 @@ class PlanTable:
         self._fixed = [(p.name, _num(p.rate), str(p.burst), str(p.daily_quota)) for p in plans]
         self._single: dict[str, list[str]] = {}
 
-    def args(self, methods: Mapping[str, int]) -> list[str]:
-        """ARGV[5...]: plan count, the plans with this request's cost each, methods."""
+    def args(self, methods: Mapping[str, int], *, probe: bool = False) -> list[str]:
+        """ARGV[5...]: plan count, the plans with this request's cost each, methods.
+
+        ``probe``: a key check that charges nothing (see ``is_probe``).
+        """
+        if probe:
+            return self._build(methods, floor=0)
         if len(methods) == 1:
             ((method, count),) = methods.items()
             if count == 1:
@@ -139,17 +144,27 @@ class PlanTable:
                 return cached
         return self._build(methods)
 
-    def _build(self, methods: Mapping[str, int]) -> list[str]:
+    def _build(self, methods: Mapping[str, int], floor: int = 1) -> list[str]:
         out = [str(len(self._plans))]
         for plan, fixed in zip(self._plans, self._fixed, strict=True):
             # nothing is free: a body we answer ourselves still costs one unit
-            cost = max(1, sum(plan.cost(m) * n for m, n in methods.items()))
+            cost = max(floor, sum(plan.cost(m) * n for m, n in methods.items()))
             out.extend(fixed)
             out.append(str(cost))
         for method, count in methods.items():
             out.append(method)
             out.append(str(count))
         return out
+
+
+def is_probe(calls: int, methods: Mapping[str, int]) -> bool:
+    """No calls and no methods: a key check that charges nothing.
+
+    Only the WebSocket upgrade asks this way (SPEC §9: every call and every
+    notification on the socket costs units, opening it does not); an HTTP
+    request always counts at least one call, so it always costs a unit.
+    """
+    return calls == 0 and not methods
 
 
 def _num(value: float) -> str:
@@ -222,7 +237,7 @@ class ExactLimiter:
     ) -> Decision:
         tag = ks.key_tag(self._prefix, khash)
         args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits]
-        args.extend(self._plans.args(methods))
+        args.extend(self._plans.args(methods, probe=is_probe(calls, methods)))
         return decision_from_reply(await self._run((tag + "k", tag), args))
 
 

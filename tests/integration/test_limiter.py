@@ -201,3 +201,17 @@ async def test_key_record_holds_only_the_hash(redis: Redis, prefix: str, api_key
             values = await redis.hgetall(k)
             assert not any(api_key in str(v) for v in values.values())
     assert await redis.exists(record_key(prefix, key_hash(api_key)))
+
+
+async def test_a_probe_checks_the_key_and_charges_nothing(
+    limiter: Limiter, store: Store, account: str, api_key: str
+) -> None:
+    """No calls and no methods (the WebSocket upgrade): state checked, no unit taken."""
+    khash = key_hash(api_key)
+    for _ in range(30):
+        d = await limiter.admit(khash, 0, {}, now_ms=T0)
+        assert d.status is Status.ADMITTED
+    got = [await admit(limiter, api_key, T0) for _ in range(21)]
+    assert got.count(Status.ADMITTED) == 20  # the whole burst is still there
+    d = await limiter.admit(key_hash("Z" * 32), 0, {}, now_ms=T0)
+    assert d.status is Status.UNAUTHORIZED
