@@ -246,10 +246,13 @@ async def test_deep_json_refused(
     assert mock_nodes["bsc"].by_method["eth_call"] == before  # nothing deep reached a node
 
 
-async def test_depth_at_the_limit_is_forwarded(make_config: MakeConfig, api_key: str) -> None:
+async def test_depth_at_the_limit_is_forwarded(
+    make_config: MakeConfig, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     # the object is level 1, params level 2: 62 more brackets reach the limit of 64
     deep = b"[" * 63 + b"]" * 63
     single = b'{"jsonrpc":"2.0","id":7,"method":"eth_call","params":' + deep + b"}"
+    before = mock_nodes["bsc"].by_method["eth_call"]
     async with (
         served(_server_cfg(make_config)) as (_, port),
         aiohttp.ClientSession() as s,
@@ -259,8 +262,11 @@ async def test_depth_at_the_limit_is_forwarded(make_config: MakeConfig, api_key:
             headers={"Content-Type": "application/json"},
         ) as resp,
     ):
+        assert resp.status == 200
         answer = await resp.json()
+    assert answer["id"] == 7, answer
     assert "error" not in answer or answer["error"]["code"] not in (-32600, -32700), answer
+    assert mock_nodes["bsc"].by_method["eth_call"] == before + 1  # the node got the call
 
 
 async def test_drain_finishes_in_flight_then_closes(
