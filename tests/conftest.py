@@ -26,8 +26,7 @@ from gateway.config import Config, config_from_dict
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import RedisProcess
 from gateway.store.accounts import Store
-
-TESTDATA = Path(__file__).parent / "testdata"
+from tests.helpers.config import MakeConfig
 
 
 @pytest.fixture(scope="session")
@@ -67,9 +66,6 @@ async def mock_nodes() -> AsyncIterator[dict[str, MockNode]]:
     yield nodes
     for node in nodes.values():
         await node.close()
-
-
-MakeConfig = Callable[..., Config]
 
 
 @pytest.fixture

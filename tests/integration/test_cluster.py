@@ -31,9 +31,9 @@ from gateway.redis.clients import connect
 from gateway.redis.embedded import free_port
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
 from tests.helpers import cluster_fixtures as _cf
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
+from tests.helpers.config import MakeConfig
 
 # The core tests, run again here against the cluster (pytest collects them
 # from this module's namespace, with this module's fixtures).

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
+from tests.helpers.config import MakeConfig
 from tests.helpers.dashboard import PASSWORD, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -45,7 +46,7 @@ async def test_signup_logs_in_with_a_hardened_cookie(
 
 
 async def test_secure_cookies_when_configured(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     cfg = make_config({"dashboard": {"secure_cookies": True}})
     client = await aiohttp_client(TestServer(create_app(cfg)))
@@ -280,7 +281,7 @@ async def test_root_and_home_redirect(client: Any) -> None:
 
 
 async def test_redis_down_shows_a_page_not_a_traceback(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))

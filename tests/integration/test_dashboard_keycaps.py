@@ -13,13 +13,14 @@ from redis.asyncio import Redis
 
 from gateway.config import Config
 from gateway.rpc.auth import generate_key, key_hash
+from tests.helpers.config import MakeConfig
 from tests.helpers.dashboard import Element, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
 
 
 @pytest.fixture
-def config(make_config: Callable[..., Config]) -> Config:
+def config(make_config: MakeConfig) -> Config:
     """Free plan of 1 request/s (burst 3) so a few calls hit the limit; fast insight flush."""
     return make_config(
         {"insight": {"interval_s": 0.05}, "plans": {"free": {"rate": 1, "burst": 3}}}

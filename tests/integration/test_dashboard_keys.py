@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from gateway.app import create_app
 from gateway.limits.limiter import record_key
 from gateway.rpc.auth import key_hash
+from tests.helpers.config import MakeConfig
 from tests.helpers.dashboard import User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -170,7 +171,7 @@ async def test_expired_key_shows_expired(
 
 
 async def test_key_limit_counts_active_keys(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     cfg = make_config({"dashboard": {"max_keys_per_account": 2}})
     server = await aiohttp_client(TestServer(create_app(cfg)))

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
 from gateway.dashboard.throttle import ip_group
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 from tests.helpers.dashboard import PASSWORD, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
+from tests.helpers.config import MakeConfig
 from tests.helpers.dashboard import User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -54,7 +55,7 @@ async def test_usage_rises_with_calls(client: Any, aiohttp_client: AiohttpClient
 
 
 async def test_usage_counts_rate_limited_calls(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     cfg = make_config({"plans": {"free": {"rate": 0.001, "burst": 2}}})
     client = await aiohttp_client(TestServer(create_app(cfg)))
@@ -142,7 +143,9 @@ async def test_endpoints_page_lists_both_networks(
         assert snippet in codes or snippet in doc.text, snippet
 
 
-async def test_endpoints_use_public_url(make_config: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_endpoints_use_public_url(
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
+) -> None:
     cfg = make_config({"dashboard": {"public_url": "https://rpc.example.com/"}})
     client = await aiohttp_client(TestServer(create_app(cfg)))
     user = User(client, new_email())

@@ -20,6 +20,7 @@ from gateway.limits.limiter import record_key, usage_prefix
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from gateway.store.security import SecurityStore
+from tests.helpers.config import MakeConfig
 from tests.helpers.dashboard import PASSWORD, Element, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -229,7 +230,7 @@ async def test_one_session_logs_out_and_foreign_ids_are_404(
 
 
 async def test_last_seen_is_written_at_most_once_per_interval(
-    make_config: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    make_config: MakeConfig, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     for interval, moves in ((0, True), (60, False)):
         cfg = make_config({"dashboard": {"session_seen_interval_s": interval}})
@@ -554,7 +555,7 @@ async def test_bad_reset_tokens_answer_404(client: Any) -> None:
 
 
 async def test_oldest_sessions_end_past_the_cap(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     cfg = make_config({"dashboard": {"max_sessions_per_account": 2}})
     client = await aiohttp_client(TestServer(create_app(cfg)))

@@ -23,7 +23,7 @@ from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.rpc import protocol as rpc
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 
 Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}

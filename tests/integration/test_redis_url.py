@@ -32,7 +32,7 @@ from gateway.app import create_app
 from gateway.redis.embedded import RedisProcess
 from gateway.redis.mux import MuxRedis, RedisUnavailable
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 JSON = {"Content-Type": "application/json"}

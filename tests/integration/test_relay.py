@@ -25,7 +25,7 @@ from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
 from gateway.rpc.handler import STREAM_OVER
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 from tests.helpers.procs import stop, wait_ready
 
 Client = TestClient[web.Request, web.Application]

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 from gateway.app import create_app
 from gateway.demo.mocknode import MockNode
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 
 Client = TestClient[web.Request, web.Application]
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "eth_chainId", "params": []}

@@ -25,12 +25,12 @@ from gateway.ops.metrics import Metrics
 from gateway.ops.metricsport import MetricsListener
 from gateway.redis.embedded import free_port
 from gateway.server.protocol import GatewayRunner
+from tests.helpers.config import MakeConfig
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
 JSON = {"Content-Type": "application/json"}
 CHUNK = b"x" * 65536
-MakeConfig = Any
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 
 Client = TestClient[web.Request, web.Application]
 SLOTS = 4

@@ -16,7 +16,7 @@ from gateway.app import create_app
 from gateway.limits.limiter import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store, StoreError
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 from tests.helpers.dashboard import User, new_email
 
 AiohttpClient = Callable[..., Any]

@@ -16,6 +16,7 @@ from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.ops.metrics import Metrics
 from gateway.redis.embedded import free_port
 from gateway.upstream.pool import NodePool, UpstreamError
+from tests.helpers.waiting import eventually
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 SEND = b'{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x01"]}'
@@ -42,14 +43,6 @@ async def nodes() -> AsyncIterator[list[MockNode]]:
 
 
 PoolFactory = Callable[..., Any]
-
-
-async def _until(predicate: Callable[[], bool], timeout_s: float = 2.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture(params=["lean", "aiohttp"])
@@ -296,9 +289,9 @@ async def test_probe_forever_survives_and_logs(
     pool = await make_pool([nodes[0].url], probe_interval_s=0.01)
     task = asyncio.create_task(pool.probe_forever())
     nodes[0].down = True
-    await _until(lambda: pool.healthy_count() == 0)
+    await eventually(lambda: pool.healthy_count() == 0, 2.0)
     nodes[0].down = False
-    await _until(lambda: pool.healthy_count() == 1)
+    await eventually(lambda: pool.healthy_count() == 1, 2.0)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert "node probe failed node=bsc-0" in caplog.text

@@ -1,0 +1,31 @@
+"""Types of the config fixtures, so tests call them with checked arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from gateway.config import Config
+
+TESTDATA = Path(__file__).resolve().parent.parent / "testdata"
+
+
+class MakeConfig(Protocol):
+    """The ``make_config`` fixture: the test Redis and mock nodes, plus overrides.
+
+    ``raw`` is TOML-shaped and merged over the defaults; ``upstreams`` replaces a
+    network's node list; keyword arguments replace top-level Config fields.
+    """
+
+    def __call__(
+        self,
+        raw: dict[str, Any] | None = None,
+        *,
+        upstreams: dict[str, list[str]] | None = None,
+        **replace: Any,
+    ) -> Config: ...
+
+
+def scenario(name: str, **values: object) -> str:
+    """The text of ``tests/testdata/<name>.toml`` with ``{placeholders}`` filled in."""
+    return (TESTDATA / f"{name}.toml").read_text().format(**values)
