@@ -110,6 +110,7 @@ def _gunicorn(entry: str, port: int, env: dict[str, str], log: Path) -> subproce
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["gateway.server:gunicorn_app", "gateway.app:create_app()"])
 async def test_gunicorn_access_lines_and_metrics_port(
     entry: str,

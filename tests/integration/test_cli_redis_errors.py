@@ -102,6 +102,7 @@ def test_refused_connection(tmp_path: Path) -> None:
     assert_one_line(proc, "cannot connect", f"{LOOPBACK}:{port}", "GATEWAY_REDIS_URL")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("auth", ["", ":wrong-pw@", "someone:wrong-pw@"])
 def test_password_refused(locked_redis: int, tmp_path: Path, auth: str) -> None:
     url = f"redis://{auth}{LOOPBACK}:{locked_redis}"

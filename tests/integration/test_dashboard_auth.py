@@ -7,6 +7,7 @@ from collections.abc import Callable
 from http.cookies import SimpleCookie
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
@@ -66,6 +67,7 @@ async def test_secure_cookies_when_configured(
     assert cookie["secure"] and cookie["httponly"]
 
 
+@pytest.mark.slow
 async def test_wrong_password_shows_error_and_sets_no_session(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -80,6 +82,7 @@ async def test_wrong_password_shows_error_and_sets_no_session(
     assert resp.status == 303 and resp.headers["Location"].startswith("/dashboard/login")
 
 
+@pytest.mark.slow
 async def test_failed_logins_are_throttled_per_email(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -99,6 +102,7 @@ async def test_failed_logins_are_throttled_per_email(
     assert (await other.login()).status == 303
 
 
+@pytest.mark.slow
 async def test_failed_logins_are_throttled_per_ip(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -115,6 +119,7 @@ async def test_failed_logins_are_throttled_per_ip(
     assert resp.status == 429
 
 
+@pytest.mark.slow
 async def test_successful_login_clears_the_email_counter(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -130,6 +135,7 @@ async def test_successful_login_clears_the_email_counter(
     assert (await user.login()).status == 303
 
 
+@pytest.mark.slow
 async def test_login_rotates_the_session_id(client: Any, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     first = set_cookies(await user.signup())["gw_session"].value
@@ -144,6 +150,7 @@ async def test_login_rotates_the_session_id(client: Any, aiohttp_client: Aiohttp
     assert resp.status == 303  # the old id is dead
 
 
+@pytest.mark.slow
 async def test_planted_session_id_is_never_adopted(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -252,6 +259,7 @@ async def test_signup_errors_are_explained(client: Any, aiohttp_client: AiohttpC
         assert doc.find(id="email").attrs["value"] == form["email"]
 
 
+@pytest.mark.slow
 async def test_next_only_follows_dashboard_paths(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:

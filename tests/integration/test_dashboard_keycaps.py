@@ -42,6 +42,7 @@ async def row_limits(user: User, key_id: str) -> str:
     return doc.find(data_key_id=key_id).testid("key-limits")
 
 
+@pytest.mark.slow
 async def test_limits_page_saves_caps_shown_on_the_row(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -75,6 +76,7 @@ async def test_limits_page_saves_caps_shown_on_the_row(
     assert await row_limits(user, key_id) == "Plan's"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rate", "daily", "words"),
     [
@@ -99,6 +101,7 @@ async def test_bad_limits_are_explained_and_change_nothing(
     assert await row_limits(user, key_id) == "Plan's"
 
 
+@pytest.mark.slow
 async def test_limits_form_refuses_a_wrong_csrf_token(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -112,6 +115,7 @@ async def test_limits_form_refuses_a_wrong_csrf_token(
     assert await row_limits(alice, key_id) == "Plan's"
 
 
+@pytest.mark.slow
 async def test_other_accounts_key_ids_answer_404(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -150,6 +154,7 @@ async def _wait_for_log(user: User, path: str, rows: int) -> Element:
     raise AssertionError(f"fewer than {rows} logged calls on {path}")
 
 
+@pytest.mark.slow
 async def test_requests_page_shows_real_failed_calls_and_filters(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:

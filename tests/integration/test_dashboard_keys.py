@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
@@ -122,6 +123,7 @@ async def test_rotate_immediately_refuses_the_old_key(
     assert rows[old_id] == "Revoked"
 
 
+@pytest.mark.slow
 async def test_other_accounts_keys_answer_404(client: Any, aiohttp_client: AiohttpClient) -> None:
     alice = await new_user(aiohttp_client, client)
     mallory = await new_user(aiohttp_client, client)
@@ -142,6 +144,7 @@ async def test_other_accounts_keys_answer_404(client: Any, aiohttp_client: Aioht
     assert await rpc_status(client, key) == 200
 
 
+@pytest.mark.slow
 async def test_wrong_csrf_changes_nothing(client: Any, aiohttp_client: AiohttpClient) -> None:
     alice = await new_user(aiohttp_client, client)
     bob = await new_user(aiohttp_client, client)
@@ -154,6 +157,7 @@ async def test_wrong_csrf_changes_nothing(client: Any, aiohttp_client: AiohttpCl
     assert await rpc_status(client, key) == 200
 
 
+@pytest.mark.slow
 async def test_expired_key_shows_expired(
     client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
@@ -189,6 +193,7 @@ async def test_key_limit_counts_active_keys(
     assert len(await user.key_rows()) == 3
 
 
+@pytest.mark.slow
 async def test_allowlists_from_the_form(client: Any, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
@@ -69,6 +70,7 @@ async def test_usage_counts_rate_limited_calls(
     assert doc.testid("usage-limited") == "2"
 
 
+@pytest.mark.slow
 async def test_usage_day_windows_and_empty_state(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:

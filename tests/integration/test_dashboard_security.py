@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import pyotp
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
@@ -117,6 +118,7 @@ async def test_security_page_needs_a_log_in(client: Any) -> None:
 # -- password ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_change_password_ends_other_sessions(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -149,6 +151,7 @@ async def test_change_password_ends_other_sessions(
     assert (await stranger.login(NEW_PASSWORD)).status == 303
 
 
+@pytest.mark.slow
 async def test_wrong_passwords_on_the_page_are_capped(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -166,6 +169,7 @@ async def test_wrong_passwords_on_the_page_are_capped(
 # -- sessions ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_sessions_table_lists_each_browser(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -185,6 +189,7 @@ async def test_sessions_table_lists_each_browser(
         assert len(row.tags("time")) == 2  # created, last seen
 
 
+@pytest.mark.slow
 async def test_log_out_other_sessions(client: Any, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     others = [await second_session(aiohttp_client, user) for _ in range(2)]
@@ -198,6 +203,7 @@ async def test_log_out_other_sessions(client: Any, aiohttp_client: AiohttpClient
         assert not await logged_in(other)
 
 
+@pytest.mark.slow
 async def test_one_session_logs_out_and_foreign_ids_are_404(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -229,6 +235,7 @@ async def test_one_session_logs_out_and_foreign_ids_are_404(
     assert await logged_in(user)
 
 
+@pytest.mark.slow
 async def test_last_seen_is_written_at_most_once_per_interval(
     make_config: MakeConfig, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
@@ -303,6 +310,7 @@ async def test_turn_on_two_step_log_in(
         assert code not in dump and code.replace("-", "") not in dump
 
 
+@pytest.mark.slow
 async def test_log_in_asks_for_the_code_on_a_second_page(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -347,6 +355,7 @@ async def test_log_in_asks_for_the_code_on_a_second_page(
     assert not await logged_in(fourth)
 
 
+@pytest.mark.slow
 async def test_too_many_wrong_codes_start_over(client: Any, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     secret, _ = await turn_on_two_step(user)
@@ -369,6 +378,7 @@ async def test_code_page_without_a_password_goes_back(client: Any) -> None:
     assert resp.status == 303 and resp.headers["Location"] == "/dashboard/login"
 
 
+@pytest.mark.slow
 async def test_turn_off_two_step_needs_the_password(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -390,6 +400,7 @@ async def test_turn_off_two_step_needs_the_password(
 # -- deletion ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
     client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
@@ -442,6 +453,7 @@ async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
     await again.signup()
 
 
+@pytest.mark.slow
 async def test_delete_with_two_step_needs_a_code(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -462,6 +474,7 @@ async def test_delete_with_two_step_needs_a_code(
 # -- CSRF on every new form ----------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_every_security_form_refuses_a_missing_or_wrong_csrf_token(
     client: Any, aiohttp_client: AiohttpClient
 ) -> None:
@@ -501,6 +514,7 @@ async def test_every_security_form_refuses_a_missing_or_wrong_csrf_token(
 # -- operator reset links ------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_reset_password_link_works_once(
     cli: Any, client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
@@ -554,6 +568,7 @@ async def test_bad_reset_tokens_answer_404(client: Any) -> None:
 # -- limits and odd input ------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_oldest_sessions_end_past_the_cap(
     make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
@@ -569,6 +584,7 @@ async def test_oldest_sessions_end_past_the_cap(
     assert len(doc.find_all(data_testid="session-row")) == 2
 
 
+@pytest.mark.slow
 async def test_odd_codes_answer_cleanly(client: Any, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     await turn_on_two_step(user)

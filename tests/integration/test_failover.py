@@ -130,6 +130,7 @@ async def finish(tasks: list[asyncio.Task[None]], *traffic: Traffic) -> None:
     await asyncio.gather(*tasks)
 
 
+@pytest.mark.slow
 async def test_coordinated_failover_loses_no_request(
     app_client: Client, store: Store, redis_cluster: ClusterProcesses, prefix: str
 ) -> None:
@@ -150,6 +151,7 @@ async def test_coordinated_failover_loses_no_request(
     assert a.failures() == [] and b.failures() == []
 
 
+@pytest.mark.slow
 async def test_primary_killed_recovers_without_restart(
     app_client: Client, store: Store, redis_cluster: ClusterProcesses, prefix: str
 ) -> None:
@@ -188,6 +190,7 @@ async def test_primary_killed_recovers_without_restart(
     assert stats.get("calls", 0) >= 2  # SCRIPT FLUSH, then a SCRIPT LOAD on NOSCRIPT
 
 
+@pytest.mark.slow
 async def test_hung_primary_does_not_starve_the_other_shards(
     app_client: Client, store: Store, redis_cluster: ClusterProcesses, prefix: str
 ) -> None:

@@ -123,6 +123,7 @@ def _only_service_unavailable(timeline: Timeline) -> None:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fail_open", [False, True], ids=["fail_closed", "fail_open"])
 async def test_redis_stopped_and_restarted_under_load(
     make_config: MakeConfig,
@@ -184,6 +185,7 @@ async def test_redis_stopped_and_restarted_under_load(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+@pytest.mark.slow
 async def test_redis_hung_sigstop_under_load(
     make_config: MakeConfig, own_redis: RedisProcess, own_key: str
 ) -> None:

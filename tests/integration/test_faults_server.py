@@ -129,6 +129,7 @@ def _request_count(text: str, network: str = "bsc", status: str = "200") -> floa
     return total
 
 
+@pytest.mark.slow
 async def test_sigterm_under_load_drops_no_in_flight_call(
     launch: Launch, api_key: str, mock_nodes: dict[str, MockNode]
 ) -> None:
@@ -200,6 +201,7 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
     assert "Traceback" not in output
 
 
+@pytest.mark.slow
 async def test_slowloris_closed_within_header_timeout_while_serving(
     launch: Launch, api_key: str
 ) -> None:
@@ -288,6 +290,7 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
+@pytest.mark.slow
 async def test_workers_share_port_metrics_and_restart(launch: Launch, api_key: str) -> None:
     proc, port, log = await launch(
         cmd=[
@@ -353,6 +356,7 @@ async def test_workers_share_port_metrics_and_restart(launch: Launch, api_key: s
     assert code == 0
 
 
+@pytest.mark.slow
 async def test_gunicorn_worker(launch: Launch, api_key: str, tmp_path: Path) -> None:
     pytest.importorskip("gunicorn")
     metrics_dir = tmp_path / "prom"

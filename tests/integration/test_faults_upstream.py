@@ -138,6 +138,7 @@ def _fault_cfg(make_config: MakeConfig, urls: list[str], **upstream: Any) -> Con
     return cfg
 
 
+@pytest.mark.slow
 async def test_node_killed_under_load_no_client_errors(
     make_config: MakeConfig, api_key: str, node_processes: list[tuple[subprocess.Popen[bytes], str]]
 ) -> None:
@@ -169,6 +170,7 @@ async def test_node_killed_under_load_no_client_errors(
     assert retries >= 1
 
 
+@pytest.mark.slow
 async def test_slow_node_times_out_then_fails_over(make_config: MakeConfig, api_key: str) -> None:
     nodes: list[MockNode] = [
         await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0)) for _ in range(2)

@@ -325,6 +325,7 @@ async def roomy_go_client(
     )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +49,7 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(body=bodies)
 async def test_any_body_gets_a_json_rpc_answer(client: Any, api_key: str, body: bytes) -> None:
@@ -65,6 +67,7 @@ async def test_any_body_gets_a_json_rpc_answer(client: Any, api_key: str, body: 
         assert "Traceback" not in text.decode()
 
 
+@pytest.mark.slow
 @FUZZ
 @given(body=bodies, path=st.sampled_from(["/bsc", "/bsc/" + "k" * 32, "/opbnb/x"]))
 async def test_unkeyed_bodies_never_reach_a_node(

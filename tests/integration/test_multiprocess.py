@@ -59,6 +59,7 @@ def gateways(
             proc.wait(timeout=20)
 
 
+@pytest.mark.slow
 async def test_burst_across_processes_admits_exactly_the_bucket(
     gateways: list[int], store: Store, account: str, mock_nodes: dict[str, MockNode]
 ) -> None:

@@ -43,6 +43,7 @@ async def test_healthz(client: Any) -> None:
     assert resp.status == 200 and (await resp.json()) == {"status": "ok"}
 
 
+@pytest.mark.slow
 async def test_readyz_ready_and_node_down(client: Any, mock_nodes: dict[str, MockNode]) -> None:
     resp = await client.get("/readyz")
     body = await resp.json()

@@ -65,6 +65,7 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
+@pytest.mark.slow
 async def test_slowloris_header_closed_within_header_timeout(
     make_config: MakeConfig, api_key: str
 ) -> None:
@@ -89,6 +90,7 @@ async def test_slowloris_header_closed_within_header_timeout(
         assert srv.runner.watch.timeouts == 1
 
 
+@pytest.mark.slow
 async def test_silent_connection_closed_within_header_timeout(make_config: MakeConfig) -> None:
     async with served(_server_cfg(make_config)) as srv:
         reader, writer = await asyncio.open_connection(HOST, srv.port)
@@ -97,6 +99,7 @@ async def test_silent_connection_closed_within_header_timeout(make_config: MakeC
         assert sent == b"" and 0.25 <= elapsed < 1.0, elapsed
 
 
+@pytest.mark.slow
 async def test_slow_body_closed_within_body_timeout(
     make_config: MakeConfig, api_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -114,6 +117,7 @@ async def test_slow_body_closed_within_body_timeout(
     assert not [r for r in caplog.records if r.exc_info]
 
 
+@pytest.mark.slow
 async def test_keepalive_idle_is_not_a_header_timeout(
     make_config: MakeConfig, api_key: str
 ) -> None:
@@ -253,6 +257,7 @@ async def test_depth_at_the_limit_is_forwarded(
     assert mock_nodes["bsc"].by_method["eth_call"] == before + 1  # the node got the call
 
 
+@pytest.mark.slow
 async def test_drain_finishes_in_flight_then_closes(
     make_config: MakeConfig, api_key: str, mock_nodes: dict[str, MockNode]
 ) -> None:

@@ -140,6 +140,7 @@ async def test_large_answer_is_streamed_with_the_client_id(
     assert resp.status == 200 and len(await resp.read()) == len(body)
 
 
+@pytest.mark.slow
 async def test_client_leaving_mid_answer_releases_everything(
     make_config: MakeConfig,
     aiohttp_client: Any,

@@ -153,6 +153,7 @@ def session_factory() -> Iterator[Callable[[], aiohttp.ClientSession]]:
     yield make
 
 
+@pytest.mark.slow
 async def test_killed_supervisor_takes_its_workers_along(start: Callable[..., Any]) -> None:
     gw = await start(workers=2)
     workers = gw.workers()
@@ -164,6 +165,7 @@ async def test_killed_supervisor_takes_its_workers_along(start: Callable[..., An
         pass  # nobody serves the port any more
 
 
+@pytest.mark.slow
 async def test_workers_killed_again_and_again_are_restarted(
     start: Callable[..., Any], api_key: str, session_factory: Callable[[], aiohttp.ClientSession]
 ) -> None:
@@ -209,6 +211,7 @@ async def test_workers_killed_again_and_again_are_restarted(
     assert statuses == [200] * 6
 
 
+@pytest.mark.slow
 async def test_sighup_reloads_config_into_new_workers(
     start: Callable[..., Any],
     api_key: str,
@@ -245,6 +248,7 @@ async def test_sighup_reloads_config_into_new_workers(
     assert "Traceback" not in gw.output()
 
 
+@pytest.mark.slow
 async def test_sighup_with_a_broken_config_keeps_serving(
     start: Callable[..., Any], api_key: str, session_factory: Callable[[], aiohttp.ClientSession]
 ) -> None:
@@ -259,6 +263,7 @@ async def test_sighup_with_a_broken_config_keeps_serving(
     assert "server.not_a_setting" in gw.output()
 
 
+@pytest.mark.slow
 async def test_worker_environment_holds_no_redis_password(
     start: Callable[..., Any],
     redis: Redis,
@@ -294,6 +299,7 @@ async def test_worker_environment_holds_no_redis_password(
         await redis.acl_deluser(user)
 
 
+@pytest.mark.slow
 def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, redis_url: str) -> None:
     """Before: the banner, then a traceback. Now: the port named, no banner, exit 1."""
     with socket.socket() as holder:
@@ -321,6 +327,7 @@ def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, redis_url: str) -> Non
             assert "Running on" not in result.stdout and "workers on" not in result.stdout
 
 
+@pytest.mark.slow
 async def test_banner_only_once_listening(tmp_path: Path, start: Callable[..., Any]) -> None:
     gw = await start(workers=2)  # the fixture waits for the banner
     with socket.create_connection((HOST, gw.port), timeout=2):

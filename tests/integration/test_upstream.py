@@ -163,6 +163,7 @@ async def test_all_nodes_out_still_tries(nodes: list[MockNode], make_pool: PoolF
     assert b"result" in await pool.forward(CALL)  # tried anyway, and it answered
 
 
+@pytest.mark.slow
 async def test_slow_node_times_out_then_fails_over(
     nodes: list[MockNode], make_pool: PoolFactory
 ) -> None:
@@ -202,6 +203,7 @@ async def test_everything_down_is_unavailable(make_pool: PoolFactory) -> None:
     assert "127.0.0.1" not in str(info.value)
 
 
+@pytest.mark.slow
 async def test_send_raw_transaction_not_resent_after_timeout(
     nodes: list[MockNode], make_pool: PoolFactory
 ) -> None:
