@@ -9,12 +9,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gateway.cli.main import EXIT_REDIS, redis_failure
 from gateway.redis.embedded import LOOPBACK, free_port, redis_server_binary
+from tests.helpers.config import Cli
 
 SECRET = "s3cret-redis-pw"
 
@@ -116,7 +116,7 @@ def test_right_password_works(locked_redis: int, tmp_path: Path) -> None:
     assert proc.returncode == 1 and "no account" in proc.stderr  # reached Redis
 
 
-def test_in_process_too(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_process_too(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_REDIS_URL", f"redis://:{SECRET}@{LOOPBACK}:{closed_port()}")
     code, out, err = cli("accounts", "create", "x@example.com", stdin="long password\n")
     assert code == EXIT_REDIS and out == "" and len(err.strip().splitlines()) == 1

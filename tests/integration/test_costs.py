@@ -7,14 +7,11 @@ import logging
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.store.accounts import Store
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 
-Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
 
 

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from gateway.app import create_app
 from gateway.limits.limiter import record_key
 from gateway.rpc.auth import key_hash
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.dashboard import User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -31,7 +31,9 @@ async def rpc_status(client: TestClient[Any, Any], key: str, **headers: str) -> 
     return resp.status
 
 
-async def test_new_key_is_shown_once_and_works(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_new_key_is_shown_once_and_works(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
     user = await new_user(aiohttp_client, client)
     key, key_id = await user.create_key(name="my-dapp", env="staging", expires="30d")
     assert len(key) == 32
@@ -51,7 +53,7 @@ async def test_new_key_is_shown_once_and_works(client: Any, aiohttp_client: Aioh
     assert buttons == {"Rotate", "Revoke"}
 
 
-async def test_create_form_is_accessible(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_create_form_is_accessible(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     doc = await user.get("/dashboard/keys")
     labels = {lab.text.strip(): lab.attrs["for"] for lab in doc.tags("label")}
@@ -70,7 +72,7 @@ async def test_create_form_is_accessible(client: Any, aiohttp_client: AiohttpCli
 
 
 async def test_revoke_needs_confirmation_then_refuses_the_key(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, key_id = await user.create_key()
@@ -88,7 +90,7 @@ async def test_revoke_needs_confirmation_then_refuses_the_key(
 
 
 async def test_rotate_with_grace_keeps_the_old_key_working(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     old_key, old_id = await user.create_key(name="svc", methods="eth_blockNumber")
@@ -111,7 +113,7 @@ async def test_rotate_with_grace_keeps_the_old_key_working(
 
 
 async def test_rotate_immediately_refuses_the_old_key(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     old_key, old_id = await user.create_key()
@@ -124,7 +126,9 @@ async def test_rotate_immediately_refuses_the_old_key(
 
 
 @pytest.mark.slow
-async def test_other_accounts_keys_answer_404(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_other_accounts_keys_answer_404(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
     alice = await new_user(aiohttp_client, client)
     mallory = await new_user(aiohttp_client, client)
     key, key_id = await alice.create_key()
@@ -145,7 +149,7 @@ async def test_other_accounts_keys_answer_404(client: Any, aiohttp_client: Aioht
 
 
 @pytest.mark.slow
-async def test_wrong_csrf_changes_nothing(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_wrong_csrf_changes_nothing(client: Client, aiohttp_client: AiohttpClient) -> None:
     alice = await new_user(aiohttp_client, client)
     bob = await new_user(aiohttp_client, client)
     key, key_id = await alice.create_key()
@@ -159,7 +163,7 @@ async def test_wrong_csrf_changes_nothing(client: Any, aiohttp_client: AiohttpCl
 
 @pytest.mark.slow
 async def test_expired_key_shows_expired(
-    client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, key_id = await user.create_key(expires="7d")
@@ -194,7 +198,7 @@ async def test_key_limit_counts_active_keys(
 
 
 @pytest.mark.slow
-async def test_allowlists_from_the_form(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_allowlists_from_the_form(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key(
         origins="https://app.example.com\n*.example.org",
@@ -208,7 +212,7 @@ async def test_allowlists_from_the_form(client: Any, aiohttp_client: AiohttpClie
 
 
 async def test_bad_form_input_is_explained_and_kept(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.get("/dashboard/keys")
@@ -225,7 +229,7 @@ async def test_bad_form_input_is_explained_and_kept(
     assert await user.key_rows() == {}
 
 
-async def test_default_name_and_environment(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_default_name_and_environment(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     _, key_id = await user.create_key(name="", env="")
     row = (await user.get("/dashboard/keys")).find(data_key_id=key_id)

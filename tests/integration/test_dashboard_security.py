@@ -21,7 +21,7 @@ from gateway.limits.limiter import record_key, usage_prefix
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from gateway.store.security import SecurityStore
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Cli, Client, MakeConfig
 from tests.helpers.dashboard import PASSWORD, Element, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -88,7 +88,7 @@ async def rpc_status(client: TestClient[Any, Any], key: str) -> int:
 
 
 async def test_security_page_has_the_contract_labels(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     doc = await user.get("/dashboard/keys")
@@ -109,7 +109,7 @@ async def test_security_page_has_the_contract_labels(
     assert len(rows) == 1 and "This session" in rows[0].text
 
 
-async def test_security_page_needs_a_log_in(client: Any) -> None:
+async def test_security_page_needs_a_log_in(client: Client) -> None:
     resp = await client.get(PAGE, allow_redirects=False)
     assert resp.status == 303
     assert resp.headers["Location"] == "/dashboard/login?next=/dashboard/security"
@@ -120,7 +120,7 @@ async def test_security_page_needs_a_log_in(client: Any) -> None:
 
 @pytest.mark.slow
 async def test_change_password_ends_other_sessions(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     other = await second_session(aiohttp_client, user)
@@ -153,7 +153,7 @@ async def test_change_password_ends_other_sessions(
 
 @pytest.mark.slow
 async def test_wrong_passwords_on_the_page_are_capped(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.get(PAGE)
@@ -171,7 +171,7 @@ async def test_wrong_passwords_on_the_page_are_capped(
 
 @pytest.mark.slow
 async def test_sessions_table_lists_each_browser(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client, ua="Firefox/140 test")
     await second_session(aiohttp_client, user, ua="Chromium/156 other")
@@ -190,7 +190,7 @@ async def test_sessions_table_lists_each_browser(
 
 
 @pytest.mark.slow
-async def test_log_out_other_sessions(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_log_out_other_sessions(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     others = [await second_session(aiohttp_client, user) for _ in range(2)]
     await user.get(PAGE)
@@ -205,7 +205,7 @@ async def test_log_out_other_sessions(client: Any, aiohttp_client: AiohttpClient
 
 @pytest.mark.slow
 async def test_one_session_logs_out_and_foreign_ids_are_404(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     other = await second_session(aiohttp_client, user)
@@ -272,7 +272,7 @@ async def test_ended_session_is_not_brought_back_by_last_seen(store: Store, acco
 
 
 async def test_turn_on_two_step_log_in(
-    client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.get(PAGE)
@@ -312,7 +312,7 @@ async def test_turn_on_two_step_log_in(
 
 @pytest.mark.slow
 async def test_log_in_asks_for_the_code_on_a_second_page(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     secret, codes = await turn_on_two_step(user)
@@ -356,7 +356,9 @@ async def test_log_in_asks_for_the_code_on_a_second_page(
 
 
 @pytest.mark.slow
-async def test_too_many_wrong_codes_start_over(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_too_many_wrong_codes_start_over(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
     user = await new_user(aiohttp_client, client)
     secret, _ = await turn_on_two_step(user)
     other = User(await aiohttp_client(client.server), user.email)
@@ -373,14 +375,14 @@ async def test_too_many_wrong_codes_start_over(client: Any, aiohttp_client: Aioh
     assert not await logged_in(other)
 
 
-async def test_code_page_without_a_password_goes_back(client: Any) -> None:
+async def test_code_page_without_a_password_goes_back(client: Client) -> None:
     resp = await client.get("/dashboard/login/code", allow_redirects=False)
     assert resp.status == 303 and resp.headers["Location"] == "/dashboard/login"
 
 
 @pytest.mark.slow
 async def test_turn_off_two_step_needs_the_password(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await turn_on_two_step(user)
@@ -402,7 +404,7 @@ async def test_turn_off_two_step_needs_the_password(
 
 @pytest.mark.slow
 async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
-    client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     keys = [await user.create_key(name=f"app-{i}") for i in range(3)]
@@ -455,7 +457,7 @@ async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
 
 @pytest.mark.slow
 async def test_delete_with_two_step_needs_a_code(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key()
@@ -476,7 +478,7 @@ async def test_delete_with_two_step_needs_a_code(
 
 @pytest.mark.slow
 async def test_every_security_form_refuses_a_missing_or_wrong_csrf_token(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key()
@@ -516,7 +518,7 @@ async def test_every_security_form_refuses_a_missing_or_wrong_csrf_token(
 
 @pytest.mark.slow
 async def test_reset_password_link_works_once(
-    cli: Any, client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    cli: Cli, client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     code, out, _ = await asyncio.to_thread(
@@ -549,7 +551,7 @@ async def test_reset_password_link_works_once(
     assert (await visitor.login(NEW_PASSWORD)).status == 303
 
 
-def test_reset_password_cli_text_and_unknown_email(cli: Any) -> None:
+def test_reset_password_cli_text_and_unknown_email(cli: Cli) -> None:
     assert cli("accounts", "create", "ops@example.com", stdin="a long password\n")[0] == 0
     code, out, _ = cli("accounts", "reset-password", "ops@example.com")
     assert code == 0
@@ -559,7 +561,7 @@ def test_reset_password_cli_text_and_unknown_email(cli: Any) -> None:
     assert code == 1 and "no account" in err
 
 
-async def test_bad_reset_tokens_answer_404(client: Any) -> None:
+async def test_bad_reset_tokens_answer_404(client: Client) -> None:
     for query in ("", "?token=", "?token=nope", "?token=" + "\x01" * 5, "?token=" + "a" * 500):
         resp = await client.get(f"/dashboard/reset{query}")
         assert resp.status == 404, query
@@ -585,7 +587,7 @@ async def test_oldest_sessions_end_past_the_cap(
 
 
 @pytest.mark.slow
-async def test_odd_codes_answer_cleanly(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_odd_codes_answer_cleanly(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     await turn_on_two_step(user)
     other = User(await aiohttp_client(client.server), user.email)

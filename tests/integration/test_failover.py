@@ -28,8 +28,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
 from gateway.limits.limiter import record_key
@@ -38,12 +37,11 @@ from gateway.store.accounts import Store
 from tests.helpers import cluster_fixtures as _cf
 from tests.helpers.cluster import ClusterNode
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.waiting import eventually
 
 redis_url, redis, make_config = _cf.redis_url, _cf.redis, _cf.make_config
 
-Client = TestClient[web.Request, web.Application]
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 JSON = {"Content-Type": "application/json"}
 NODE_TIMEOUT_MS = 1000

@@ -14,8 +14,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,9 +21,8 @@ from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.rpc import protocol as rpc
 from gateway.store.accounts import Store
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 
-Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
 
 

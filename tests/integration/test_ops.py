@@ -21,7 +21,7 @@ from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions
 from gateway.redis.embedded import free_port
 from gateway.store.accounts import Store
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.scrape import scrape
 from tests.helpers.served import served
 
@@ -38,13 +38,13 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-async def test_healthz(client: Any) -> None:
+async def test_healthz(client: Client) -> None:
     resp = await client.get("/healthz")
     assert resp.status == 200 and (await resp.json()) == {"status": "ok"}
 
 
 @pytest.mark.slow
-async def test_readyz_ready_and_node_down(client: Any, mock_nodes: dict[str, MockNode]) -> None:
+async def test_readyz_ready_and_node_down(client: Client, mock_nodes: dict[str, MockNode]) -> None:
     resp = await client.get("/readyz")
     body = await resp.json()
     assert resp.status == 200 and body["ready"], body
@@ -57,7 +57,7 @@ async def test_readyz_ready_and_node_down(client: Any, mock_nodes: dict[str, Moc
     await _readyz_until(client, 200)
 
 
-async def _readyz_until(client: Any, status: int) -> Any:
+async def _readyz_until(client: Client, status: int) -> Any:
     async with asyncio.timeout(3):
         while True:
             resp = await client.get("/readyz")

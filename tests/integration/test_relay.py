@@ -18,17 +18,15 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
 from gateway.rpc.handler import STREAM_OVER
 from gateway.store.accounts import Store
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.procs import stop, wait_ready
 
-Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
 BIG_ID = b"18446744073709551616"
 CALL = b'{"jsonrpc":"2.0","id":' + BIG_ID + b',"method":"eth_call","params":[]}'

@@ -6,15 +6,12 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.demo.mocknode import MockNode
 from gateway.store.accounts import Store
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 
-Client = TestClient[web.Request, web.Application]
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "eth_chainId", "params": []}
 JSON = {"Content-Type": "application/json"}
 

@@ -16,7 +16,7 @@ from gateway.app import create_app
 from gateway.limits.limiter import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store, StoreError
-from tests.helpers.config import MakeConfig
+from tests.helpers.config import Cli, MakeConfig
 from tests.helpers.dashboard import User, new_email
 
 AiohttpClient = Callable[..., Any]
@@ -85,7 +85,7 @@ async def test_parallel_creates_cannot_pass_the_cap(store: Store, account: str) 
 
 
 @pytest.mark.slow
-def test_the_cli_applies_the_same_cap(cli: Any) -> None:
+def test_the_cli_applies_the_same_cap(cli: Cli) -> None:
     code, _, err = cli("accounts", "create", "cap@example.com", stdin="long password\n")
     assert code == 0, err
     for _ in range(20):
