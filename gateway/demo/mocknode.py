@@ -4,7 +4,8 @@ The node is a raw ``asyncio.Protocol`` HTTP/1.1 server rather than an aiohttp
 app because it sits behind the gateway in every load test: it has to cost far
 less CPU per call than the thing being measured, or the benchmark measures the
 mock.  It speaks just enough HTTP/1.1 for real clients (keep-alive,
-``Content-Length`` and chunked bodies, pipelining, ``Connection: close``) and
+``Content-Length`` and chunked bodies, pipelining, ``Connection: close``),
+framed by llhttp through ``demo/framing.py`` (shared with the bench client), and
 answers a fixed set of Ethereum JSON-RPC methods with canned, deterministic
 data.
 
