@@ -14,6 +14,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.demo.framing import ResponseFramer
+
 __all__ = ["ClientConn", "Response", "ResponseParser", "build_request", "classify"]
 
 
@@ -27,106 +29,15 @@ class Response:
     close: bool  # the server will close the connection after this response
 
 
-class ResponseParser:
-    """Incremental HTTP/1.1 response parser for Content-Length, chunked and
-    read-until-close bodies."""
+class ResponseParser(ResponseFramer[Response]):
+    """Incremental HTTP/1.1 response parser: Content-Length, chunked and
+    read-until-close bodies, with the framing the mock node uses
+    (gateway/demo/framing.py)."""
 
-    __slots__ = ("_buf", "_head")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        # status, retry_after, close, content-length (-1 chunked, -2 until EOF), body start
-        self._head: tuple[int, bool, bool, int, int] | None = None
-
-    def feed(self, data: bytes) -> list[Response]:
-        """Add bytes; return every response completed by them."""
-        self._buf += data
-        out: list[Response] = []
-        while True:
-            resp = self._next()
-            if resp is None:
-                return out
-            out.append(resp)
-
-    def eof(self) -> Response | None:
-        """The connection closed: complete a read-until-close body, if any."""
-        head = self._head
-        if head is None or head[3] != -2:
-            return None
-        status, retry_after, _, _, start = head
-        body = bytes(self._buf[start:])
-        self._buf.clear()
-        self._head = None
-        return Response(status, body, retry_after, True)
-
-    def _next(self) -> Response | None:
-        buf = self._buf
-        if self._head is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                return None
-            self._head = (*_parse_head(bytes(buf[:end])), end + 4)
-        status, retry_after, close, length, start = self._head
-        if length == -2:
-            return None
-        if length == -1:
-            decoded = _dechunk(buf, start)
-            if decoded is None:
-                return None
-            body, consumed = decoded
-        else:
-            if len(buf) < start + length:
-                return None
-            body, consumed = bytes(buf[start : start + length]), start + length
-        del buf[:consumed]
-        self._head = None
-        return Response(status, body, retry_after, close)
-
-
-def _parse_head(head: bytes) -> tuple[int, bool, bool, int]:
-    lines = head.split(b"\r\n")
-    status_line = lines[0]
-    if not status_line.startswith(b"HTTP/1.") or len(status_line) < 12:
-        raise ValueError(f"bad status line {status_line[:40]!r}")
-    status = int(status_line[9:12])
-    close = status_line[:8] == b"HTTP/1.0"
-    retry_after = False
-    length = -2
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            length = int(value)
-        elif name == b"transfer-encoding" and b"chunked" in value.lower():
-            length = -1
-        elif name == b"connection":
-            token = value.strip().lower()
-            close = token == b"close" or (close and token != b"keep-alive")
-        elif name == b"retry-after":
-            retry_after = True
-    if status == 204 or status == 304 or 100 <= status < 200:
-        length = 0
-    return status, retry_after, close, length
-
-
-def _dechunk(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
-    out = bytearray()
-    while True:
-        eol = buf.find(b"\r\n", pos)
-        if eol < 0:
-            return None
-        size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
-        pos = eol + 2
-        if size == 0:
-            end = buf.find(b"\r\n", pos)
-            while end > pos:  # skip trailer lines
-                pos = end + 2
-                end = buf.find(b"\r\n", pos)
-            return None if end < 0 else (bytes(out), end + 2)
-        if len(buf) < pos + size + 2:
-            return None
-        out += buf[pos : pos + size]
-        pos += size + 2
+        super().__init__(Response)
 
 
 def classify(resp: Response) -> str:

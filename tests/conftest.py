@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from argon2 import PasswordHasher
 from redis.asyncio import Redis
 
 from gateway.app import create_app
@@ -26,6 +27,7 @@ from gateway.config import Config, config_from_dict
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import RedisProcess
 from gateway.store.accounts import Store
+from tests.helpers.config import MakeConfig
 from tests.helpers.limiters import make_limiter  # noqa: F401  (a shared fixture)
 
 TESTDATA = Path(__file__).parent / "testdata"
@@ -70,9 +72,6 @@ async def mock_nodes() -> AsyncIterator[dict[str, MockNode]]:
         await node.close()
 
 
-MakeConfig = Callable[..., Config]
-
-
 @pytest.fixture
 def make_config(redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]) -> MakeConfig:
     """Build a Config pointing at the test Redis and mock nodes, plus overrides.
@@ -108,9 +107,17 @@ def config(make_config: MakeConfig) -> Config:
     return make_config()
 
 
+# argon2 at its production cost is ~180 ms of CPU per hash, and most tests make
+# an account: that alone was a minute of the suite. Accounts made by fixtures
+# use the cheapest argon2id instead; a hash carries its own parameters, so the
+# app's real hasher verifies them as usual. The production cost and threading
+# are tested with the real hasher (test_store_passwords.py, dashboard sign-ups).
+FIXTURE_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+
+
 @pytest.fixture
 async def store(redis: Redis, prefix: str) -> Store:
-    return Store(redis, prefix=prefix)
+    return Store(redis, prefix=prefix, hasher=FIXTURE_HASHER)
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ The node is a raw ``asyncio.Protocol`` HTTP/1.1 server rather than an aiohttp
 app because it sits behind the gateway in every load test: it has to cost far
 less CPU per call than the thing being measured, or the benchmark measures the
 mock.  It speaks just enough HTTP/1.1 for real clients (keep-alive,
-``Content-Length`` and chunked bodies, pipelining, ``Connection: close``) and
+``Content-Length`` and chunked bodies, pipelining, ``Connection: close``),
+framed by llhttp through ``demo/framing.py`` (shared with the bench client), and
 answers a fixed set of Ethereum JSON-RPC methods with canned, deterministic
 data.
 
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
 import orjson
+
+from gateway.demo.framing import RequestFramer
 
 __all__ = ["LatencyDist", "MockNode", "MockNodeOptions", "go_decode", "start_mock_node"]
 
@@ -100,14 +103,6 @@ class MockNodeOptions:
             raise ValueError(f"decode: unknown mode {self.decode!r}")
         if self.ids not in ("echo", "js", "refuse_null"):
             raise ValueError(f"ids: unknown mode {self.ids!r}")
-
-
-class _BadRequest(Exception):
-    """Unparseable HTTP framing: answer 4xx and close the connection."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
 
 
 class _Reparse(Exception):
@@ -284,8 +279,7 @@ class _Conn(asyncio.Protocol):
     def __init__(self, node: MockNode) -> None:
         self._node = node
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray()
-        self._head: tuple[bytes, bool, int, bool, int] | None = None
+        self._framer = RequestFramer(_MAX_HEAD, _MAX_BODY)
         self._pending: collections.deque[tuple[asyncio.TimerHandle, bytes | None, bool]] = (
             collections.deque()
         )
@@ -318,43 +312,16 @@ class _Conn(asyncio.Protocol):
         if self._node.down:
             self.abort()
             return
-        self._buf += data
-        try:
-            while not self._closing:
-                request = self._next_request()
-                if request is None:
-                    return
-                self._respond(*request)
-        except _BadRequest as exc:
+        framer = self._framer
+        for request in framer.feed(data):
+            if self._closing:
+                return
+            self._respond(*request)
+        error = framer.error
+        if error is not None and not self._closing:
             body = orjson.dumps(_err(None, -32600, "Invalid Request"))
-            self._emit(_http(exc.status, body, close=True), 0.0, close=True)
+            self._emit(_http(error.status, body, close=True), 0.0, close=True)
             self._closing = True
-
-    def _next_request(self) -> tuple[bytes, bytes, bool] | None:
-        """Cut one complete request off the buffer: (method, body, keep_alive)."""
-        buf = self._buf
-        if self._head is None:
-            while buf[:2] == b"\r\n":  # stray CRLFs between requests are allowed
-                del buf[:2]
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > _MAX_HEAD:
-                    raise _BadRequest(431)
-                return None
-            self._head = (*_parse_head(bytes(buf[:end])), end + 4)
-        method, keep_alive, length, chunked, start = self._head
-        if chunked:
-            decoded = _dechunk(buf, start)
-            if decoded is None:
-                return None
-            body, consumed = decoded
-        else:
-            if len(buf) < start + length:
-                return None
-            body, consumed = bytes(buf[start : start + length]), start + length
-        del buf[:consumed]
-        self._head = None
-        return method, body, keep_alive
 
     def _respond(self, method: bytes, body: bytes, keep_alive: bool) -> None:
         node = self._node
@@ -413,65 +380,6 @@ class _Conn(asyncio.Protocol):
         transport.write(data)
         if close:
             transport.close()
-
-
-def _parse_head(head: bytes) -> tuple[bytes, bool, int, bool]:
-    """Request line and the three headers that matter for framing."""
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-        raise _BadRequest(400)
-    method, _, version = parts
-    keep_alive = version == b"HTTP/1.1"
-    length, chunked = 0, False
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep:
-            raise _BadRequest(400)
-        name = name.strip().lower()
-        if name == b"content-length":
-            try:
-                length = int(value)
-            except ValueError:
-                raise _BadRequest(400) from None
-            if length < 0:
-                raise _BadRequest(400)
-            if length > _MAX_BODY:
-                raise _BadRequest(413)
-        elif name == b"transfer-encoding":
-            chunked = b"chunked" in value.lower()
-        elif name == b"connection":
-            token = value.strip().lower()
-            if token == b"close":
-                keep_alive = False
-            elif token == b"keep-alive":
-                keep_alive = True
-    return method, keep_alive, length, chunked
-
-
-def _dechunk(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
-    """Decode a chunked body starting at ``pos``; None while incomplete."""
-    out = bytearray()
-    while True:
-        eol = buf.find(b"\r\n", pos)
-        if eol < 0:
-            return None
-        try:
-            size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
-        except ValueError:
-            raise _BadRequest(400) from None
-        pos = eol + 2
-        if size == 0:
-            if buf[pos : pos + 2] == b"\r\n":
-                return bytes(out), pos + 2
-            end = buf.find(b"\r\n\r\n", pos)  # trailers
-            return None if end < 0 else (bytes(out), end + 4)
-        if len(buf) < pos + size + 2:
-            return None
-        out += buf[pos : pos + size]
-        if len(out) > _MAX_BODY:
-            raise _BadRequest(413)
-        pos += size + 2
 
 
 class MockNode:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from gateway.config import Config
 from tests.browser import test_dashboard_flow as flow
 from tests.browser.test_dashboard_flow import PASSWORD, shot
+from tests.helpers.config import MakeConfig
 
 pytestmark = pytest.mark.browser
 
@@ -31,7 +31,7 @@ screenshots = flow.screenshots
 
 
 @pytest.fixture
-def config(make_config: Callable[..., Config]) -> Config:
+def config(make_config: MakeConfig) -> Config:
     """The default plans (free: 25/s, burst 50); insight flushed every 0.1 s."""
     return make_config({"insight": {"interval_s": 0.1}})
 

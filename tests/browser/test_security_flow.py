@@ -22,6 +22,7 @@ import pytest
 
 from tests.browser import test_dashboard_flow as flow
 from tests.browser.test_dashboard_flow import PASSWORD, rpc, shot
+from tests.helpers.config import Cli
 
 pytestmark = pytest.mark.browser
 
@@ -241,7 +242,7 @@ async def test_forged_tokens_and_foreign_ids(browser: Any, live_url: str) -> Non
         await ctx.close()
 
 
-async def test_reset_link_page(browser: Any, live_url: str, cli: Any) -> None:
+async def test_reset_link_page(browser: Any, live_url: str, cli: Cli) -> None:
     code, _, _ = await asyncio.to_thread(
         cli, "accounts", "create", "reset@example.com", stdin=PASSWORD + "\n"
     )

@@ -16,8 +16,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from gateway.config import Config, config_from_dict
 from gateway.limits.limiter import RedisLimiter
-from tests.conftest import MakeConfig
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
+from tests.helpers.config import MakeConfig
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from gateway.config import Config
 from gateway.demo.mockws import Chain, MockWsNode, start_ws_node
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
 
 
@@ -74,8 +74,8 @@ def ws_config(
 async def stack(
     ws_config: Config, chains: dict[str, Chain], ws_nodes: dict[str, list[MockWsNode]]
 ) -> AsyncIterator[WsStack]:
-    async with served(ws_config) as (url, app):
-        yield WsStack(url, "ws" + url[len("http") :], app, chains, ws_nodes)
+    async with served(ws_config) as srv:
+        yield WsStack(srv.url, "ws" + srv.url[len("http") :], srv.app, chains, ws_nodes)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -28,10 +27,10 @@ from gateway.demo.mocknode import MockNode
 from gateway.ops.accesslog import escape, redacted_path
 from gateway.redis.embedded import free_port
 from gateway.server.protocol import GatewayRunner
+from tests.helpers.config import MakeConfig, scenario
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
-MakeConfig = Any
 FORGED = "2026-01-01 00:00:00,000 INFO gateway.access access remote=1.2.3.4 status=200"
 
 
@@ -111,6 +110,7 @@ def _gunicorn(entry: str, port: int, env: dict[str, str], log: Path) -> subproce
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["gateway.server:gunicorn_app", "gateway.app:create_app()"])
 async def test_gunicorn_access_lines_and_metrics_port(
     entry: str,
@@ -129,10 +129,13 @@ async def test_gunicorn_access_lines_and_metrics_port(
     port, metrics_port = free_port(), free_port()
     cfg = tmp_path / "gw.toml"
     cfg.write_text(
-        f'[redis]\nprefix = "{prefix}"\n'
-        f'[networks.bsc]\nupstreams = ["{mock_nodes["bsc"].url}"]\n'
-        f'[networks.opbnb]\nupstreams = ["{mock_nodes["opbnb"].url}"]\n'
-        f'[server]\nmetrics_listen = "{HOST}:{metrics_port}"\n'
+        scenario(
+            "gunicorn_metrics",
+            prefix=prefix,
+            bsc=mock_nodes["bsc"].url,
+            opbnb=mock_nodes["opbnb"].url,
+            metrics=f"{HOST}:{metrics_port}",
+        )
     )
     (tmp_path / "prom").mkdir()
     env = {

@@ -12,6 +12,7 @@ import pytest
 from bench.stack import child_env
 
 
+@pytest.mark.slow
 def test_steady_report_lists_cpu_of_each_part(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench", "steady", "--closed", "--duration", "1s",
@@ -32,6 +33,7 @@ def test_steady_report_lists_cpu_of_each_part(tmp_path: Path) -> None:
     assert gw["at_limit"]
 
 
+@pytest.mark.slow
 def test_scale_runs_one_then_two_workers(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench", "scale", "--max-workers", "2", "--duration", "1s",

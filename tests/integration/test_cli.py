@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient
 
 from gateway.cli.main import main, parse_duration_ms
+from tests.helpers.config import Cli, Client
 from tests.helpers.lease import until_status
 
 
@@ -20,7 +20,7 @@ def test_durations() -> None:
     assert parse_duration_ms("1.5s") == 1500
 
 
-def test_account_key_lifecycle(cli: Any) -> None:
+def test_account_key_lifecycle(cli: Cli) -> None:
     code, out, _ = cli(
         "accounts",
         "create",
@@ -83,13 +83,13 @@ def test_account_key_lifecycle(cli: Any) -> None:
         (("keys", "create", "--account", "ghost@example.com"), "no account"),
     ],
 )
-def test_errors_exit_non_zero_with_a_message(cli: Any, args: tuple[str, ...], needle: str) -> None:
+def test_errors_exit_non_zero_with_a_message(cli: Cli, args: tuple[str, ...], needle: str) -> None:
     code, out, err = cli(*args)
     assert code == 1 and needle in err and out == ""
 
 
 def test_bad_config_names_the_path(
-    cli: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[networks.bsc]\nupstreams = ["ftp://x"]\n')
@@ -105,10 +105,10 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
     assert "grace" in capsys.readouterr().out
 
 
-async def test_cli_key_works_on_a_live_gateway(cli: Any, client: TestClient[Any, Any]) -> None:
+async def test_cli_key_works_on_a_live_gateway(cli: Cli, client: Client) -> None:
     def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
         # the CLI runs its own event loop, so it gets a thread of its own here
-        return cli(*args, stdin=stdin)  # type: ignore[no-any-return]
+        return cli(*args, stdin=stdin)
 
     await asyncio.to_thread(
         run, "accounts", "create", "live@example.com", stdin="a long password\n"
@@ -130,7 +130,7 @@ async def test_cli_key_works_on_a_live_gateway(cli: Any, client: TestClient[Any,
     await until_status(status, 401)  # every process hears of it within a second
 
 
-def test_config_option_before_or_after_the_command(cli: Any, tmp_path: Any) -> None:
+def test_config_option_before_or_after_the_command(cli: Cli, tmp_path: Any) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[limits]\nmax_batch = -1\n")
     for args in (

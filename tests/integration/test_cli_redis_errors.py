@@ -9,12 +9,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gateway.cli.main import EXIT_REDIS, redis_failure
 from gateway.redis.embedded import LOOPBACK, free_port, redis_server_binary
+from tests.helpers.config import Cli
 
 SECRET = "s3cret-redis-pw"
 
@@ -102,6 +102,7 @@ def test_refused_connection(tmp_path: Path) -> None:
     assert_one_line(proc, "cannot connect", f"{LOOPBACK}:{port}", "GATEWAY_REDIS_URL")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("auth", ["", ":wrong-pw@", "someone:wrong-pw@"])
 def test_password_refused(locked_redis: int, tmp_path: Path, auth: str) -> None:
     url = f"redis://{auth}{LOOPBACK}:{locked_redis}"
@@ -115,7 +116,7 @@ def test_right_password_works(locked_redis: int, tmp_path: Path) -> None:
     assert proc.returncode == 1 and "no account" in proc.stderr  # reached Redis
 
 
-def test_in_process_too(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_process_too(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_REDIS_URL", f"redis://:{SECRET}@{LOOPBACK}:{closed_port()}")
     code, out, err = cli("accounts", "create", "x@example.com", stdin="long password\n")
     assert code == EXIT_REDIS and out == "" and len(err.strip().splitlines()) == 1

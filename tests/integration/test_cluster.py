@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 from redis.asyncio.cluster import RedisCluster
 
 from gateway import typedefs as T
@@ -31,9 +30,9 @@ from gateway.redis.clients import connect
 from gateway.redis.embedded import free_port
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
 from tests.helpers import cluster_fixtures as _cf
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.lease import settle, until_status
 
 # The core tests, run again here against the cluster (pytest collects them
@@ -83,7 +82,6 @@ redis_url, redis, make_config, limiter, cli_redis_toml = (
     _cf.cli_redis_toml,
 )
 
-Client = TestClient[web.Request, web.Application]
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 JSON = {"Content-Type": "application/json"}
 

@@ -7,15 +7,12 @@ import logging
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.lease import settle
 
-Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
 
 

@@ -7,9 +7,11 @@ from collections.abc import Callable
 from http.cookies import SimpleCookie
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.dashboard import PASSWORD, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -28,7 +30,7 @@ def set_cookies(resp: Any) -> dict[str, Any]:
 
 
 async def test_signup_logs_in_with_a_hardened_cookie(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     resp = await user.signup()
@@ -45,7 +47,7 @@ async def test_signup_logs_in_with_a_hardened_cookie(
 
 
 async def test_secure_cookies_when_configured(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     cfg = make_config({"dashboard": {"secure_cookies": True}})
     client = await aiohttp_client(TestServer(create_app(cfg)))
@@ -65,8 +67,9 @@ async def test_secure_cookies_when_configured(
     assert cookie["secure"] and cookie["httponly"]
 
 
+@pytest.mark.slow
 async def test_wrong_password_shows_error_and_sets_no_session(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.signup()
@@ -79,8 +82,9 @@ async def test_wrong_password_shows_error_and_sets_no_session(
     assert resp.status == 303 and resp.headers["Location"].startswith("/dashboard/login")
 
 
+@pytest.mark.slow
 async def test_failed_logins_are_throttled_per_email(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.signup()
@@ -98,8 +102,9 @@ async def test_failed_logins_are_throttled_per_email(
     assert (await other.login()).status == 303
 
 
+@pytest.mark.slow
 async def test_failed_logins_are_throttled_per_ip(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     guesser = await new_user(aiohttp_client, client)
     await guesser.get("/dashboard/login")
@@ -114,8 +119,9 @@ async def test_failed_logins_are_throttled_per_ip(
     assert resp.status == 429
 
 
+@pytest.mark.slow
 async def test_successful_login_clears_the_email_counter(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.signup()
@@ -129,7 +135,8 @@ async def test_successful_login_clears_the_email_counter(
     assert (await user.login()).status == 303
 
 
-async def test_login_rotates_the_session_id(client: Any, aiohttp_client: AiohttpClient) -> None:
+@pytest.mark.slow
+async def test_login_rotates_the_session_id(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     first = set_cookies(await user.signup())["gw_session"].value
     resp = await user.login()  # logging in again while logged in
@@ -143,8 +150,9 @@ async def test_login_rotates_the_session_id(client: Any, aiohttp_client: Aiohttp
     assert resp.status == 303  # the old id is dead
 
 
+@pytest.mark.slow
 async def test_planted_session_id_is_never_adopted(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.signup()
@@ -155,7 +163,7 @@ async def test_planted_session_id_is_never_adopted(
 
 
 async def test_logout_kills_the_session_server_side(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     session_id = set_cookies(await user.signup())["gw_session"].value
@@ -172,7 +180,7 @@ async def test_logout_kills_the_session_server_side(
 
 
 async def test_csrf_is_required_for_every_state_change(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.get("/dashboard/signup")
@@ -191,7 +199,7 @@ async def test_csrf_is_required_for_every_state_change(
 
 
 async def test_anonymous_form_needs_its_cookie_token(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     """A cross-site form cannot know or set the visitor's CSRF cookie."""
     attacker = await aiohttp_client(client.server)
@@ -206,7 +214,7 @@ async def test_anonymous_form_needs_its_cookie_token(
     assert resp.status == 403
 
 
-async def test_no_cors_and_strict_headers_on_dashboard(client: Any) -> None:
+async def test_no_cors_and_strict_headers_on_dashboard(client: Client) -> None:
     for path in ("/dashboard/login", "/dashboard/keys", "/dashboard/nope"):
         resp = await client.get(
             path, headers={"Origin": "https://evil.example"}, allow_redirects=False
@@ -224,7 +232,7 @@ async def test_no_cors_and_strict_headers_on_dashboard(client: Any) -> None:
     assert resp.headers["Cache-Control"] == "no-store"
 
 
-async def test_rpc_paths_set_no_cookies(client: Any, api_key: str) -> None:
+async def test_rpc_paths_set_no_cookies(client: Client, api_key: str) -> None:
     await client.get("/dashboard/login")
     resp = await client.post(
         f"/bsc/{api_key}", json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}
@@ -233,7 +241,7 @@ async def test_rpc_paths_set_no_cookies(client: Any, api_key: str) -> None:
     assert "Set-Cookie" not in resp.headers
 
 
-async def test_signup_errors_are_explained(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_signup_errors_are_explained(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     await user.signup()
     dup = await new_user(aiohttp_client, client)
@@ -251,8 +259,9 @@ async def test_signup_errors_are_explained(client: Any, aiohttp_client: AiohttpC
         assert doc.find(id="email").attrs["value"] == form["email"]
 
 
+@pytest.mark.slow
 async def test_next_only_follows_dashboard_paths(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.signup()
@@ -271,7 +280,7 @@ async def test_next_only_follows_dashboard_paths(
         await user.post("/dashboard/logout")
 
 
-async def test_root_and_home_redirect(client: Any) -> None:
+async def test_root_and_home_redirect(client: Client) -> None:
     resp = await client.get("/", allow_redirects=False)
     assert resp.status == 302 and resp.headers["Location"] == "/dashboard/"
     for path in ("/dashboard", "/dashboard/"):
@@ -280,7 +289,7 @@ async def test_root_and_home_redirect(client: Any) -> None:
 
 
 async def test_redis_down_shows_a_page_not_a_traceback(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -293,7 +302,7 @@ async def test_redis_down_shows_a_page_not_a_traceback(
     assert "Service unavailable" in text and "Traceback" not in text
 
 
-async def test_user_text_is_escaped(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_user_text_is_escaped(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     await user.signup()
     await user.create_key(name="<b>bold</b>", env="<i>x</i>")

@@ -13,13 +13,14 @@ from redis.asyncio import Redis
 
 from gateway.config import Config
 from gateway.rpc.auth import generate_key, key_hash
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.dashboard import Element, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
 
 
 @pytest.fixture
-def config(make_config: Callable[..., Config]) -> Config:
+def config(make_config: MakeConfig) -> Config:
     """Free plan of 1 request/s (burst 3) so a few calls hit the limit; fast insight flush."""
     return make_config(
         {"insight": {"interval_s": 0.05}, "plans": {"free": {"rate": 1, "burst": 3}}}
@@ -41,8 +42,9 @@ async def row_limits(user: User, key_id: str) -> str:
     return doc.find(data_key_id=key_id).testid("key-limits")
 
 
+@pytest.mark.slow
 async def test_limits_page_saves_caps_shown_on_the_row(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     _, key_id = await user.create_key(name="capped")
@@ -74,6 +76,7 @@ async def test_limits_page_saves_caps_shown_on_the_row(
     assert await row_limits(user, key_id) == "Plan's"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rate", "daily", "words"),
     [
@@ -85,7 +88,7 @@ async def test_limits_page_saves_caps_shown_on_the_row(
     ],
 )
 async def test_bad_limits_are_explained_and_change_nothing(
-    client: Any, aiohttp_client: AiohttpClient, rate: str, daily: str, words: str
+    client: Client, aiohttp_client: AiohttpClient, rate: str, daily: str, words: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     _, key_id = await user.create_key()
@@ -98,8 +101,9 @@ async def test_bad_limits_are_explained_and_change_nothing(
     assert await row_limits(user, key_id) == "Plan's"
 
 
+@pytest.mark.slow
 async def test_limits_form_refuses_a_wrong_csrf_token(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     alice = await new_user(aiohttp_client, client)
     bob = await new_user(aiohttp_client, client)
@@ -111,8 +115,9 @@ async def test_limits_form_refuses_a_wrong_csrf_token(
     assert await row_limits(alice, key_id) == "Plan's"
 
 
+@pytest.mark.slow
 async def test_other_accounts_key_ids_answer_404(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     alice = await new_user(aiohttp_client, client)
     mallory = await new_user(aiohttp_client, client)
@@ -126,14 +131,14 @@ async def test_other_accounts_key_ids_answer_404(
     assert await row_limits(alice, key_id) == "Plan's"
 
 
-async def test_pages_need_a_log_in(client: Any) -> None:
+async def test_pages_need_a_log_in(client: Client) -> None:
     for page in ("limits", "requests"):
         resp = await client.get(f"/dashboard/keys/key_x/{page}", allow_redirects=False)
         assert resp.status == 303
         assert resp.headers["Location"].startswith("/dashboard/login?next=")
 
 
-async def _rpc(client: Any, key: str, method: str) -> int:
+async def _rpc(client: Client, key: str, method: str) -> int:
     call = {"jsonrpc": "2.0", "id": 1, "method": method, "params": []}
     resp = await client.post(f"/bsc/{key}", json=call)
     await resp.read()
@@ -149,8 +154,9 @@ async def _wait_for_log(user: User, path: str, rows: int) -> Element:
     raise AssertionError(f"fewer than {rows} logged calls on {path}")
 
 
+@pytest.mark.slow
 async def test_requests_page_shows_real_failed_calls_and_filters(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, key_id = await user.create_key()
@@ -202,7 +208,7 @@ async def test_requests_page_shows_real_failed_calls_and_filters(
 
 
 async def test_usage_and_plan_pages_show_the_month_and_the_price(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key()
@@ -225,7 +231,7 @@ async def test_usage_and_plan_pages_show_the_month_and_the_price(
 
 
 async def test_made_up_keys_leave_no_insight_behind(
-    client: Any, redis: Redis, prefix: str, api_key: str
+    client: Client, redis: Redis, prefix: str, api_key: str
 ) -> None:
     for _ in range(5):
         assert await _rpc(client, generate_key(), "eth_blockNumber") == 401

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from gateway.app import create_app
 from gateway.limits.limiter import record_key
 from gateway.rpc.auth import key_hash
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.dashboard import User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -29,7 +31,9 @@ async def rpc_status(client: TestClient[Any, Any], key: str, **headers: str) -> 
     return resp.status
 
 
-async def test_new_key_is_shown_once_and_works(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_new_key_is_shown_once_and_works(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
     user = await new_user(aiohttp_client, client)
     key, key_id = await user.create_key(name="my-dapp", env="staging", expires="30d")
     assert len(key) == 32
@@ -49,7 +53,7 @@ async def test_new_key_is_shown_once_and_works(client: Any, aiohttp_client: Aioh
     assert buttons == {"Rotate", "Revoke"}
 
 
-async def test_create_form_is_accessible(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_create_form_is_accessible(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     doc = await user.get("/dashboard/keys")
     labels = {lab.text.strip(): lab.attrs["for"] for lab in doc.tags("label")}
@@ -68,7 +72,7 @@ async def test_create_form_is_accessible(client: Any, aiohttp_client: AiohttpCli
 
 
 async def test_revoke_needs_confirmation_then_refuses_the_key(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, key_id = await user.create_key()
@@ -86,7 +90,7 @@ async def test_revoke_needs_confirmation_then_refuses_the_key(
 
 
 async def test_rotate_with_grace_keeps_the_old_key_working(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     old_key, old_id = await user.create_key(name="svc", methods="eth_blockNumber")
@@ -109,7 +113,7 @@ async def test_rotate_with_grace_keeps_the_old_key_working(
 
 
 async def test_rotate_immediately_refuses_the_old_key(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     old_key, old_id = await user.create_key()
@@ -121,7 +125,10 @@ async def test_rotate_immediately_refuses_the_old_key(
     assert rows[old_id] == "Revoked"
 
 
-async def test_other_accounts_keys_answer_404(client: Any, aiohttp_client: AiohttpClient) -> None:
+@pytest.mark.slow
+async def test_other_accounts_keys_answer_404(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
     alice = await new_user(aiohttp_client, client)
     mallory = await new_user(aiohttp_client, client)
     key, key_id = await alice.create_key()
@@ -141,7 +148,8 @@ async def test_other_accounts_keys_answer_404(client: Any, aiohttp_client: Aioht
     assert await rpc_status(client, key) == 200
 
 
-async def test_wrong_csrf_changes_nothing(client: Any, aiohttp_client: AiohttpClient) -> None:
+@pytest.mark.slow
+async def test_wrong_csrf_changes_nothing(client: Client, aiohttp_client: AiohttpClient) -> None:
     alice = await new_user(aiohttp_client, client)
     bob = await new_user(aiohttp_client, client)
     key, key_id = await alice.create_key()
@@ -153,8 +161,9 @@ async def test_wrong_csrf_changes_nothing(client: Any, aiohttp_client: AiohttpCl
     assert await rpc_status(client, key) == 200
 
 
+@pytest.mark.slow
 async def test_expired_key_shows_expired(
-    client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, key_id = await user.create_key(expires="7d")
@@ -170,7 +179,7 @@ async def test_expired_key_shows_expired(
 
 
 async def test_key_limit_counts_active_keys(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     cfg = make_config({"dashboard": {"max_keys_per_account": 2}})
     server = await aiohttp_client(TestServer(create_app(cfg)))
@@ -188,7 +197,8 @@ async def test_key_limit_counts_active_keys(
     assert len(await user.key_rows()) == 3
 
 
-async def test_allowlists_from_the_form(client: Any, aiohttp_client: AiohttpClient) -> None:
+@pytest.mark.slow
+async def test_allowlists_from_the_form(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key(
         origins="https://app.example.com\n*.example.org",
@@ -202,7 +212,7 @@ async def test_allowlists_from_the_form(client: Any, aiohttp_client: AiohttpClie
 
 
 async def test_bad_form_input_is_explained_and_kept(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.get("/dashboard/keys")
@@ -219,7 +229,7 @@ async def test_bad_form_input_is_explained_and_kept(
     assert await user.key_rows() == {}
 
 
-async def test_default_name_and_environment(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_default_name_and_environment(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     _, key_id = await user.create_key(name="", env="")
     row = (await user.get("/dashboard/keys")).find(data_key_id=key_id)

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
 from gateway.dashboard.throttle import ip_group
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 from tests.helpers.dashboard import PASSWORD, User, new_email, parse
 
 AiohttpClient = Callable[..., Any]
@@ -63,6 +63,7 @@ async def signed_up(client: TestClient[Any, Any], aiohttp_client: AiohttpClient)
     return user.email
 
 
+@pytest.mark.slow
 async def test_parallel_guesses_are_counted_before_any_password_is_checked(
     client: TestClient[Any, Any], aiohttp_client: AiohttpClient
 ) -> None:
@@ -75,6 +76,7 @@ async def test_parallel_guesses_are_counted_before_any_password_is_checked(
     assert statuses == {401: 5, 429: 35}, statuses
 
 
+@pytest.mark.slow
 async def test_rpc_stays_fast_while_log_ins_hash(
     make_config: MakeConfig, aiohttp_client: AiohttpClient, api_key: str
 ) -> None:
@@ -124,6 +126,7 @@ async def test_rpc_stays_fast_while_log_ins_hash(
     assert len(latencies) >= 5 and p95 < 0.1 and worst < 0.5
 
 
+@pytest.mark.slow
 async def test_a_stranger_cannot_lock_the_owner_out(
     make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
@@ -137,6 +140,7 @@ async def test_a_stranger_cannot_lock_the_owner_out(
     assert await try_login(client, None, email, PASSWORD, "203.0.113.9") == 303
 
 
+@pytest.mark.slow
 async def test_per_email_ceiling_spares_a_known_owner(
     make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
@@ -150,6 +154,7 @@ async def test_per_email_ceiling_spares_a_known_owner(
     assert await try_login(client, None, email, PASSWORD, "203.0.113.9") == 303  # the owner
 
 
+@pytest.mark.slow
 async def test_right_password_clears_the_pair_and_refunds_the_ip(
     make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
@@ -172,6 +177,7 @@ def test_ip_groups() -> None:
     assert ip_group("") == ip_group("not an ip") == "-"
 
 
+@pytest.mark.slow
 async def test_per_ip_limits_group_ipv6_by_64(
     make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
@@ -216,6 +222,7 @@ BAD_NEXT = (
 )
 
 
+@pytest.mark.slow
 async def test_bad_next_is_ignored_without_dropping_the_connection(
     client: TestClient[Any, Any],
     aiohttp_client: AiohttpClient,
@@ -242,6 +249,7 @@ async def test_bad_next_is_ignored_without_dropping_the_connection(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+@pytest.mark.slow
 async def test_good_next_is_still_followed(
     client: TestClient[Any, Any], aiohttp_client: AiohttpClient
 ) -> None:
@@ -257,6 +265,7 @@ async def test_good_next_is_still_followed(
     assert resp.headers["Location"] == target == "/dashboard/usage?window=7d"
 
 
+@pytest.mark.slow
 async def test_a_log_in_flood_gets_503_not_a_queue(
     make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.dashboard import User, new_email, parse
 from tests.helpers.lease import settle
 
@@ -27,7 +29,7 @@ async def call(client: TestClient[Any, Any], key: str, method: str = "eth_blockN
     return resp
 
 
-async def test_usage_rises_with_calls(client: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_usage_rises_with_calls(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     key, key_id = await user.create_key(name="counted")
     doc = await user.get("/dashboard/usage")
@@ -56,7 +58,7 @@ async def test_usage_rises_with_calls(client: Any, aiohttp_client: AiohttpClient
 
 
 async def test_usage_counts_rate_limited_calls(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     cfg = make_config({"plans": {"free": {"rate": 0.001, "burst": 2}}})
     client = await aiohttp_client(TestServer(create_app(cfg)))
@@ -71,8 +73,9 @@ async def test_usage_counts_rate_limited_calls(
     assert doc.testid("usage-limited") == "2"
 
 
+@pytest.mark.slow
 async def test_usage_day_windows_and_empty_state(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     doc = await user.get("/dashboard/usage")
@@ -86,7 +89,7 @@ async def test_usage_day_windows_and_empty_state(
 
 
 async def test_plan_switch_applies_from_the_next_request(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key()
@@ -110,7 +113,7 @@ async def test_plan_switch_applies_from_the_next_request(
 
 
 async def test_plan_switch_needs_csrf_and_a_real_plan(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key()
@@ -120,7 +123,7 @@ async def test_plan_switch_needs_csrf_and_a_real_plan(
 
 
 async def test_endpoints_page_lists_both_networks(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key()
@@ -146,7 +149,9 @@ async def test_endpoints_page_lists_both_networks(
         assert snippet in codes or snippet in doc.text, snippet
 
 
-async def test_endpoints_use_public_url(make_config: Any, aiohttp_client: AiohttpClient) -> None:
+async def test_endpoints_use_public_url(
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
+) -> None:
     cfg = make_config({"dashboard": {"public_url": "https://rpc.example.com/"}})
     client = await aiohttp_client(TestServer(create_app(cfg)))
     user = User(client, new_email())
@@ -155,14 +160,14 @@ async def test_endpoints_use_public_url(make_config: Any, aiohttp_client: Aiohtt
     assert doc.testid("endpoint-url-opbnb") == "https://rpc.example.com/opbnb"
 
 
-async def test_pages_need_login(client: Any) -> None:
+async def test_pages_need_login(client: Client) -> None:
     for path in ("/dashboard/keys", "/dashboard/usage", "/dashboard/plan", "/dashboard/endpoints"):
         resp = await client.get(path, allow_redirects=False)
         assert resp.status == 303
         assert resp.headers["Location"] == f"/dashboard/login?next={path}"
 
 
-async def test_static_copy_script_is_served(client: Any) -> None:
+async def test_static_copy_script_is_served(client: Client) -> None:
     resp = await client.get("/dashboard/login")
     doc = parse(await resp.text())
     src = doc.tags("script")[0].attrs["src"]

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import pyotp
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
@@ -21,6 +22,7 @@ from gateway.limits.limiter import record_key, usage_prefix
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from gateway.store.security import SecurityStore
+from tests.helpers.config import Cli, Client, MakeConfig
 from tests.helpers.dashboard import PASSWORD, Element, User, new_email, parse
 from tests.helpers.lease import settle, until_status
 
@@ -88,7 +90,7 @@ async def rpc_status(client: TestClient[Any, Any], key: str) -> int:
 
 
 async def test_security_page_has_the_contract_labels(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     doc = await user.get("/dashboard/keys")
@@ -109,7 +111,7 @@ async def test_security_page_has_the_contract_labels(
     assert len(rows) == 1 and "This session" in rows[0].text
 
 
-async def test_security_page_needs_a_log_in(client: Any) -> None:
+async def test_security_page_needs_a_log_in(client: Client) -> None:
     resp = await client.get(PAGE, allow_redirects=False)
     assert resp.status == 303
     assert resp.headers["Location"] == "/dashboard/login?next=/dashboard/security"
@@ -118,8 +120,9 @@ async def test_security_page_needs_a_log_in(client: Any) -> None:
 # -- password ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_change_password_ends_other_sessions(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     other = await second_session(aiohttp_client, user)
@@ -150,8 +153,9 @@ async def test_change_password_ends_other_sessions(
     assert (await stranger.login(NEW_PASSWORD)).status == 303
 
 
+@pytest.mark.slow
 async def test_wrong_passwords_on_the_page_are_capped(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.get(PAGE)
@@ -167,8 +171,9 @@ async def test_wrong_passwords_on_the_page_are_capped(
 # -- sessions ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_sessions_table_lists_each_browser(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client, ua="Firefox/140 test")
     await second_session(aiohttp_client, user, ua="Chromium/156 other")
@@ -186,7 +191,8 @@ async def test_sessions_table_lists_each_browser(
         assert len(row.tags("time")) == 2  # created, last seen
 
 
-async def test_log_out_other_sessions(client: Any, aiohttp_client: AiohttpClient) -> None:
+@pytest.mark.slow
+async def test_log_out_other_sessions(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     others = [await second_session(aiohttp_client, user) for _ in range(2)]
     await user.get(PAGE)
@@ -199,8 +205,9 @@ async def test_log_out_other_sessions(client: Any, aiohttp_client: AiohttpClient
         assert not await logged_in(other)
 
 
+@pytest.mark.slow
 async def test_one_session_logs_out_and_foreign_ids_are_404(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     other = await second_session(aiohttp_client, user)
@@ -230,8 +237,9 @@ async def test_one_session_logs_out_and_foreign_ids_are_404(
     assert await logged_in(user)
 
 
+@pytest.mark.slow
 async def test_last_seen_is_written_at_most_once_per_interval(
-    make_config: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    make_config: MakeConfig, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     for interval, moves in ((0, True), (60, False)):
         cfg = make_config({"dashboard": {"session_seen_interval_s": interval}})
@@ -266,7 +274,7 @@ async def test_ended_session_is_not_brought_back_by_last_seen(store: Store, acco
 
 
 async def test_turn_on_two_step_log_in(
-    client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.get(PAGE)
@@ -304,8 +312,9 @@ async def test_turn_on_two_step_log_in(
         assert code not in dump and code.replace("-", "") not in dump
 
 
+@pytest.mark.slow
 async def test_log_in_asks_for_the_code_on_a_second_page(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     secret, codes = await turn_on_two_step(user)
@@ -348,7 +357,10 @@ async def test_log_in_asks_for_the_code_on_a_second_page(
     assert not await logged_in(fourth)
 
 
-async def test_too_many_wrong_codes_start_over(client: Any, aiohttp_client: AiohttpClient) -> None:
+@pytest.mark.slow
+async def test_too_many_wrong_codes_start_over(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
     user = await new_user(aiohttp_client, client)
     secret, _ = await turn_on_two_step(user)
     other = User(await aiohttp_client(client.server), user.email)
@@ -365,13 +377,14 @@ async def test_too_many_wrong_codes_start_over(client: Any, aiohttp_client: Aioh
     assert not await logged_in(other)
 
 
-async def test_code_page_without_a_password_goes_back(client: Any) -> None:
+async def test_code_page_without_a_password_goes_back(client: Client) -> None:
     resp = await client.get("/dashboard/login/code", allow_redirects=False)
     assert resp.status == 303 and resp.headers["Location"] == "/dashboard/login"
 
 
+@pytest.mark.slow
 async def test_turn_off_two_step_needs_the_password(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await turn_on_two_step(user)
@@ -391,8 +404,9 @@ async def test_turn_off_two_step_needs_the_password(
 # -- deletion ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
-    client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     keys = [await user.create_key(name=f"app-{i}") for i in range(3)]
@@ -444,8 +458,9 @@ async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
     await again.signup()
 
 
+@pytest.mark.slow
 async def test_delete_with_two_step_needs_a_code(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key()
@@ -464,8 +479,9 @@ async def test_delete_with_two_step_needs_a_code(
 # -- CSRF on every new form ----------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_every_security_form_refuses_a_missing_or_wrong_csrf_token(
-    client: Any, aiohttp_client: AiohttpClient
+    client: Client, aiohttp_client: AiohttpClient
 ) -> None:
     user = await new_user(aiohttp_client, client)
     key, _ = await user.create_key()
@@ -503,8 +519,9 @@ async def test_every_security_form_refuses_a_missing_or_wrong_csrf_token(
 # -- operator reset links ------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_reset_password_link_works_once(
-    cli: Any, client: Any, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+    cli: Cli, client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
 ) -> None:
     user = await new_user(aiohttp_client, client)
     code, out, _ = await asyncio.to_thread(
@@ -537,7 +554,7 @@ async def test_reset_password_link_works_once(
     assert (await visitor.login(NEW_PASSWORD)).status == 303
 
 
-def test_reset_password_cli_text_and_unknown_email(cli: Any) -> None:
+def test_reset_password_cli_text_and_unknown_email(cli: Cli) -> None:
     assert cli("accounts", "create", "ops@example.com", stdin="a long password\n")[0] == 0
     code, out, _ = cli("accounts", "reset-password", "ops@example.com")
     assert code == 0
@@ -547,7 +564,7 @@ def test_reset_password_cli_text_and_unknown_email(cli: Any) -> None:
     assert code == 1 and "no account" in err
 
 
-async def test_bad_reset_tokens_answer_404(client: Any) -> None:
+async def test_bad_reset_tokens_answer_404(client: Client) -> None:
     for query in ("", "?token=", "?token=nope", "?token=" + "\x01" * 5, "?token=" + "a" * 500):
         resp = await client.get(f"/dashboard/reset{query}")
         assert resp.status == 404, query
@@ -556,8 +573,9 @@ async def test_bad_reset_tokens_answer_404(client: Any) -> None:
 # -- limits and odd input ------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_oldest_sessions_end_past_the_cap(
-    make_config: Any, aiohttp_client: AiohttpClient
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:
     cfg = make_config({"dashboard": {"max_sessions_per_account": 2}})
     client = await aiohttp_client(TestServer(create_app(cfg)))
@@ -571,7 +589,8 @@ async def test_oldest_sessions_end_past_the_cap(
     assert len(doc.find_all(data_testid="session-row")) == 2
 
 
-async def test_odd_codes_answer_cleanly(client: Any, aiohttp_client: AiohttpClient) -> None:
+@pytest.mark.slow
+async def test_odd_codes_answer_cleanly(client: Client, aiohttp_client: AiohttpClient) -> None:
     user = await new_user(aiohttp_client, client)
     await turn_on_two_step(user)
     other = User(await aiohttp_client(client.server), user.email)

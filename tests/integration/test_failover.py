@@ -28,21 +28,20 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
 from gateway.limits.limiter import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
 from tests.helpers import cluster_fixtures as _cf
 from tests.helpers.cluster import ClusterNode
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
+from tests.helpers.config import Client, MakeConfig
+from tests.helpers.waiting import eventually
 
 redis_url, redis, make_config = _cf.redis_url, _cf.redis, _cf.make_config
 
-Client = TestClient[web.Request, web.Application]
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 JSON = {"Content-Type": "application/json"}
 NODE_TIMEOUT_MS = 1000
@@ -85,14 +84,6 @@ class Traffic:
         return sum(1 for at, status, _ in self.log if at > t and status == 200)
 
 
-async def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def keys_on_two_shards(
     store: Store, cluster: ClusterProcesses, prefix: str
 ) -> tuple[str, str, ClusterNode]:
@@ -127,7 +118,7 @@ async def drive(
 ) -> tuple[Traffic, Traffic, list[asyncio.Task[None]]]:
     a, b = Traffic(client, key_a), Traffic(client, key_b)
     tasks = [asyncio.create_task(t.run()) for t in (a, b)]
-    await wait_until(lambda: a.ok_after(0) >= 20 and b.ok_after(0) >= 20, 5, "warm-up")
+    await eventually(lambda: a.ok_after(0) >= 20 and b.ok_after(0) >= 20, 5, "warm-up")
     return a, b, tasks
 
 
@@ -137,6 +128,7 @@ async def finish(tasks: list[asyncio.Task[None]], *traffic: Traffic) -> None:
     await asyncio.gather(*tasks)
 
 
+@pytest.mark.slow
 async def test_coordinated_failover_loses_no_request(
     app_client: Client, store: Store, redis_cluster: ClusterProcesses, prefix: str
 ) -> None:
@@ -145,9 +137,9 @@ async def test_coordinated_failover_loses_no_request(
     a, b, tasks = await drive(app_client, key_a, key_b)
     start = time.monotonic()
     replica.call("CLUSTER", "FAILOVER")
-    await wait_until(lambda: redis_cluster.role_of(replica) == "master", 10, "promotion")
+    await eventually(lambda: redis_cluster.role_of(replica) == "master", 10, "promotion")
     promoted = time.monotonic()
-    await wait_until(lambda: a.ok_after(promoted) >= 20, 5, "traffic on the new primary")
+    await eventually(lambda: a.ok_after(promoted) >= 20, 5, "traffic on the new primary")
     await finish(tasks, a, b)
     print(
         f"\ncoordinated failover: promoted after {1000 * (promoted - start):.0f} ms; "
@@ -157,6 +149,7 @@ async def test_coordinated_failover_loses_no_request(
     assert a.failures() == [] and b.failures() == []
 
 
+@pytest.mark.slow
 async def test_primary_killed_recovers_without_restart(
     app_client: Client, store: Store, redis_cluster: ClusterProcesses, prefix: str
 ) -> None:
@@ -166,10 +159,10 @@ async def test_primary_killed_recovers_without_restart(
     assert primary.proc.proc is not None
     killed = time.monotonic()
     primary.proc.proc.kill()
-    await wait_until(lambda: redis_cluster.role_of(replica) == "master", 15, "promotion")
+    await eventually(lambda: redis_cluster.role_of(replica) == "master", 15, "promotion")
     promoted = time.monotonic()
     replica.call("SCRIPT", "FLUSH")  # the next admission there must reload the script
-    await wait_until(lambda: a.ok_after(promoted) >= 50, RECOVERY_BOUND_S, "recovery")
+    await eventually(lambda: a.ok_after(promoted) >= 50, RECOVERY_BOUND_S, "recovery")
     await finish(tasks, a, b)
 
     failed = a.failures(since=killed)
@@ -195,6 +188,7 @@ async def test_primary_killed_recovers_without_restart(
     assert stats.get("calls", 0) >= 2  # SCRIPT FLUSH, then a SCRIPT LOAD on NOSCRIPT
 
 
+@pytest.mark.slow
 async def test_hung_primary_does_not_starve_the_other_shards(
     app_client: Client, store: Store, redis_cluster: ClusterProcesses, prefix: str
 ) -> None:
@@ -205,14 +199,14 @@ async def test_hung_primary_does_not_starve_the_other_shards(
     many = [Traffic(app_client, key_a, pace_s=0.05) for _ in range(80)]
     other = Traffic(app_client, key_b)
     tasks = [asyncio.create_task(t.run()) for t in (*many, other)]
-    await wait_until(lambda: other.ok_after(0) >= 20, 5, "warm-up")
+    await eventually(lambda: other.ok_after(0) >= 20, 5, "warm-up")
     assert primary.proc.proc is not None
     hung = time.monotonic()
     primary.proc.proc.send_signal(signal.SIGSTOP)
     try:
-        await wait_until(lambda: redis_cluster.role_of(replica) == "master", 15, "promotion")
+        await eventually(lambda: redis_cluster.role_of(replica) == "master", 15, "promotion")
         promoted = time.monotonic()
-        await wait_until(
+        await eventually(
             lambda: sum(t.ok_after(promoted) for t in many) >= 200, RECOVERY_BOUND_S, "recovery"
         )
     finally:

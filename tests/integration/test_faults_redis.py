@@ -20,7 +20,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import orjson
@@ -31,9 +30,9 @@ from gateway import typedefs as T
 from gateway.config import Config
 from gateway.redis.embedded import RedisProcess
 from gateway.store.accounts import Store
+from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
 
-MakeConfig = Any
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 JSON = {"Content-Type": "application/json"}
@@ -124,6 +123,7 @@ def _only_service_unavailable(timeline: Timeline) -> None:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fail_open", [False, True], ids=["fail_closed", "fail_open"])
 async def test_redis_stopped_and_restarted_under_load(
     make_config: MakeConfig,
@@ -137,7 +137,7 @@ async def test_redis_stopped_and_restarted_under_load(
     timeline = Timeline()
     marks: dict[str, float] = {}
     ready_during: list[int] = []
-    async with served(cfg) as (base, app), aiohttp.ClientSession() as probe:
+    async with served(cfg) as srv, aiohttp.ClientSession() as probe:
 
         async def fault() -> None:
             await asyncio.sleep(0.6)
@@ -146,16 +146,16 @@ async def test_redis_stopped_and_restarted_under_load(
             await asyncio.to_thread(own_redis.stop)
             marks["stopped"] = time.monotonic()
             await asyncio.sleep(0.3)
-            async with probe.get(f"{base}/readyz") as resp:
+            async with probe.get(f"{srv.url}/readyz") as resp:
                 ready_during.append(resp.status)
             await asyncio.sleep(0.5)
             marks["restart"] = time.monotonic()
             await asyncio.to_thread(own_redis.start, port)
             marks["restarted"] = time.monotonic()
 
-        await asyncio.gather(fault(), run_load(f"{base}/bsc/{own_key}", 2.6, timeline))
+        await asyncio.gather(fault(), run_load(f"{srv.url}/bsc/{own_key}", 2.6, timeline))
         errors_metric = (
-            app[T.METRICS].redis_errors.labels("open" if fail_open else "closed")._value.get()
+            srv.app[T.METRICS].redis_errors.labels("open" if fail_open else "closed")._value.get()
         )
     during = timeline.statuses(marks["stopped"], marks["restart"])
     before = timeline.statuses(until=marks["stop"])
@@ -185,6 +185,7 @@ async def test_redis_stopped_and_restarted_under_load(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+@pytest.mark.slow
 async def test_redis_hung_sigstop_under_load(
     make_config: MakeConfig, own_redis: RedisProcess, own_key: str
 ) -> None:
@@ -193,7 +194,7 @@ async def test_redis_hung_sigstop_under_load(
     marks: dict[str, float] = {}
     assert own_redis.proc is not None
     pid = own_redis.proc.pid
-    async with served(cfg) as (base, _):
+    async with served(cfg) as srv:
 
         async def fault() -> None:
             await asyncio.sleep(0.5)
@@ -203,7 +204,7 @@ async def test_redis_hung_sigstop_under_load(
             os.kill(pid, signal.SIGCONT)
             marks["cont"] = time.monotonic()
 
-        await asyncio.gather(fault(), run_load(f"{base}/bsc/{own_key}", 2.2, timeline))
+        await asyncio.gather(fault(), run_load(f"{srv.url}/bsc/{own_key}", 2.2, timeline))
     hung = timeline.statuses(marks["stop"] + TIMEOUT_MS / 1000 * 2, marks["cont"])
     after = timeline.statuses(marks["cont"] + 0.3)
     first_ok = timeline.first(200, marks["cont"])

@@ -29,6 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.demo.mocknode import MockNode, MockNodeOptions
 from gateway.redis.embedded import free_port
+from tests.helpers.config import scenario
+from tests.helpers.waiting import eventually, http_ready
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
@@ -39,31 +41,9 @@ Launch = Callable[..., Any]
 
 def _write_config(path: Path, prefix: str, nodes: dict[str, MockNode], **server: Any) -> Path:
     server_lines = "".join(f"{k} = {v!r}\n" for k, v in server.items())
-    path.write_text(
-        f'[redis]\nprefix = "{prefix}"\n'
-        "[plans.free]\nrate = 1000000\nburst = 1000000\n"
-        f'[networks.bsc]\nupstreams = ["{nodes["bsc"].url}"]\n'
-        f'[networks.opbnb]\nupstreams = ["{nodes["opbnb"].url}"]\n'
-        "[upstream]\nprobe_interval_s = 0.5\n"
-        f"[server]\naccess_log = false\n{server_lines}"
-    )
+    base = scenario("unlimited", prefix=prefix, bsc=nodes["bsc"].url, opbnb=nodes["opbnb"].url)
+    path.write_text(base + server_lines)
     return path
-
-
-async def _wait_http(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}")
-            try:
-                async with session.get(f"http://{HOST}:{port}/readyz") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError("server did not become ready")
 
 
 async def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> int:
@@ -80,14 +60,6 @@ async def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> 
 def _popen(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -124,7 +96,7 @@ async def launch(
         command = [part.replace("{port}", str(port)) for part in command]
         proc = _popen(command, full_env, log)
         procs.append(proc)
-        await _wait_http(port, proc)
+        await http_ready(port, proc)
         return proc, port, log
 
     yield start
@@ -157,6 +129,7 @@ def _request_count(text: str, network: str = "bsc", status: str = "200") -> floa
     return total
 
 
+@pytest.mark.slow
 async def test_sigterm_under_load_drops_no_in_flight_call(
     launch: Launch, api_key: str, mock_nodes: dict[str, MockNode]
 ) -> None:
@@ -203,7 +176,7 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
             await asyncio.sleep(1.0)
             # SIGTERM only once the long call is really in flight at the node,
             # however slow this machine is today
-            await _until(lambda: mock_nodes["opbnb"].by_method["eth_chainId"] > long_before)
+            await eventually(lambda: mock_nodes["opbnb"].by_method["eth_chainId"] > long_before)
             proc.send_signal(signal.SIGTERM)
             sent = time.monotonic()
             code = await _wait_exit(proc)
@@ -228,6 +201,7 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
     assert "Traceback" not in output
 
 
+@pytest.mark.slow
 async def test_slowloris_closed_within_header_timeout_while_serving(
     launch: Launch, api_key: str
 ) -> None:
@@ -316,6 +290,7 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
+@pytest.mark.slow
 async def test_workers_share_port_metrics_and_restart(launch: Launch, api_key: str) -> None:
     proc, port, log = await launch(
         cmd=[
@@ -346,18 +321,18 @@ async def test_workers_share_port_metrics_and_restart(launch: Launch, api_key: s
             async with session.get(_metrics_url(log)) as resp:
                 return _request_count(await resp.text())
 
-        await _until(lambda: len(_children(proc.pid)) == 2)
-        await _wait_http(port, proc)  # both workers forked; make sure one listens
+        await eventually(lambda: len(_children(proc.pid)) == 2)
+        await http_ready(port, proc)  # both workers forked; make sure one listens
         assert await calls(40) == {200: 40}
         scrapes = [await scrape() for _ in range(6)]  # whichever worker answers
         workers = _children(proc.pid)
         os.kill(workers[0], signal.SIGKILL)
-        await _until(lambda: workers[0] not in _children(proc.pid))  # reaped: socket gone
-        await _wait_http(port, proc)
+        await eventually(lambda: workers[0] not in _children(proc.pid))  # reaped: socket gone
+        await http_ready(port, proc)
         during = await calls(20)  # the other worker serves meanwhile
-        await _until(lambda: len(set(_children(proc.pid)) - {workers[0]}) == 2)
+        await eventually(lambda: len(set(_children(proc.pid)) - {workers[0]}) == 2)
         replaced = [p for p in _children(proc.pid) if p not in workers]
-        await _wait_http(port, proc)
+        await http_ready(port, proc)
         after = await calls(20)
         deadline = time.monotonic() + 10
         while True:  # the metrics port outlives its holder: another worker takes it over
@@ -381,6 +356,7 @@ async def test_workers_share_port_metrics_and_restart(launch: Launch, api_key: s
     assert code == 0
 
 
+@pytest.mark.slow
 async def test_gunicorn_worker(launch: Launch, api_key: str, tmp_path: Path) -> None:
     pytest.importorskip("gunicorn")
     metrics_dir = tmp_path / "prom"

@@ -26,9 +26,9 @@ from gateway.config import Config
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.ops.metrics import Metrics
 from gateway.store.accounts import Store
+from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
 
-MakeConfig = Any
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 JSON = {"Content-Type": "application/json"}
@@ -138,12 +138,13 @@ def _fault_cfg(make_config: MakeConfig, urls: list[str], **upstream: Any) -> Con
     return cfg
 
 
+@pytest.mark.slow
 async def test_node_killed_under_load_no_client_errors(
     make_config: MakeConfig, api_key: str, node_processes: list[tuple[subprocess.Popen[bytes], str]]
 ) -> None:
     cfg = _fault_cfg(make_config, [url for _, url in node_processes])
     victim = node_processes[1][0]
-    async with served(cfg) as (base, app):
+    async with served(cfg) as srv:
         killed_at: list[float] = []
 
         async def kill() -> None:
@@ -151,9 +152,9 @@ async def test_node_killed_under_load_no_client_errors(
             os.kill(victim.pid, signal.SIGKILL)
             killed_at.append(time.monotonic())
 
-        result = await run_load(f"{base}/bsc/{api_key}", 2.0, kill)
-        pool = app[T.POOLS]["bsc"]
-        metrics = app[T.METRICS]
+        result = await run_load(f"{srv.url}/bsc/{api_key}", 2.0, kill)
+        pool = srv.app[T.POOLS]["bsc"]
+        metrics = srv.app[T.METRICS]
         out_after = pool.nodes[1].down_until > 0 or not pool.nodes[1].healthy
         retries = _result(metrics, "bsc-1", "retry")
         failed = _result(metrics, "bsc-1", "error") + _result(metrics, "bsc-1", "timeout")
@@ -169,22 +170,23 @@ async def test_node_killed_under_load_no_client_errors(
     assert retries >= 1
 
 
+@pytest.mark.slow
 async def test_slow_node_times_out_then_fails_over(make_config: MakeConfig, api_key: str) -> None:
     nodes: list[MockNode] = [
         await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0)) for _ in range(2)
     ]
     try:
         cfg = _fault_cfg(make_config, [n.url for n in nodes], attempt_timeout_s=0.25)
-        async with served(cfg) as (base, app):
+        async with served(cfg) as srv:
 
             async def slow_down() -> None:
                 await asyncio.sleep(0.5)
                 nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=5000)
 
-            result = await run_load(f"{base}/bsc/{api_key}", 2.0, slow_down)
-            metrics = app[T.METRICS]
+            result = await run_load(f"{srv.url}/bsc/{api_key}", 2.0, slow_down)
+            metrics = srv.app[T.METRICS]
             timeouts = _result(metrics, "bsc-0", "timeout")
-            node0 = app[T.POOLS]["bsc"].nodes[0]
+            node0 = srv.app[T.POOLS]["bsc"].nodes[0]
             out = not node0.usable(time.monotonic())
     finally:
         for node in nodes:
@@ -208,8 +210,8 @@ async def test_all_nodes_down_is_502_then_recovers(
     node = await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0))
     try:
         cfg = _fault_cfg(make_config, [node.url], cooldown_s=0.3)
-        async with served(cfg) as (base, _), aiohttp.ClientSession() as session:
-            url = f"{base}/bsc/{api_key}"
+        async with served(cfg) as srv, aiohttp.ClientSession() as session:
+            url = f"{srv.url}/bsc/{api_key}"
             node.down = True
             async with session.post(url, data=CALL, headers=JSON) as resp:
                 assert resp.status == 502

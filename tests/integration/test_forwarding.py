@@ -14,8 +14,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,10 +21,9 @@ from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.rpc import protocol as rpc
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.lease import settle
 
-Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
 
 
@@ -327,6 +324,7 @@ async def roomy_go_client(
     )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

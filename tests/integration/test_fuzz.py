@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.demo.mocknode import MockNode
+from tests.helpers.config import Client
 
 
 def _dumps(value: Any) -> bytes:
@@ -48,9 +50,10 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(body=bodies)
-async def test_any_body_gets_a_json_rpc_answer(client: Any, api_key: str, body: bytes) -> None:
+async def test_any_body_gets_a_json_rpc_answer(client: Client, api_key: str, body: bytes) -> None:
     resp = await client.post(
         f"/bsc/{api_key}", data=body, headers={"Content-Type": "application/json"}
     )
@@ -65,10 +68,11 @@ async def test_any_body_gets_a_json_rpc_answer(client: Any, api_key: str, body: 
         assert "Traceback" not in text.decode()
 
 
+@pytest.mark.slow
 @FUZZ
 @given(body=bodies, path=st.sampled_from(["/bsc", "/bsc/" + "k" * 32, "/opbnb/x"]))
 async def test_unkeyed_bodies_never_reach_a_node(
-    client: Any, mock_nodes: dict[str, MockNode], body: bytes, path: str
+    client: Client, mock_nodes: dict[str, MockNode], body: bytes, path: str
 ) -> None:
     resp = await client.post(path, data=body, headers={"Content-Type": "application/json"})
     assert resp.status == 401

@@ -128,6 +128,7 @@ async def test_windows_only_sum_their_own_slots(redis: Redis, store: Store, pref
     assert (hour.calls, day.calls) == (1, 2)
 
 
+@pytest.mark.slow
 async def test_redis_down_keeps_the_sums_for_the_next_flush(
     redis: Redis, store: Store, prefix: str, unused_tcp_port: int
 ) -> None:

@@ -15,13 +15,14 @@ import pytest
 from gateway.config import Config
 from gateway.store.accounts import Store
 from gateway.store.keylimits import KeyLimits
+from tests.helpers.config import Client
 
 pytestmark = pytest.mark.skip(reason="admission lands with the lead's lease limiter")
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
 
 
-async def _calls(client: Any, key: str, n: int) -> list[tuple[int, Any]]:
+async def _calls(client: Client, key: str, n: int) -> list[tuple[int, Any]]:
     out = []
     for _ in range(n):
         resp = await client.post(f"/bsc/{key}", json=CALL)
@@ -30,7 +31,7 @@ async def _calls(client: Any, key: str, n: int) -> list[tuple[int, Any]]:
 
 
 async def test_rate_cap_refuses_below_the_plan(
-    client: Any, store: Store, account: str, config: Config
+    client: Client, store: Store, account: str, config: Config
 ) -> None:
     key, record = await store.create_key(account, name="capped")
     await KeyLimits(store, config.plans).set_key_limits(account, record.id, rate=1, daily_cu=None)
@@ -45,7 +46,7 @@ async def test_rate_cap_refuses_below_the_plan(
 
 
 async def test_daily_cap_refuses_then_clearing_it_admits_again(
-    client: Any, store: Store, account: str, config: Config
+    client: Client, store: Store, account: str, config: Config
 ) -> None:
     key, record = await store.create_key(account, name="daily")
     limits = KeyLimits(store, config.plans)

@@ -6,7 +6,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,24 +16,11 @@ import pytest
 from gateway.demo.mocknode import MockNode
 from gateway.redis.embedded import free_port
 from gateway.store.accounts import Store
+from tests.helpers.config import scenario
+from tests.helpers.procs import wait_ready
 
 BURST = 40
 PROCESSES = 3
-
-
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gateway exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"gateway on port {port} did not start")
 
 
 @pytest.fixture
@@ -43,11 +29,13 @@ def gateways(
 ) -> Iterator[list[int]]:
     cfg = tmp_path / "gateway.toml"
     cfg.write_text(
-        f'[redis]\nprefix = "{prefix}"\n'
-        f"[plans.free]\nrate = 0.001\nburst = {BURST}\n"
-        f'[networks.bsc]\nupstreams = ["{mock_nodes["bsc"].url}"]\n'
-        f'[networks.opbnb]\nupstreams = ["{mock_nodes["opbnb"].url}"]\n'
-        "[server]\naccess_log = false\n"
+        scenario(
+            "shared_burst",
+            prefix=prefix,
+            burst=BURST,
+            bsc=mock_nodes["bsc"].url,
+            opbnb=mock_nodes["opbnb"].url,
+        )
     )
     env = {**os.environ, "GATEWAY_REDIS_URL": redis_url, "GATEWAY_CONFIG": str(cfg)}
     ports = [free_port() for _ in range(PROCESSES)]
@@ -62,7 +50,7 @@ def gateways(
     ]
     try:
         for port, proc in zip(ports, procs, strict=True):
-            _wait_ready(port, proc)
+            wait_ready(port, proc, path="/healthz")
         yield ports
     finally:
         for proc in procs:
@@ -71,6 +59,7 @@ def gateways(
             proc.wait(timeout=20)
 
 
+@pytest.mark.slow
 async def test_burst_across_processes_admits_exactly_the_bucket(
     gateways: list[int], store: Store, account: str, mock_nodes: dict[str, MockNode]
 ) -> None:

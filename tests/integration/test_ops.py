@@ -10,40 +10,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import typedefs as T
 from gateway.app import create_app
-from gateway.config import Config
 from gateway.demo.mocknode import MockNode, MockNodeOptions
 from gateway.redis.embedded import free_port
-from gateway.server.protocol import GatewayRunner
 from gateway.store.accounts import Store
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.scrape import scrape
+from tests.helpers.served import served
 
-MakeConfig = Any
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
 JSON = {"Content-Type": "application/json"}
-
-
-@asynccontextmanager
-async def served(cfg: Config) -> AsyncIterator[str]:
-    """The app behind GatewayRunner (the production protocol); yields its base URL."""
-    runner = GatewayRunner(create_app(cfg))
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, HOST, 0).start()
-        yield f"http://{HOST}:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -54,12 +38,13 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-async def test_healthz(client: Any) -> None:
+async def test_healthz(client: Client) -> None:
     resp = await client.get("/healthz")
     assert resp.status == 200 and (await resp.json()) == {"status": "ok"}
 
 
-async def test_readyz_ready_and_node_down(client: Any, mock_nodes: dict[str, MockNode]) -> None:
+@pytest.mark.slow
+async def test_readyz_ready_and_node_down(client: Client, mock_nodes: dict[str, MockNode]) -> None:
     resp = await client.get("/readyz")
     body = await resp.json()
     assert resp.status == 200 and body["ready"], body
@@ -72,7 +57,7 @@ async def test_readyz_ready_and_node_down(client: Any, mock_nodes: dict[str, Moc
     await _readyz_until(client, 200)
 
 
-async def _readyz_until(client: Any, status: int) -> Any:
+async def _readyz_until(client: Client, status: int) -> Any:
     async with asyncio.timeout(3):
         while True:
             resp = await client.get("/readyz")
@@ -149,9 +134,9 @@ async def test_access_log_line(
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.access")
     async with (
-        served(make_config()) as base,
+        served(make_config()) as srv,
         aiohttp.ClientSession() as session,
-        session.post(f"{base}/bsc/{api_key}", data=CALL, headers=JSON) as resp,
+        session.post(f"{srv.url}/bsc/{api_key}", data=CALL, headers=JSON) as resp,
     ):
         assert resp.status == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access"]
@@ -200,12 +185,12 @@ async def test_canary_key_in_no_log_line(
         bearer: str | None = None,
     ) -> int:
         hdrs = {**JSON, "Authorization": f"Bearer {bearer or key}", **(headers or {})}
-        async with session.request(method, f"{base}/bsc/{key}", data=data, headers=hdrs) as resp:
+        async with session.request(method, f"{srv.url}/bsc/{key}", data=data, headers=hdrs) as resp:
             bodies.append(await resp.read())
             seen[resp.status] = seen.get(resp.status, 0) + 1
             return resp.status
 
-    async with served(cfg) as base, aiohttp.ClientSession() as s:
+    async with served(cfg) as srv, aiohttp.ClientSession() as s:
         assert await send(s, "POST", canary) == 200
         assert await send(s, "POST", canary, bearer=limited) == 401  # path/header mismatch
         assert await send(s, "POST", unknown) == 401  # well-formed, unknown
@@ -223,7 +208,7 @@ async def test_canary_key_in_no_log_line(
         assert await send(s, "POST", canary) == 504
         mock_nodes["bsc"].options = MockNodeOptions(chain_id=56, block_time_s=0)
     dead = make_config({"redis": {"url": f"redis://{HOST}:{free_port()}/0"}})
-    async with served(dead) as base, aiohttp.ClientSession() as s:
+    async with served(dead) as srv, aiohttp.ClientSession() as s:
         assert await send(s, "POST", canary) == 503
     assert set(seen) == {200, 401, 403, 405, 413, 415, 429, 502, 503, 504}
     assert len(caplog.records) >= len(bodies)  # one access line each, at least

@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -25,22 +23,11 @@ from gateway.app import create_app
 from gateway.config import Config
 from gateway.demo.mocknode import MockNode, MockNodeOptions
 from gateway.server.protocol import GatewayRunner
+from tests.helpers.config import MakeConfig
+from tests.helpers.served import served
 
-MakeConfig = Any
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
-
-
-@asynccontextmanager
-async def served(cfg: Config) -> AsyncIterator[tuple[GatewayRunner, int]]:
-    runner = GatewayRunner(create_app(cfg))
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, HOST, 0)
-        await site.start()
-        yield runner, int(runner.addresses[0][1])
-    finally:
-        await runner.cleanup()
 
 
 def _server_cfg(make_config: MakeConfig, **server: Any) -> Config:
@@ -78,11 +65,12 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
+@pytest.mark.slow
 async def test_slowloris_header_closed_within_header_timeout(
     make_config: MakeConfig, api_key: str
 ) -> None:
-    async with served(_server_cfg(make_config)) as (runner, port):
-        reader, writer = await asyncio.open_connection(HOST, port)
+    async with served(_server_cfg(make_config)) as srv:
+        reader, writer = await asyncio.open_connection(HOST, srv.port)
         started = time.monotonic()
         head = _request(api_key)
 
@@ -99,58 +87,61 @@ async def test_slowloris_header_closed_within_header_timeout(
         await _close(writer)
         assert sent == b""  # closed, nothing answered
         assert 0.25 <= elapsed < 1.0, elapsed
-        assert runner.watch.timeouts == 1
+        assert srv.runner.watch.timeouts == 1
 
 
+@pytest.mark.slow
 async def test_silent_connection_closed_within_header_timeout(make_config: MakeConfig) -> None:
-    async with served(_server_cfg(make_config)) as (_, port):
-        reader, writer = await asyncio.open_connection(HOST, port)
+    async with served(_server_cfg(make_config)) as srv:
+        reader, writer = await asyncio.open_connection(HOST, srv.port)
         elapsed, sent = await _closed_after(reader)
         await _close(writer)
         assert sent == b"" and 0.25 <= elapsed < 1.0, elapsed
 
 
+@pytest.mark.slow
 async def test_slow_body_closed_within_body_timeout(
     make_config: MakeConfig, api_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    async with served(_server_cfg(make_config)) as (runner, port):
-        reader, writer = await asyncio.open_connection(HOST, port)
+    async with served(_server_cfg(make_config)) as srv:
+        reader, writer = await asyncio.open_connection(HOST, srv.port)
         request = _request(api_key)
         writer.write(request[:-10])  # the whole head, most of the body, then nothing
         elapsed, _ = await _closed_after(reader)
         await _close(writer)
         assert 0.25 <= elapsed < 1.0, elapsed
-        assert runner.watch.timeouts == 1
+        assert srv.runner.watch.timeouts == 1
         await asyncio.sleep(0.05)  # let the handler see the closed connection
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not [r for r in caplog.records if r.exc_info]
 
 
+@pytest.mark.slow
 async def test_keepalive_idle_is_not_a_header_timeout(
     make_config: MakeConfig, api_key: str
 ) -> None:
     """Between requests the keep-alive timeout rules, not the header timeout."""
     async with (
-        served(_server_cfg(make_config, header_timeout_s=0.3)) as (runner, port),
+        served(_server_cfg(make_config, header_timeout_s=0.3)) as srv,
         aiohttp.ClientSession() as session,
     ):
-        url = f"http://{HOST}:{port}/bsc/{api_key}"
+        url = f"http://{HOST}:{srv.port}/bsc/{api_key}"
         for _ in range(2):
             async with session.post(
                 url, data=CALL, headers={"Content-Type": "application/json"}
             ) as resp:
                 assert resp.status == 200
             await asyncio.sleep(0.6)  # idle longer than the header timeout
-        assert runner.watch.timeouts == 0
-        assert runner.watch.connections == 1  # one keep-alive connection all along
+        assert srv.runner.watch.timeouts == 0
+        assert srv.runner.watch.connections == 1  # one keep-alive connection all along
 
 
 async def test_pipelined_and_fast_requests_are_not_cut(
     make_config: MakeConfig, api_key: str
 ) -> None:
-    async with served(_server_cfg(make_config)) as (runner, port):
-        reader, writer = await asyncio.open_connection(HOST, port)
+    async with served(_server_cfg(make_config)) as srv:
+        reader, writer = await asyncio.open_connection(HOST, srv.port)
         writer.write(_request(api_key) * 3)
         seen = b""
         async with asyncio.timeout(3):
@@ -158,38 +149,35 @@ async def test_pipelined_and_fast_requests_are_not_cut(
                 seen += await reader.read(65536)
         await _close(writer)
         assert seen.count(b"HTTP/1.1 200") == 3
-        assert runner.watch.timeouts == 0
+        assert srv.runner.watch.timeouts == 0
 
 
 async def test_connection_cap_answers_503_and_recovers(
     make_config: MakeConfig, api_key: str
 ) -> None:
-    async with served(_server_cfg(make_config, max_connections=2, header_timeout_s=5)) as (
-        runner,
-        port,
-    ):
-        held = [await asyncio.open_connection(HOST, port) for _ in range(2)]
+    async with served(_server_cfg(make_config, max_connections=2, header_timeout_s=5)) as srv:
+        held = [await asyncio.open_connection(HOST, srv.port) for _ in range(2)]
         await asyncio.sleep(0.05)
-        reader, writer = await asyncio.open_connection(HOST, port)
+        reader, writer = await asyncio.open_connection(HOST, srv.port)
         _, sent = await _closed_after(reader)
         await _close(writer)
         assert sent.startswith(b"HTTP/1.1 503 ")
         body = orjson.loads(sent.split(b"\r\n\r\n", 1)[1])
         assert body["error"]["code"] == -32603 and body["error"]["message"] == "Service unavailable"
-        assert runner.watch.rejected == 1
+        assert srv.runner.watch.rejected == 1
         for _, w in held:
             await _close(w)
         await asyncio.sleep(0.05)
         async with (
             aiohttp.ClientSession() as session,
             session.post(
-                f"http://{HOST}:{port}/bsc/{api_key}",
+                f"http://{HOST}:{srv.port}/bsc/{api_key}",
                 data=CALL,
                 headers={"Content-Type": "application/json"},
             ) as resp,
         ):
             assert resp.status == 200
-        assert runner.watch.connections <= 1
+        assert srv.runner.watch.connections <= 1
 
 
 @pytest.mark.parametrize(
@@ -206,8 +194,8 @@ async def test_malformed_http_json_error_no_echo(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     payload = raw.replace(b"%s", api_key.encode())
-    async with served(_server_cfg(make_config)) as (_, port):
-        reader, writer = await asyncio.open_connection(HOST, port)
+    async with served(_server_cfg(make_config)) as srv:
+        reader, writer = await asyncio.open_connection(HOST, srv.port)
         writer.write(payload)
         _, sent = await _closed_after(reader)
         await _close(writer)
@@ -233,10 +221,10 @@ async def test_deep_json_refused(
     single = b'{"jsonrpc":"2.0","id":7,"method":"eth_call","params":' + deep + b"}"
     batch = b'[{"jsonrpc":"2.0","id":1,"method":"eth_call","params":' + deep + b'},{"x":1}]'
     before = mock_nodes["bsc"].by_method["eth_call"]
-    async with served(_server_cfg(make_config)) as (_, port), aiohttp.ClientSession() as s:
+    async with served(_server_cfg(make_config)) as srv, aiohttp.ClientSession() as s:
         for body in (single, batch):
             async with s.post(
-                f"http://{HOST}:{port}/bsc/{api_key}",
+                f"http://{HOST}:{srv.port}/bsc/{api_key}",
                 data=body,
                 headers={"Content-Type": "application/json"},
             ) as resp:
@@ -246,23 +234,30 @@ async def test_deep_json_refused(
     assert mock_nodes["bsc"].by_method["eth_call"] == before  # nothing deep reached a node
 
 
-async def test_depth_at_the_limit_is_forwarded(make_config: MakeConfig, api_key: str) -> None:
+async def test_depth_at_the_limit_is_forwarded(
+    make_config: MakeConfig, api_key: str, mock_nodes: dict[str, MockNode]
+) -> None:
     # the object is level 1, params level 2: 62 more brackets reach the limit of 64
     deep = b"[" * 63 + b"]" * 63
     single = b'{"jsonrpc":"2.0","id":7,"method":"eth_call","params":' + deep + b"}"
+    before = mock_nodes["bsc"].by_method["eth_call"]
     async with (
-        served(_server_cfg(make_config)) as (_, port),
+        served(_server_cfg(make_config)) as srv,
         aiohttp.ClientSession() as s,
         s.post(
-            f"http://{HOST}:{port}/bsc/{api_key}",
+            f"http://{HOST}:{srv.port}/bsc/{api_key}",
             data=single,
             headers={"Content-Type": "application/json"},
         ) as resp,
     ):
+        assert resp.status == 200
         answer = await resp.json()
+    assert answer["id"] == 7, answer
     assert "error" not in answer or answer["error"]["code"] not in (-32600, -32700), answer
+    assert mock_nodes["bsc"].by_method["eth_call"] == before + 1  # the node got the call
 
 
+@pytest.mark.slow
 async def test_drain_finishes_in_flight_then_closes(
     make_config: MakeConfig, api_key: str, mock_nodes: dict[str, MockNode]
 ) -> None:

@@ -20,7 +20,7 @@ import pytest
 from multidict import CIMultiDict
 
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 from tests.helpers.proxies import SOURCE, haproxy, nginx
 from tests.helpers.served import served
 
@@ -60,8 +60,8 @@ async def test_forged_forwarded_for_does_not_pass_an_ip_allowlist(
     genuine_key, _ = await store.create_key(account, ips=["127.0.0.1/32"])
     proxy_key, _ = await store.create_key(account, ips=[f"{SOURCE}/32"])
     cfg = make_config({"server": {"trusted_proxies": [f"{SOURCE}/32"]}})
-    async with served(cfg) as (gateway_url, _app):
-        port = int(gateway_url.rsplit(":", 1)[1])
+    async with served(cfg) as srv:
+        port = srv.port
         with proxy(port, tmp_path) as front:
             async with aiohttp.ClientSession() as session:
                 for _ in range(100):  # until the proxy sees the gateway up

@@ -32,7 +32,7 @@ from gateway.app import create_app
 from gateway.redis.embedded import RedisProcess
 from gateway.redis.mux import MuxRedis, RedisUnavailable
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 JSON = {"Content-Type": "application/json"}
@@ -118,6 +118,7 @@ async def test_unix_password_reaches_the_hot_path(
         await bare.close()
 
 
+@pytest.mark.slow
 async def test_fail_open_still_rejects_a_made_up_key(
     locked_redis: RedisProcess, prefix: str, make_config: MakeConfig, aiohttp_client: Any
 ) -> None:
@@ -174,6 +175,7 @@ async def test_readyz_red_when_the_hot_path_cannot_authenticate(
 
 
 # -- failures are logged, one line per interval --------------------------------
+@pytest.mark.slow
 async def test_hot_path_failures_are_logged_rate_limited(
     locked_redis: RedisProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -260,6 +262,7 @@ async def tls_redis(private_ca: Path, redis_server: RedisProcess) -> AsyncIterat
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+@pytest.mark.slow
 async def test_rediss_with_private_ca_end_to_end(
     tls_redis: int,
     private_ca: Path,

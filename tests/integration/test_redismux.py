@@ -13,6 +13,7 @@ import pytest
 
 from gateway.redis.embedded import RedisProcess
 from gateway.redis.mux import MuxRedis, RedisUnavailable
+from tests.helpers.waiting import eventually
 
 SCRIPT = "return {KEYS[1], ARGV[1]}"
 
@@ -29,26 +30,46 @@ def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
 
 async def _answers_again(mux: MuxRedis, within_s: float = 3.0) -> None:
     """Wait until the mux reconnects by itself (no restart of anything)."""
-    deadline = time.monotonic() + within_s
-    while True:
+
+    async def pong() -> bool:
         try:
-            assert await mux.call(("PING",)) == "PONG"
-            return
+            return bool(await mux.call(("PING",)) == "PONG")
         except RedisUnavailable:
-            assert time.monotonic() < deadline, "no reconnect in time"
-            await asyncio.sleep(0.05)
+            return False
+
+    await eventually(pong, within_s, "the mux to reconnect", interval_s=0.05)
 
 
-async def test_concurrent_calls_share_one_connection(redis_url: str, redis: object) -> None:
+async def test_concurrent_calls_share_one_connection(redis_url: str) -> None:
     mux = MuxRedis(redis_url)
     try:
+        await mux.call(("CLIENT", "SETNAME", "mux-under-test"))
         before = await mux.call(("INFO", "stats"))
         replies = await asyncio.gather(*(mux.call(("ECHO", str(i))) for i in range(500)))
+        after = await mux.call(("INFO", "stats"))
         assert replies == [str(i) for i in range(500)]
+        assert isinstance(before, str) and isinstance(after, str)
+        # no connection was opened for the 500 calls (the server counts every accept) ...
+        assert _stat(after, "total_connections_received") == _stat(
+            before, "total_connections_received"
+        )
+        # ... and the one the mux holds is the one that carried them all
         clients = await mux.call(("CLIENT", "LIST"))
-        assert isinstance(before, str) and isinstance(clients, str)
+        assert isinstance(clients, str)
+        ours = [line for line in clients.splitlines() if "name=mux-under-test" in line]
+        assert len(ours) == 1, clients
+        assert "cmd=client" in ours[0]
     finally:
         await mux.close()
+
+
+def _stat(info: str, field: str) -> int:
+    """One integer field of an ``INFO`` reply."""
+    for line in info.splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return int(value)
+    raise AssertionError(f"{field} not in INFO")
 
 
 async def test_evalsha_reloads_after_script_flush(redis_url: str) -> None:
@@ -107,7 +128,11 @@ async def test_auth_and_db_from_url(tmp_path: Path) -> None:
         mux = MuxRedis(url)
         try:
             await mux.call(("SET", "k", "v"))
-            assert await mux.call(("CLIENT", "INFO")) is not None
+            info = await mux.call(("CLIENT", "INFO"))
+            assert isinstance(info, str) and " db=3 " in f" {info} ", info
+            keyspace = await mux.call(("INFO", "keyspace"))
+            assert isinstance(keyspace, str)
+            assert "db3:keys=1," in keyspace and "db0:" not in keyspace, keyspace
             bad = MuxRedis(proc.url)
             with pytest.raises(RedisUnavailable, match=r"NOAUTH|Authentication"):
                 reply = await bad.evalsha("0" * 40, "return 1", [], [])

@@ -18,17 +18,15 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
 from gateway.rpc.handler import STREAM_OVER
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.procs import stop, wait_ready
 
-Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
 BIG_ID = b"18446744073709551616"
 CALL = b'{"jsonrpc":"2.0","id":' + BIG_ID + b',"method":"eth_call","params":[]}'
@@ -140,6 +138,7 @@ async def test_large_answer_is_streamed_with_the_client_id(
     assert resp.status == 200 and len(await resp.read()) == len(body)
 
 
+@pytest.mark.slow
 async def test_client_leaving_mid_answer_releases_everything(
     make_config: MakeConfig,
     aiohttp_client: Any,

@@ -6,16 +6,13 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.demo.mocknode import MockNode
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 from tests.helpers.lease import until_status
 
-Client = TestClient[web.Request, web.Application]
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "eth_chainId", "params": []}
 JSON = {"Content-Type": "application/json"}
 

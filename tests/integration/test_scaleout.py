@@ -96,6 +96,7 @@ async def requests_served(session: aiohttp.ClientSession, port: int) -> float:
     )
 
 
+@pytest.mark.slow
 async def test_one_keys_limit_holds_across_three_replicas(
     stack: Stack, stack_store: Store, balancer: Balancer, redis: Redis
 ) -> None:
@@ -163,6 +164,7 @@ async def test_one_keys_limit_holds_across_three_replicas(
     assert all(n > 0 for n in served), served  # every replica took part
 
 
+@pytest.mark.slow
 async def test_revoke_reaches_every_replica_within_a_second(
     stack: Stack, stack_store: Store
 ) -> None:
@@ -245,6 +247,7 @@ def haproxy(stack: Stack, tmp_path: Path) -> Iterator[HAProxy]:
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
 async def test_compose_haproxy_config_balances_the_replicas(
     haproxy: HAProxy, stack_store: Store

@@ -25,12 +25,12 @@ from gateway.ops.metrics import Metrics
 from gateway.ops.metricsport import MetricsListener
 from gateway.redis.embedded import free_port
 from gateway.server.protocol import GatewayRunner
+from tests.helpers.config import MakeConfig
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
 JSON = {"Content-Type": "application/json"}
 CHUNK = b"x" * 65536
-MakeConfig = Any
 
 
 @asynccontextmanager
@@ -77,6 +77,7 @@ def _cfg(make_config: MakeConfig, **server: Any) -> Config:
     return cfg
 
 
+@pytest.mark.slow
 async def test_unread_answer_drops_the_connection(make_config: MakeConfig) -> None:
     """Before: a client that never reads held the connection and its buffers forever."""
     cfg = _cfg(make_config, write_timeout_s=0.5)
@@ -112,6 +113,7 @@ async def test_unread_answer_drops_the_connection(make_config: MakeConfig) -> No
     assert _sample(text, "gateway_client_timeouts_total", phase="write") == 1
 
 
+@pytest.mark.slow
 async def test_a_slow_reader_that_keeps_reading_is_not_cut(make_config: MakeConfig) -> None:
     cfg = _cfg(make_config, write_timeout_s=1.0)
     async with serving(cfg, chunks=64) as (_, port, ended):  # 4 MiB read in 512 KiB sips

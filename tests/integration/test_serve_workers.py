@@ -28,6 +28,8 @@ from redis.asyncio import Redis
 
 from gateway.demo.mocknode import MockNode
 from gateway.redis.embedded import free_port
+from tests.helpers.config import scenario
+from tests.helpers.waiting import eventually
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
@@ -57,24 +59,12 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await asyncio.sleep(0.05)
-
-
 def _config(path: Path, prefix: str, bsc_url: str, opbnb_url: str, **server: Any) -> Path:
     lines = "".join(f"{k} = {v!r}\n" for k, v in server.items())
     path.write_text(
-        f'[redis]\nprefix = "{prefix}"\n'
-        "[plans.free]\nrate = 1000000\nburst = 1000000\n"
-        f'[networks.bsc]\nupstreams = ["{bsc_url}"]\n'
-        f'[networks.opbnb]\nupstreams = ["{opbnb_url}"]\n'
-        "[upstream]\nprobe_interval_s = 0.5\n"
-        '[server]\naccess_log = false\nmetrics_listen = ""\n'
-        "restart_backoff_s = 0.2\nrestart_backoff_max_s = 2.0\n" + lines
+        scenario("unlimited", prefix=prefix, bsc=bsc_url, opbnb=opbnb_url)
+        + 'metrics_listen = ""\nrestart_backoff_s = 0.2\nrestart_backoff_max_s = 2.0\n'
+        + lines
     )
     return path
 
@@ -129,7 +119,7 @@ async def start(
         proc = _popen([*cmd, "--workers", str(workers)], full_env, log)
         gw = Gateway(proc, port, log)
         started.append(gw)
-        await _until(lambda: "workers on http://" in gw.output() or proc.poll() is not None)
+        await eventually(lambda: "workers on http://" in gw.output() or proc.poll() is not None, 20)
         assert proc.poll() is None, gw.output()
         return gw
 
@@ -163,17 +153,19 @@ def session_factory() -> Iterator[Callable[[], aiohttp.ClientSession]]:
     yield make
 
 
+@pytest.mark.slow
 async def test_killed_supervisor_takes_its_workers_along(start: Callable[..., Any]) -> None:
     gw = await start(workers=2)
     workers = gw.workers()
     assert len(workers) == 2
     gw.proc.kill()  # SIGKILL: no chance to pass anything on
     gw.proc.wait()
-    await _until(lambda: not any(_alive(p) for p in workers), 10, "workers to exit")
+    await eventually(lambda: not any(_alive(p) for p in workers), 10, "workers to exit")
     with pytest.raises(OSError), socket.create_connection((HOST, gw.port), timeout=1):
         pass  # nobody serves the port any more
 
 
+@pytest.mark.slow
 async def test_workers_killed_again_and_again_are_restarted(
     start: Callable[..., Any], api_key: str, session_factory: Callable[[], aiohttp.ClientSession]
 ) -> None:
@@ -185,7 +177,7 @@ async def test_workers_killed_again_and_again_are_restarted(
     async with session_factory() as session:
         started = time.monotonic()
         for _ in range(6):  # six kill -9 of the other slot's worker, as fast as it comes back
-            await _until(
+            await eventually(
                 lambda: len(set(gw.workers()) - set(killed) - {healthy}) == 1, 20, "a new worker"
             )
             victim = next(p for p in gw.workers() if p not in killed and p != healthy)
@@ -193,7 +185,7 @@ async def test_workers_killed_again_and_again_are_restarted(
             killed.append(victim)
             # Its listening socket is gone once it is a zombie; before that the
             # kernel may still queue a connection on it (SO_REUSEPORT), and lose it.
-            await _until(functools.partial(_dead, victim), 10, "the victim to die")
+            await eventually(functools.partial(_dead, victim), 10, "the victim to die")
             statuses.append(await _call(session, gw, api_key))  # the healthy one answers
         elapsed = time.monotonic() - started
         for _ in range(3):  # and both at once, three times
@@ -201,9 +193,9 @@ async def test_workers_killed_again_and_again_are_restarted(
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
             await asyncio.sleep(0.1)
-        await _until(lambda: len(gw.workers()) == 2, 30, "workers back after kills")
+        await eventually(lambda: len(gw.workers()) == 2, 30, "workers back after kills")
         try:
-            await _until(lambda: gw.output().count("worker exited") >= 7, 10, "restart log")
+            await eventually(lambda: gw.output().count("worker exited") >= 7, 10, "restart log")
         except AssertionError:
             raise AssertionError(gw.output()[-4000:]) from None
         deadline = time.monotonic() + 30
@@ -219,6 +211,7 @@ async def test_workers_killed_again_and_again_are_restarted(
     assert statuses == [200] * 6
 
 
+@pytest.mark.slow
 async def test_sighup_reloads_config_into_new_workers(
     start: Callable[..., Any],
     api_key: str,
@@ -244,7 +237,7 @@ async def test_sighup_reloads_config_into_new_workers(
                 break
             await asyncio.sleep(0.05)
         new = set(gw.workers())
-        await _until(lambda: not any(_alive(p) for p in old), 20, "old workers to drain")
+        await eventually(lambda: not any(_alive(p) for p in old), 20, "old workers to drain")
         for _ in range(5):
             assert await _call(session, gw, api_key) == 200
     print(f"\nSRV sighup: calls_during={len(statuses)} statuses={set(statuses)}")
@@ -255,6 +248,7 @@ async def test_sighup_reloads_config_into_new_workers(
     assert "Traceback" not in gw.output()
 
 
+@pytest.mark.slow
 async def test_sighup_with_a_broken_config_keeps_serving(
     start: Callable[..., Any], api_key: str, session_factory: Callable[[], aiohttp.ClientSession]
 ) -> None:
@@ -262,13 +256,14 @@ async def test_sighup_with_a_broken_config_keeps_serving(
     old = set(gw.workers())
     gw.log.with_suffix(".toml").write_text("[server]\nnot_a_setting = 1\n")
     gw.proc.send_signal(signal.SIGHUP)
-    await _until(lambda: "reload failed" in gw.output(), 10, "reload error")
+    await eventually(lambda: "reload failed" in gw.output(), 10, "reload error")
     async with session_factory() as session:
         assert await _call(session, gw, api_key) == 200
     assert set(gw.workers()) == old
     assert "server.not_a_setting" in gw.output()
 
 
+@pytest.mark.slow
 async def test_worker_environment_holds_no_redis_password(
     start: Callable[..., Any],
     redis: Redis,
@@ -304,6 +299,7 @@ async def test_worker_environment_holds_no_redis_password(
         await redis.acl_deluser(user)
 
 
+@pytest.mark.slow
 def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, redis_url: str) -> None:
     """Before: the banner, then a traceback. Now: the port named, no banner, exit 1."""
     with socket.socket() as holder:
@@ -331,6 +327,7 @@ def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, redis_url: str) -> Non
             assert "Running on" not in result.stdout and "workers on" not in result.stdout
 
 
+@pytest.mark.slow
 async def test_banner_only_once_listening(tmp_path: Path, start: Callable[..., Any]) -> None:
     gw = await start(workers=2)  # the fixture waits for the banner
     with socket.create_connection((HOST, gw.port), timeout=2):

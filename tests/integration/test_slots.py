@@ -7,13 +7,9 @@ import asyncio
 import time
 from typing import Any
 
-from aiohttp import web
-from aiohttp.test_utils import TestClient
-
 from gateway.app import create_app
-from tests.conftest import MakeConfig
+from tests.helpers.config import Client, MakeConfig
 
-Client = TestClient[web.Request, web.Application]
 SLOTS = 4
 ATTACKERS = 30  # far more than the slots
 

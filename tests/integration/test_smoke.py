@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.helpers.config import Client
+
 BLOCK = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
 
 
-async def test_keyed_call_reaches_node(client: Any, api_key: str, mock_nodes: Any) -> None:
+async def test_keyed_call_reaches_node(client: Client, api_key: str, mock_nodes: Any) -> None:
     resp = await client.post(f"/bsc/{api_key}", json=BLOCK)
     assert resp.status == 200
     body = await resp.json()

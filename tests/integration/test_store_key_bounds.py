@@ -16,7 +16,7 @@ from gateway.app import create_app
 from gateway.limits.limiter import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store, StoreError
-from tests.conftest import MakeConfig
+from tests.helpers.config import Cli, MakeConfig
 from tests.helpers.dashboard import User, new_email
 
 AiohttpClient = Callable[..., Any]
@@ -84,7 +84,8 @@ async def test_parallel_creates_cannot_pass_the_cap(store: Store, account: str) 
     assert await store.active_key_count(account) == 4
 
 
-def test_the_cli_applies_the_same_cap(cli: Any) -> None:
+@pytest.mark.slow
+def test_the_cli_applies_the_same_cap(cli: Cli) -> None:
     code, _, err = cli("accounts", "create", "cap@example.com", stdin="long password\n")
     assert code == 0, err
     for _ in range(20):
@@ -116,6 +117,7 @@ async def test_stopped_keys_get_a_ttl(store: Store, account: str, redis: Redis) 
     assert 30 * DAY_MS < ttl <= 30 * DAY_MS + 3_600_000
 
 
+@pytest.mark.slow
 async def test_history_is_bounded_and_listed_in_a_few_round_trips(
     counted: Redis, prefix: str, redis: Redis
 ) -> None:
@@ -154,6 +156,7 @@ async def test_old_stopped_keys_are_forgotten(store: Store, account: str, redis:
     assert not await redis.exists(record_key(store.prefix, khash))
 
 
+@pytest.mark.slow
 async def test_keys_page_stays_small_after_many_cycles(
     make_config: MakeConfig, aiohttp_client: AiohttpClient
 ) -> None:

@@ -84,6 +84,7 @@ async def test_unknown_emails_do_the_same_argon2_work(redis: Redis, prefix: str)
     assert hasher.nice == {min(19, os.getpriority(os.PRIO_PROCESS, 0) + HASH_NICE)}  # yields
 
 
+@pytest.mark.slow
 async def test_at_most_the_configured_threads_hash_at_once(redis: Redis, prefix: str) -> None:
     hasher = WatchedHasher(delay_s=0.05)
     store = Store(redis, prefix=prefix, hasher=hasher, hash_threads=2, hash_wait_s=30)
@@ -103,6 +104,7 @@ async def test_at_most_the_configured_threads_hash_at_once(redis: Redis, prefix:
     assert ticks >= 20  # the loop kept running while 12 verifications took >= 0.3 s
 
 
+@pytest.mark.slow
 async def test_a_full_pool_answers_busy_instead_of_queueing_forever(
     redis: Redis, prefix: str
 ) -> None:
@@ -116,6 +118,7 @@ async def test_a_full_pool_answers_busy_instead_of_queueing_forever(
     assert sum(isinstance(r, Busy) for r in results) == 2
 
 
+@pytest.mark.slow
 async def test_a_cancelled_log_in_keeps_its_slot_until_argon2_is_done(
     redis: Redis, prefix: str
 ) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.demo.mockws import MockWsNode
 from gateway.store.accounts import Store
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
 from tests.helpers.wsstack import WsStack, chains, http, rpc, stack, ws_config, ws_nodes, ws_raw
 
@@ -167,7 +167,7 @@ async def test_rate_limit_answers_the_call_and_keeps_the_socket(
         {"plans": {"free": {"rate": 1, "burst": 3}}},
         upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()},
     )
-    async with served(cfg) as (url, _app), http.ws_connect(f"ws{url[4:]}/bsc/{api_key}") as ws:
+    async with served(cfg) as srv, http.ws_connect(f"ws{srv.url[4:]}/bsc/{api_key}") as ws:
         codes = []
         for i in range(5):
             answer = await rpc(ws, {"jsonrpc": "2.0", "id": i, "method": "eth_chainId"})
@@ -213,7 +213,7 @@ async def test_websocket_can_be_turned_off(
         {"ws": {"enabled": False}},
         upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()},
     )
-    async with served(cfg) as (url, _app):
+    async with served(cfg) as srv:
         with pytest.raises(aiohttp.WSServerHandshakeError) as err:
-            await http.ws_connect(f"ws{url[4:]}/bsc/{api_key}")
+            await http.ws_connect(f"ws{srv.url[4:]}/bsc/{api_key}")
         assert err.value.status == 405

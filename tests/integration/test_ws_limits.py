@@ -18,7 +18,7 @@ from gateway import typedefs as T
 from gateway.demo.mockws import MockWsNode
 from gateway.store.accounts import Store
 from gateway.ws.service import WS
-from tests.conftest import MakeConfig
+from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
 from tests.helpers.wsstack import (
     WsStack,
@@ -164,8 +164,8 @@ async def test_a_client_that_never_answers_pings_is_closed(
         {"ws": {"heartbeat_s": 0.3}},
         upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()},
     )
-    async with served(cfg) as (url, app):
-        await _unanswered_pings_close(f"ws{url[4:]}/bsc/{api_key}", app, http)
+    async with served(cfg) as srv:
+        await _unanswered_pings_close(f"ws{srv.url[4:]}/bsc/{api_key}", srv.app, http)
 
 
 async def _unanswered_pings_close(

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import os
 
+import pytest
+
 from gateway.server.runner import _watch_parent
 from gateway.server.workers import worker_env
 
@@ -36,6 +38,7 @@ async def test_parent_watch_stops_when_the_parent_is_not_ours() -> None:
     assert stop.is_set()
 
 
+@pytest.mark.slow
 async def test_parent_watch_keeps_quiet_while_the_parent_lives() -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(_watch_parent(os.getppid(), stop, interval_s=0.01))

@@ -214,6 +214,19 @@ async def test_malformed_http_gets_400_and_close(make_node: NodeFactory) -> None
     assert reply.startswith(b"HTTP/1.1 400") and b"Connection: close" in reply
 
 
+async def test_framing_errors_after_good_requests(make_node: NodeFactory) -> None:
+    """Requests before a bad one in the same read are answered, then the error, then close."""
+    node = await make_node()
+    good = raw_request(call("eth_chainId"))
+    reply = await raw_exchange(
+        node, good + b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n"
+    )
+    first, _, rest = reply.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200 OK")
+    assert reply.count(b"HTTP/1.1 ") == 2
+    assert b"HTTP/1.1 413 Payload Too Large" in rest and b"Connection: close" in rest
+
+
 async def test_chunked_body(make_node: NodeFactory, session: aiohttp.ClientSession) -> None:
     node = await make_node()
 

@@ -61,6 +61,7 @@ def make_report() -> dict[str, object]:
     return report
 
 
+@pytest.mark.slow
 def test_markdown_has_tables_ratios_verdict() -> None:
     md = rpt.render_markdown(make_report())
     assert "| gateway | open-loop | 100 |" in md
@@ -71,6 +72,7 @@ def test_markdown_has_tables_ratios_verdict() -> None:
     assert "t=3.000 s: node kill (start)" in md
 
 
+@pytest.mark.slow
 def test_write_outputs_writes_json_markdown_and_png(tmp_path: Path) -> None:
     report = make_report()
     paths = rpt.write_outputs(report, out_dir=str(tmp_path))

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.redact import redact_argv, redact_key, redact_report, redact_url, secrets_of
 
 KEY = "Zq8vK3mN5pR7tW9yB2dF4hJ6"
@@ -58,6 +60,7 @@ def test_redact_report_deep_with_known_secrets() -> None:
     assert out["notes"][0] == "used Zq8v…"
 
 
+@pytest.mark.slow
 def test_bench_reports_carry_no_secret(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     node = subprocess.Popen(

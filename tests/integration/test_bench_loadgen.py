@@ -54,6 +54,7 @@ def test_intended_times_interleave_across_processes() -> None:
     assert union == pytest.approx([10.0 + i / 200.0 for i in range(200)])
 
 
+@pytest.mark.slow
 async def test_open_loop_sends_on_schedule(node: MockNode) -> None:
     stats, worker = await run_worker(spec_for(node, rate=200.0), 4)
     assert stats.sent == 100 and stats.kinds["ok"] == 100
@@ -61,6 +62,7 @@ async def test_open_loop_sends_on_schedule(node: MockNode) -> None:
     assert worker.lag.percentile_ms(50) < 5.0  # dispatcher kept up
 
 
+@pytest.mark.slow
 async def test_latency_counts_queueing_behind_a_slow_server(node: MockNode) -> None:
     """No coordinated omission: with one connection and a 50 ms server, requests
     due every 25 ms queue up, and their latency grows from the intended time."""
@@ -83,6 +85,7 @@ async def test_closed_loop_measures_service_time(node: MockNode) -> None:
     assert h.min_ms() >= 19
 
 
+@pytest.mark.slow
 async def test_timeouts_and_unsent_requests_are_counted(node: MockNode) -> None:
     node.options = MockNodeOptions(latency_ms=400, block_time_s=0)
     spec = spec_for(node, rate=100.0, duration_s=0.3, timeout_s=0.1, drain_s=0.2)
@@ -92,6 +95,7 @@ async def test_timeouts_and_unsent_requests_are_counted(node: MockNode) -> None:
     assert "ok" not in stats.kinds
 
 
+@pytest.mark.slow
 async def test_connection_errors_when_the_server_goes_down(node: MockNode) -> None:
     node.options = MockNodeOptions(latency_ms=100, block_time_s=0)
     spec = spec_for(node, rate=50.0, duration_s=0.4)
@@ -103,6 +107,7 @@ async def test_connection_errors_when_the_server_goes_down(node: MockNode) -> No
     assert "ok" not in stats.kinds
 
 
+@pytest.mark.slow
 async def test_server_errors_by_kind_and_retry_after(node: MockNode) -> None:
     node.options = MockNodeOptions(rate_429=0.5, error_rate=0.2, seed=3, block_time_s=0)
     stats, _ = await run_worker(spec_for(node, rate=400.0), 4)
@@ -111,6 +116,7 @@ async def test_server_errors_by_kind_and_retry_after(node: MockNode) -> None:
     assert sum(stats.kinds.values()) == 200
 
 
+@pytest.mark.slow
 async def test_processes_merge(node: MockNode) -> None:
     """Two real worker processes: counts add up and histograms merge."""
     spec = spec_for(node, rate=300.0, duration_s=0.5, processes=2, connections=4)

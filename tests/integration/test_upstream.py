@@ -16,6 +16,7 @@ from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.ops.metrics import Metrics
 from gateway.redis.embedded import free_port
 from gateway.upstream.pool import NodePool, UpstreamError
+from tests.helpers.waiting import eventually
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 SEND = b'{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x01"]}'
@@ -42,14 +43,6 @@ async def nodes() -> AsyncIterator[list[MockNode]]:
 
 
 PoolFactory = Callable[..., Any]
-
-
-async def _until(predicate: Callable[[], bool], timeout_s: float = 2.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            if predicate():
-                return
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture(params=["lean", "aiohttp"])
@@ -170,6 +163,7 @@ async def test_all_nodes_out_still_tries(nodes: list[MockNode], make_pool: PoolF
     assert b"result" in await pool.forward(CALL)  # tried anyway, and it answered
 
 
+@pytest.mark.slow
 async def test_slow_node_times_out_then_fails_over(
     nodes: list[MockNode], make_pool: PoolFactory
 ) -> None:
@@ -209,6 +203,7 @@ async def test_everything_down_is_unavailable(make_pool: PoolFactory) -> None:
     assert "127.0.0.1" not in str(info.value)
 
 
+@pytest.mark.slow
 async def test_send_raw_transaction_not_resent_after_timeout(
     nodes: list[MockNode], make_pool: PoolFactory
 ) -> None:
@@ -296,9 +291,9 @@ async def test_probe_forever_survives_and_logs(
     pool = await make_pool([nodes[0].url], probe_interval_s=0.01)
     task = asyncio.create_task(pool.probe_forever())
     nodes[0].down = True
-    await _until(lambda: pool.healthy_count() == 0)
+    await eventually(lambda: pool.healthy_count() == 0, 2.0)
     nodes[0].down = False
-    await _until(lambda: pool.healthy_count() == 1)
+    await eventually(lambda: pool.healthy_count() == 1, 2.0)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert "node probe failed node=bsc-0" in caplog.text

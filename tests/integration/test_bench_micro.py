@@ -23,6 +23,7 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert out[3].split() == ["b", "0", "nan", "nan"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("module", "names"),
     [
