@@ -255,19 +255,22 @@ async def _watch_parent(parent: int, stop: asyncio.Event, interval_s: float = 1.
 
 # -- the offline demo --------------------------------------------------------
 def _serve_demo(cfg: Config) -> int:
-    from gateway.demo.mocknode import MockNodeOptions, start_mock_node
+    from gateway.demo.mockws import Chain, start_ws_node
 
     tmp = tempfile.TemporaryDirectory(prefix="gateway-demo-")
     redis_proc = RedisProcess(Path(tmp.name), persist=False)
     url = redis_proc.start()
 
     async def build() -> web.Application:
-        nodes = [
-            await start_mock_node(MockNodeOptions(chain_id=net.chain_id, block_time_s=1.0))
-            for net in cfg.networks
-        ]
+        # one HTTP + WebSocket mock node per network, a block a second, so
+        # eth_subscribe works in the demo too
+        nodes = []
+        for net in cfg.networks:
+            chain = Chain(net.chain_id, block_time_s=1.0)
+            nodes.append(await start_ws_node(chain))
+            chain.start()
         networks = tuple(
-            dataclasses.replace(net, upstreams=(node.url,))
+            dataclasses.replace(net, upstreams=(node.url,), ws_upstreams=(node.ws_url,))
             for net, node in zip(cfg.networks, nodes, strict=True)
         )
         demo_cfg = dataclasses.replace(
@@ -281,6 +284,7 @@ def _serve_demo(cfg: Config) -> int:
             finally:
                 for node in nodes:
                     await node.close()
+                    await node.chain.stop()
 
         app.cleanup_ctx.append(nodes_ctx)
         app.on_startup.append(_demo_key)
@@ -325,6 +329,25 @@ def _demo_banner(base: str, key: str, networks: tuple[NetworkConfig, ...]) -> st
             f'  curl -s -X POST {base}{net.prefix} -H "Authorization: Bearer $RPC_KEY" '
             f"-H 'Content-Type: application/json' -d '{body}'"
         )
+    ws = "ws" + base[len("http") :]
+    sub = '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'
+    first = networks[0].prefix if networks else "/bsc"
+    lines += [
+        "",
+        "WebSocket (new blocks as they come):",
+        f"  websocat -n '{ws}{first}/'$RPC_KEY <<< '{sub}'",
+        "  python - <<'EOF'",
+        "import asyncio, os",
+        "from web3 import AsyncWeb3, WebSocketProvider",
+        "async def main():",
+        f"    url = '{ws}{first}/' + os.environ['RPC_KEY']",
+        "    async with AsyncWeb3(WebSocketProvider(url)) as w3:",
+        "        await w3.eth.subscribe('newHeads')",
+        "        async for msg in w3.socket.process_subscriptions():",
+        "            print(int(msg['result']['number']))",
+        "asyncio.run(main())",
+        "EOF",
+    ]
     lines += ["", "Ctrl-C stops everything.", ""]
     return "\n".join(lines)
 
