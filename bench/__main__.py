@@ -99,6 +99,12 @@ def _common(p: argparse.ArgumentParser, scenario: str) -> None:
     stack = p.add_argument_group("local stack")
     stack.add_argument("--workers", type=int, default=1, help="gateway worker processes")
     stack.add_argument(
+        "--admission",
+        choices=("lease", "exact"),
+        default="lease",
+        help="the gateway's admission.mode: leased slices (default) or one script call per request",
+    )
+    stack.add_argument(
         "--node-latency", type=duration_arg("ms"), default=0.0, help="mock node latency, e.g. 20ms"
     )
     stack.add_argument("--node-jitter", type=duration_arg("ms"), default=0.0)

@@ -116,6 +116,7 @@ async def environment(
         pin=not args.no_pin,
         proxy=proxy,
         keep_dir=args.keep_stack_dir,
+        extra_toml=f'[admission]\nmode = "{getattr(args, "admission", "lease")}"\n',
     )
     log("starting a local stack (redis, mock nodes, gateway)")
     async with Stack.start(opts) as stack:
