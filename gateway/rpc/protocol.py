@@ -44,6 +44,9 @@ UPSTREAM_UNAVAILABLE: Final = ErrorKind(-32603, "Upstream unavailable", 502)
 UPSTREAM_TIMEOUT: Final = ErrorKind(-32603, "Upstream timeout", 504)
 SERVICE_UNAVAILABLE: Final = ErrorKind(-32603, "Service unavailable", 503)
 INTERNAL_ERROR: Final = ErrorKind(-32603, "Internal error", 500)
+# A call the gateway refuses on its params (the eth_getLogs range guard); its
+# ``data`` says why and what the limit is.
+INVALID_PARAMS: Final = ErrorKind(-32602, "Invalid params", 200)
 
 
 class ParseError(Exception):
@@ -108,12 +111,20 @@ class Call:
     id: Any = None
     has_id: bool = False
     error: ErrorKind | None = None
-    reason: str | None = None
+    reason: Any = None  # error.data: a string, or an object (INVALID_PARAMS)
 
     @property
     def answered(self) -> bool:
-        """Whether this call takes a place in the answer (notifications do not)."""
-        return self.has_id or (self.error is not None and self.error is not METHOD_NOT_FOUND)
+        """Whether this call takes a place in the answer (notifications do not).
+
+        A notification refused for its method or its params is dropped
+        silently, as JSON-RPC asks; one that is not even a valid request
+        object is answered, since it may not have meant to be a notification.
+        """
+        error = self.error
+        return self.has_id or (
+            error is not None and error is not METHOD_NOT_FOUND and error is not INVALID_PARAMS
+        )
 
 
 def _valid_id(value: Any) -> bool:

@@ -53,13 +53,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import aiohttp
-import orjson
 
 from gateway.config import Config, NetworkConfig, UpstreamConfig
 from gateway.intel.head import PROBE_BODY, HeadReport, parse_probe
 from gateway.intel.hedge import Launch, run_hedged, timed
 from gateway.intel.network import NetworkIntel
-from gateway.ops.metrics import Metrics, NetworkIntelMetrics, NodeMetrics
+from gateway.ops.metrics import Metrics, NodeMetrics
 from gateway.upstream.nodeclient import NodeClient, NodeStream, UpstreamError
 
 __all__ = ["Node", "NodePool", "UpstreamError"]  # UpstreamError: nodeclient's, shared

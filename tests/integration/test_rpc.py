@@ -13,6 +13,7 @@ from gateway.app import create_app
 from gateway.demo.mocknode import MockNode
 from gateway.store.accounts import Store
 from tests.conftest import MakeConfig
+from tests.helpers.probes import forwarded
 
 Client = TestClient[web.Request, web.Application]
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "eth_chainId", "params": []}
@@ -20,8 +21,8 @@ JSON = {"Content-Type": "application/json"}
 
 
 def fwd(node: MockNode) -> int:
-    """Calls forwarded to ``node``, not counting the health probe's eth_blockNumber."""
-    return node.calls - node.by_method["eth_blockNumber"]
+    """Calls forwarded to ``node``, not counting the health probe's."""
+    return forwarded(node)
 
 
 def dumps(obj: Any) -> bytes:
