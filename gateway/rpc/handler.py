@@ -342,7 +342,7 @@ class RpcHandler:
                 return _no_content(headers)
             return self._local_answer(req, headers)
         if not req.is_batch and forward[0].has_id and forward[0].method in READS:
-            return await self._forward_read(khash, req, headers)
+            return await self._forward_read(request, khash, req, headers)
         gid = self._next_gids(len(forward))
         out = rpc.encode_batch(forward, gid) if req.is_batch else rpc.encode_call(forward[0], gid)
         idempotent = not any(c.method in NON_IDEMPOTENT for c in forward)
@@ -400,7 +400,7 @@ class RpcHandler:
                     call.error, call.reason = rpc.INVALID_PARAMS, data
 
     async def _forward_read(
-        self, khash: str, req: _Request, headers: dict[str, str]
+        self, request: web.Request, khash: str, req: _Request, headers: dict[str, str]
     ) -> web.Response | _Relay:
         """One allowlisted read: from the cache, or one node call shared by identical callers.
 
@@ -465,6 +465,7 @@ class RpcHandler:
             return self._upstream_failed(rpc.UPSTREAM_UNAVAILABLE, req, headers)
         if is_error:
             self.errors.add(khash)
+            request[REPLY_ERROR] = True  # request insight reads the code from the answer
         return _reply(body, 200, headers)
 
     async def _keep(

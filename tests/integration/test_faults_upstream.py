@@ -196,7 +196,8 @@ async def test_slow_node_times_out_then_fails_over(make_config: MakeConfig, api_
     slow = [x for x in result.latencies if x > 0.2]
     print(
         f"\nFAULT slow-node: requests={result.total} ok={result.statuses[200]} "
-        f"client_errors={result.total - result.statuses[200]} timeouts_on_slow={timeouts:.0f} hedges_won={hedges_won} "
+        f"client_errors={result.total - result.statuses[200]} timeouts_on_slow={timeouts:.0f} "
+        f"hedges_won={hedges_won} "
         f"calls_over_200ms={len(slow)} p50_ms={result.quantile(0.5) * 1e3:.1f} "
         f"p99_ms={result.quantile(0.99) * 1e3:.1f} max_ms={max(result.latencies) * 1e3:.1f}"
     )
