@@ -203,7 +203,8 @@ async def mix(args: argparse.Namespace) -> dict[str, Any]:
             hits = grew("gateway_cache_lookups_total", method=method, result="hit")
             misses = grew("gateway_cache_lookups_total", method=method, result="miss")
             rate = f"{hits / (hits + misses):.1%}" if hits + misses else "not cached"
-            figures[f"cache hit rate {method}"] = f"{rate} ({counts[method]} of every 100 calls)"
+            share = counts[method] / max(1, sum(counts.values()))
+            figures[f"cache hit rate {method}"] = f"{rate} ({share:.0%} of the mix)"
         cache_bytes = total(after, "gateway_cache_bytes", network="bsc")
         figures["cache bytes at the end (bsc)"] = f"{cache_bytes / 1024:,.0f} KiB"
         figures["gateway peak RSS"] = f"{rss:,.1f} MiB"

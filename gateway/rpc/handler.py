@@ -337,17 +337,21 @@ class RpcHandler:
         calls = req.calls
         self._guard_logs(req)
         forward = [c for c in calls if c.error is None]
+        if forward and not req.is_batch and forward[0].has_id and forward[0].method in READS:
+            return await self._forward_read(request, khash, req, headers)
+        head = self.pool.intel.heads.head
+        misses = self._batch_hits(forward, head) if req.is_batch else {}
+        if misses or any(c.local is not None for c in forward):
+            forward = [c for c in forward if c.local is None]
         if not forward:
             if not any(c.answered for c in calls):
                 return _no_content(headers)
             return self._local_answer(req, headers)
-        if not req.is_batch and forward[0].has_id and forward[0].method in READS:
-            return await self._forward_read(request, khash, req, headers)
         gid = self._next_gids(len(forward))
         out = rpc.encode_batch(forward, gid) if req.is_batch else rpc.encode_call(forward[0], gid)
         idempotent = not any(c.method in NON_IDEMPOTENT for c in forward)
         try:
-            reply = await self.pool.forward(
+            reply, node = await self.pool.forward_from(
                 out,
                 idempotent=idempotent,
                 stream_over=None if req.is_batch else STREAM_OVER,
@@ -365,7 +369,10 @@ class RpcHandler:
             return _Relay(reply, gid, calls[0].id, headers, khash, req)
         try:
             if req.is_batch:
-                answer, is_error = rpc.restore_batch(reply, calls, gid)
+                answered: list[tuple[rpc.Call, dict[str, Any]]] | None = [] if misses else None
+                answer, is_error = rpc.restore_batch(reply, calls, gid, answered)
+                if answered:
+                    self._keep_batch(answered, misses, head, node)
             else:
                 answer, is_error = rpc.restore_single(reply, gid, calls[0].id)
         except rpc.BadAnswer as exc:
@@ -398,6 +405,53 @@ class RpcHandler:
                 data = check_logs_range(call.params, self.pool.intel.heads, limit)
                 if data is not None:
                     call.error, call.reason = rpc.INVALID_PARAMS, data
+
+    def _batch_hits(
+        self, calls: list[rpc.Call], head: NetworkHead
+    ) -> dict[int, tuple[bytes, Policy]]:
+        """Answer a batch's cached reads locally (``call.local``); the cacheable misses.
+
+        The misses are returned by ``id(call)`` with their key and policy, to
+        be stored from the node's answer. No coalescing for batches.
+        """
+        cache = self.pool.intel.cache
+        misses: dict[int, tuple[bytes, Policy]] = {}
+        if cache is None:
+            return misses
+        for call in calls:
+            method = call.method
+            if not call.has_id or method not in READS or method == "eth_blockNumber":
+                continue  # eth_blockNumber: only single calls are clamped to the head
+            policy = classify(method, call.params, head)
+            if policy.kind is Kind.NEVER:
+                continue
+            key = call_key(method, call.params)
+            hit = cache.get(method, key, policy, head)
+            if hit is not None:
+                call.local = cached_answer(orjson.dumps(call.id), hit)
+            else:
+                misses[id(call)] = (key, policy)
+        return misses
+
+    def _keep_batch(
+        self,
+        answered: list[tuple[rpc.Call, dict[str, Any]]],
+        misses: dict[int, tuple[bytes, Policy]],
+        head: NetworkHead,
+        node: Node,
+    ) -> None:
+        """Cache the results of a batch's cacheable calls from the node's (parsed) answer."""
+        intel = self.pool.intel
+        cache = intel.cache
+        if cache is None:
+            return
+        node_head = intel.heads.node_head(node.name)
+        for call, item in answered:
+            miss = misses.get(id(call))
+            if miss is None or "error" in item or "result" not in item:
+                continue
+            key, policy = miss
+            cache.put(key, policy, head, orjson.dumps(item["result"]), node_head=node_head)
 
     async def _forward_read(
         self, request: web.Request, khash: str, req: _Request, headers: dict[str, str]
@@ -612,8 +666,13 @@ class RpcHandler:
 
     @staticmethod
     def _local_answer(req: _Request, headers: dict[str, str]) -> web.Response:
-        errors = [rpc.call_error_obj(c) for c in req.calls if c.answered]
-        body = orjson.dumps(errors if req.is_batch else errors[0])
+        """Answers made without a node: our errors, and cached answers in a batch."""
+        items: list[Any] = [
+            orjson.Fragment(c.local) if c.local is not None else rpc.call_error_obj(c)
+            for c in req.calls
+            if c.answered
+        ]
+        body = orjson.dumps(items if req.is_batch else items[0])
         return _reply(body, 200, headers)
 
     @staticmethod
@@ -623,7 +682,11 @@ class RpcHandler:
         if not req.is_batch:
             return error_reply(kind, req.calls[0].id, None, headers)
         items = [
-            rpc.call_error_obj(c) if c.error is not None else rpc.error_obj(kind, c.id)
+            orjson.Fragment(c.local)
+            if c.local is not None
+            else rpc.call_error_obj(c)
+            if c.error is not None
+            else rpc.error_obj(kind, c.id)
             for c in req.calls
             if c.answered
         ]

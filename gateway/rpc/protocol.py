@@ -112,6 +112,7 @@ class Call:
     has_id: bool = False
     error: ErrorKind | None = None
     reason: Any = None  # error.data: a string, or an object (INVALID_PARAMS)
+    local: bytes | None = None  # a whole answer the gateway has (a cache hit): not forwarded
 
     @property
     def answered(self) -> bool:
@@ -290,14 +291,21 @@ def restore_single(reply: bytes, gid: int, client_id: Any) -> tuple[bytes, bool]
     return orjson.dumps(obj), "error" in obj
 
 
-def restore_batch(reply: bytes, calls: Collection[Call], first_gid: int) -> tuple[bytes, bool]:
+def restore_batch(
+    reply: bytes,
+    calls: Collection[Call],
+    first_gid: int,
+    answered: list[tuple[Call, dict[str, Any]]] | None = None,
+) -> tuple[bytes, bool]:
     """The batch answer in request order: node answers mapped back by gateway id.
 
     ``calls`` is the whole request (ours: per-call errors, in place; the
     forwarded ones numbered from ``first_gid`` in order). A call the node did
-    not answer gets -32603. Raises ``BadAnswer`` when the reply is not JSON.
+    not answer gets -32603; a call with a ``local`` answer (not forwarded)
+    gets that. ``answered`` collects (call, node answer) of the forwarded
+    calls, for the cache. Raises ``BadAnswer`` when the reply is not JSON.
     """
-    if not any(c.error is None and c.has_id for c in calls):
+    if not any(c.error is None and c.local is None and c.has_id for c in calls):
         answers: Any = []  # only notifications went out: nothing to wait for
     else:
         try:
@@ -318,6 +326,9 @@ def restore_batch(reply: bytes, calls: Collection[Call], first_gid: int) -> tupl
     gid = first_gid
     is_error = False
     for call in calls:
+        if call.local is not None:
+            out.append(orjson.Fragment(call.local))
+            continue
         if call.error is not None:
             if call.answered:
                 out.append(call_error_obj(call))
@@ -335,4 +346,6 @@ def restore_batch(reply: bytes, calls: Collection[Call], first_gid: int) -> tupl
         answer["id"] = call.id
         is_error = is_error or "error" in answer
         out.append(answer)
+        if answered is not None and whole is None:
+            answered.append((call, item))
     return orjson.dumps(out), is_error

@@ -292,3 +292,41 @@ async def test_the_plans_own_logs_range_applies(
     answer = await rpc(client, api_key, "eth_getLogs", [spec])
     assert answer["error"]["data"]["max_logs_range"] == 100
     assert sum(seen(nodes, "eth_getLogs")) == 0
+
+
+async def test_a_batch_takes_its_hits_from_the_cache_and_forwards_the_rest(
+    make_app: AppFactory, nodes: list[ChainNode], chain: Chain, api_key: str
+) -> None:
+    client, _ = await make_app(urls=[nodes[0].url])
+    final = hex(chain.finalized)
+
+    def batch(first_id: int) -> bytes:
+        return orjson.dumps(
+            [
+                {"jsonrpc": "2.0", "id": first_id, "method": "eth_chainId", "params": []},
+                {"jsonrpc": "2.0", "id": "g", "method": "eth_gasPrice", "params": []},
+                {
+                    "jsonrpc": "2.0",
+                    "id": first_id + 1,
+                    "method": "eth_getBlockByNumber",
+                    "params": [final, False],
+                },
+            ]
+        )
+
+    before = nodes[0].by_method["eth_getBlockByNumber"]
+    answers = []
+    for first_id in (1, 10):
+        resp = await client.post(f"/bsc/{api_key}", data=batch(first_id), headers=JSON)
+        answers.append(orjson.loads(await resp.read()))
+    assert [a["id"] for a in answers[1]] == [10, "g", 11]
+    assert answers[1][0]["result"] == "0x38" and answers[1][2]["result"]["number"] == final
+    assert [a["result"] for a in answers[0]] == [a["result"] for a in answers[1]]
+    assert nodes[0].by_method["eth_chainId"] == 1
+    assert nodes[0].by_method["eth_getBlockByNumber"] == before + 1
+    assert nodes[0].by_method["eth_gasPrice"] == 2  # never cached
+    # every call of a batch cached: no node call at all
+    hits = orjson.dumps([{"jsonrpc": "2.0", "id": 5, "method": "eth_chainId", "params": []}])
+    resp = await client.post(f"/bsc/{api_key}", data=hits, headers=JSON)
+    assert orjson.loads(await resp.read()) == [{"jsonrpc": "2.0", "id": 5, "result": "0x38"}]
+    assert nodes[0].by_method["eth_chainId"] == 1
