@@ -204,14 +204,14 @@ class NodePool:
         moved on since its probe).
         """
         nodes = self.nodes
-        if min_block >= 0:
-            having = self.intel.heads.nodes_with(min_block)
-            if having and len(having) < len(nodes):
-                exclude = (*exclude, *(n for n in nodes if n.name not in having))
         n = len(nodes)
         start = self._next
         if not exclude:  # a retry does not move the rotation on
             self._next = start + 1 if start + 1 < n else 0
+        if min_block >= 0:
+            having = self.intel.heads.nodes_with(min_block)
+            if having and len(having) < n:
+                exclude = (*exclude, *(node for node in nodes if node.name not in having))
         now = self.clock()
         best: Node | None = None
         best_rank = 0

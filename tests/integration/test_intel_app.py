@@ -330,3 +330,24 @@ async def test_a_batch_takes_its_hits_from_the_cache_and_forwards_the_rest(
     resp = await client.post(f"/bsc/{api_key}", data=hits, headers=JSON)
     assert orjson.loads(await resp.read()) == [{"jsonrpc": "2.0", "id": 5, "result": "0x38"}]
     assert nodes[0].by_method["eth_chainId"] == 1
+
+
+async def test_the_redis_tier_shares_final_answers_between_workers(
+    make_app: AppFactory, nodes: list[ChainNode], chain: Chain, api_key: str
+) -> None:
+    raw = {"cache": {"redis": True}}
+    first, _ = await make_app(raw, urls=[nodes[0].url])
+    second, pool2 = await make_app(raw, urls=[nodes[0].url])  # another worker: its own memory
+    final, recent = hex(chain.finalized), hex(chain.head)
+    before = nodes[0].by_method["eth_getBlockByNumber"]
+    for params in ([final, False], [recent, False]):
+        answer = await rpc(first, api_key, "eth_getBlockByNumber", params)
+        assert answer["result"]["number"] == params[0]
+    assert nodes[0].by_method["eth_getBlockByNumber"] == before + 2
+    answer = await rpc(second, api_key, "eth_getBlockByNumber", [final, False], id_="w2")
+    assert answer["id"] == "w2" and answer["result"]["number"] == final
+    assert nodes[0].by_method["eth_getBlockByNumber"] == before + 2  # from Redis
+    await rpc(second, api_key, "eth_getBlockByNumber", [recent, False])
+    assert nodes[0].by_method["eth_getBlockByNumber"] == before + 3  # not final: not shared
+    cache = pool2.intel.cache
+    assert cache is not None and cache.stats.hits == 0  # the first read came from Redis
