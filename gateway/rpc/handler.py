@@ -6,6 +6,13 @@ with a gateway-chosen id (``rpc.encode_call``): Go nodes match JSON keys
 case-insensitively and take the last one, so the client's own bytes could
 name any method. The client's id is put back into the answer
 (``rpc.restore_single`` splices it without parsing a large result).
+
+After admission (so every answer below passed the key check and the
+limiter, and counts as usage): an ``eth_getLogs`` range over the plan's
+limit is refused here; an allowlisted read is answered from the network's
+cache when it can be, else sent once for every identical caller
+(coalesced), hedged, and its answer kept when its finality allows
+(``gateway.intel``; README "What is cached and why it is safe").
 """
 
 from __future__ import annotations
