@@ -45,6 +45,7 @@ def _write_config(path: Path, prefix: str, nodes: dict[str, MockNode], **server:
         f'[networks.bsc]\nupstreams = ["{nodes["bsc"].url}"]\n'
         f'[networks.opbnb]\nupstreams = ["{nodes["opbnb"].url}"]\n'
         "[upstream]\nprobe_interval_s = 0.5\n"
+        "[cache]\nenabled = false\ncoalesce = false\n"  # tests match answered calls to node calls
         f"[server]\naccess_log = false\n{server_lines}"
     )
     return path

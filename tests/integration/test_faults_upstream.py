@@ -122,7 +122,10 @@ def _fault_cfg(make_config: MakeConfig, urls: list[str], **upstream: Any) -> Con
     cfg: Config = make_config(
         {
             "server": {"access_log": False},
-            "cache": {"enabled": False},  # every call must reach a node: failover is the test
+            "cache": {
+                "enabled": False,
+                "coalesce": False,
+            },  # every call must reach a node: failover is the test
             "plans": {"free": {"rate": 1_000_000, "burst": 1_000_000}},
             "limits": {"upstream_timeout_s": 2.0, "upstream_connect_timeout_s": 0.3},
             "upstream": {

@@ -51,7 +51,11 @@ async def _client(
 ) -> Client:
     # The cache off: these tests count what reaches the node for each call.
     cfg = make_config(
-        {"upstream": {"probe_interval_s": 60}, "cache": {"enabled": False}, **raw},
+        {
+            "upstream": {"probe_interval_s": 60},
+            "cache": {"enabled": False, "coalesce": False},
+            **raw,
+        },
         upstreams={"bsc": [node.url]},
     )
     client: Client = await aiohttp_client(create_app(cfg))

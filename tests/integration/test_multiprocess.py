@@ -48,6 +48,8 @@ def gateways(
         f'[networks.bsc]\nupstreams = ["{mock_nodes["bsc"].url}"]\n'
         f'[networks.opbnb]\nupstreams = ["{mock_nodes["opbnb"].url}"]\n'
         "[server]\naccess_log = false\n"
+        # every admitted call must reach the node: the test counts them
+        "[cache]\nenabled = false\ncoalesce = false\n"
     )
     env = {**os.environ, "GATEWAY_REDIS_URL": redis_url, "GATEWAY_CONFIG": str(cfg)}
     ports = [free_port() for _ in range(PROCESSES)]

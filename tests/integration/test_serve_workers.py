@@ -73,6 +73,7 @@ def _config(path: Path, prefix: str, bsc_url: str, opbnb_url: str, **server: Any
         f'[networks.bsc]\nupstreams = ["{bsc_url}"]\n'
         f'[networks.opbnb]\nupstreams = ["{opbnb_url}"]\n'
         "[upstream]\nprobe_interval_s = 0.5\n"
+        "[cache]\nenabled = false\ncoalesce = false\n"  # tests count the calls each worker forwards
         '[server]\naccess_log = false\nmetrics_listen = ""\n'
         "restart_backoff_s = 0.2\nrestart_backoff_max_s = 2.0\n" + lines
     )
