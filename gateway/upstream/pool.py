@@ -291,11 +291,14 @@ class NodePool:
             if n and tried[-1].metrics is not None:
                 tried[-1].metrics.retry.inc()
             tried.append(node)
-            attempt = self._attempt_on(node, body, deadline, stream_over)
-            return Launch(
-                timed(latency, node.name, attempt, self.clock),
-                latency.delay(node.name) if hedging else None,
-            )
+            return Launch(attempt(node), latency.delay(node.name) if hedging else None)
+
+        async def attempt(node: Node) -> tuple[bytes | NodeStream, Node]:
+            # The attempt's coroutine is made only once its task runs: a task
+            # cancelled before its first step (a hedge that lost at once, the
+            # deadline) leaves no coroutine that was never awaited.
+            one = self._attempt_on(node, body, deadline, stream_over)
+            return await timed(latency, node.name, one, self.clock)
 
         def retryable(exc: BaseException) -> bool:
             if not isinstance(exc, UpstreamError) or exc.too_large:
