@@ -28,6 +28,7 @@ _EPILOG = """examples:
   python -m bench revoke --workers 2
   python -m bench steady --target https://rpc.example.com --key $KEY --rate 500
   python -m bench scale --max-workers 4 --connections 64
+  python -m bench mix --keys 20 --duration 10s
 See bench/README.md for the numbers measured on the reference machine."""
 
 # Per-scenario defaults: (duration s, rate req/s) and extra options.
@@ -39,6 +40,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "node-failure": {"duration": 12.0, "rate": 500.0},
     "redis-restart": {"duration": 12.0, "rate": 300.0},
     "scale": {"duration": 5.0, "rate": 0.0},
+    "mix": {"duration": 10.0, "rate": 0.0},
 }
 
 
@@ -50,6 +52,7 @@ _SHORT = {
     "node-failure": "kill or hang an upstream node under load",
     "redis-restart": "stop and restart Redis under load: fail closed, recover",
     "scale": "1..N gateway workers, closed loop: throughput vs the ideal line, CPU per part",
+    "mix": "a dapp read mix from many keys: node calls per call, cache hits, vs the bare proxy",
 }
 
 
@@ -196,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="required throughput at N workers / (1-worker throughput x N)",
     )
     sc.add_argument("--max-error-rate", type=fraction_arg, default=0.0)
+    mx = parsers["mix"]
+    mx.add_argument("--keys", type=int, default=20, help="keys sending the mix")
+    mx.add_argument("--seed", type=int, default=13, help="seed of the mix's order and params")
+    mx.add_argument(
+        "--cache-max-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="the gateway's cache.max_bytes (the byte budget checked)",
+    )
     return parser
 
 

@@ -245,6 +245,7 @@ class StackOptions:
     keep_dir: bool = False
     extra_toml: str = ""
     probe_interval_s: float = 1.0
+    metrics_port: int = 0  # 0: the gateway's default metrics listener
 
 
 @dataclass
@@ -367,10 +368,12 @@ class Stack:
 
     def _write_config(self) -> Path:
         upstreams = {net: [n.url for n in nodes] for net, nodes in self.nodes.items()}
+        port = self.options.metrics_port
+        metrics = f'metrics_listen = "127.0.0.1:{port}"\n' if port else ""
         text = f"""# written by bench/stack.py
 [server]
 access_log = false
-
+{metrics}
 [redis]
 url = "{self.redis_url}"
 

@@ -194,6 +194,8 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
             cfg.limits.upstream_timeout_s,
             metrics=metrics,
             max_response_bytes=cfg.limits.max_response_bytes,
+            config=cfg,
+            redis=app[T.REDIS] if cfg.cache.redis else None,
         )
         await pool.start()
         pools[net.name] = pool

@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.scenarios.faults import NODE_FAILURE, REDIS_RESTART, node_failure, redis_restart
 from bench.scenarios.limits import BURST, MANY_KEYS, burst, many_keys
+from bench.scenarios.mix import MIX, mix
 from bench.scenarios.revoke import REVOKE, revoke
 from bench.scenarios.scale import SCALE, scale
 from bench.scenarios.steady import STEADY, steady
@@ -27,4 +28,5 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "node-failure": (NODE_FAILURE, node_failure),
     "redis-restart": (REDIS_RESTART, redis_restart),
     "scale": (SCALE, scale),
+    "mix": (MIX, mix),
 }

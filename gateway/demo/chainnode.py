@@ -253,6 +253,15 @@ class ChainNode(MockNode):
         number = self.chain.locate(params[0], "tx")
         return None if number is None or number > self.head else self._receipt(number)
 
+    def _m_eth_gasPrice(self, params: list[Any]) -> Any:
+        return hex(1_000_000_000 + self.head)  # follows the chain: never cached
+
+    def _m_eth_sendRawTransaction(self, params: list[Any]) -> Any:
+        raw = params[0]
+        if not isinstance(raw, str) or not raw.startswith("0x"):
+            raise ValueError("raw transaction must be 0x-hex")
+        return "0x" + hashlib.sha256(raw.encode()).hexdigest()
+
     def _m_eth_getBlockReceipts(self, params: list[Any]) -> Any:
         number = self._number(params[0])
         return None if number is None else [self._receipt(number)]

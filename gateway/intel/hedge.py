@@ -168,6 +168,7 @@ async def run_hedged(
     retryable: Callable[[BaseException], bool] = lambda exc: True,
     stats: HedgeStats | None = None,
     timer: Timer = asyncio.sleep,
+    discard: Callable[[T], None] | None = None,
 ) -> T:
     """The first good answer among a first attempt, at most one hedge, and retries.
 
@@ -177,7 +178,9 @@ async def run_hedged(
     budget allows, another attempt starts at once (and may itself be hedged
     if no hedge was sent yet); once nothing is in flight and nothing more
     may start, the last error is raised. Every attempt but the winner is
-    cancelled, and cancelling the caller cancels them all.
+    cancelled, and cancelling the caller cancels them all. ``discard`` gets
+    any other good answer that finished with the winner (to release it: a
+    streamed answer holds a connection).
     """
     stats = stats if stats is not None else HedgeStats()
     budget.on_first_attempt()
@@ -221,15 +224,22 @@ async def run_hedged(
                 if launch() is not None:
                     stats.hedges += 1
                     hedge_index = started - 1
+            winner: asyncio.Future[Any] | None = None
             for task in done:
                 index = running.pop(task)
                 exc = task.exception()
                 if exc is None:
-                    if index == hedge_index:
-                        stats.hedges_won += 1
-                    result: T = task.result()
-                    return result
+                    if winner is None:
+                        winner = task
+                        if index == hedge_index:
+                            stats.hedges_won += 1
+                    elif discard is not None:
+                        discard(task.result())
+                    continue
                 last = exc
+            if winner is not None:
+                result: T = winner.result()
+                return result
             if running or last is None:
                 continue
             # Everything sent so far failed: retry at once if allowed.

@@ -106,13 +106,19 @@ def _logs(spec: Any, head: NetworkHead) -> Policy:
     if "blockHash" in spec:
         return BY_ANSWER if type(spec["blockHash"]) is str else NEVER
     high = -1
+    moves = False
     for name in ("fromBlock", "toBlock"):
         ref = block_ref(spec.get(name, "latest"))
         if ref is None or ref == "pending" or ref == "hash":
             return NEVER
         if type(ref) is not int:
             if ref != "earliest":
-                return HEAD  # a tag other than earliest moves with the head
+                moves = True  # a tag other than earliest moves with the head
+                continue
             ref = 0
         high = max(high, ref)
+    if moves:
+        # The numbered end still steers routing: a node below it would
+        # answer an empty (wrong) list.
+        return Policy(Kind.UNTIL_HEAD_MOVES, high)
     return _number(high, head)

@@ -16,10 +16,13 @@ lookup per request), never ``.labels()`` on the hot path.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as _mp
+
+if TYPE_CHECKING:
+    from gateway.intel.network import NetworkIntel
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -112,6 +115,60 @@ class Metrics:
             ["phase"],
             registry=r,
         )
+        self.cache_results = Counter(
+            "gateway_cache_lookups",
+            "Answer cache lookups by method and result (hit, miss)",
+            ["network", "method", "result"],
+            registry=r,
+        )
+        self.cache_bytes = Gauge(
+            "gateway_cache_bytes",
+            "Bytes the answer cache holds (keys, answers, per-entry overhead)",
+            ["network"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.cache_entries = Gauge(
+            "gateway_cache_entries",
+            "Entries in the answer cache",
+            ["network"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.cache_dropped = Counter(
+            "gateway_cache_dropped",
+            "Cache entries dropped (reason: evicted to stay under max_bytes, "
+            "expired because the head moved)",
+            ["network", "reason"],
+            registry=r,
+        )
+        self.coalesced = Counter(
+            "gateway_coalesced_calls",
+            "Calls that joined an identical call already in flight (no node call of their own)",
+            ["network"],
+            registry=r,
+        )
+        self.hedges = Counter(
+            "gateway_hedges",
+            "Hedged reads (result: sent, won = the hedge answered first, "
+            "denied = the shared retry/hedge budget refused)",
+            ["network", "result"],
+            registry=r,
+        )
+        self.head_lag = Gauge(
+            "gateway_upstream_head_lag_blocks",
+            "Blocks the node's last reported head is behind the network head",
+            ["network", "node"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.network_head = Gauge(
+            "gateway_network_head_block",
+            "The network head (mark: latest, safe, finalized); never goes back",
+            ["network", "mark"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self._networks: dict[str, NetworkMetrics] = {}
 
     def network(self, name: str) -> NetworkMetrics:
@@ -123,6 +180,9 @@ class Metrics:
 
     def node(self, network: str, node: str) -> NodeMetrics:
         return NodeMetrics(self, network, node)
+
+    def intel(self, network: str) -> NetworkIntelMetrics:
+        return NetworkIntelMetrics(self, network)
 
     def exposition(self) -> bytes:
         """The Prometheus text for ``/metrics``: every worker's values in multiprocess mode."""
@@ -172,6 +232,59 @@ class NodeMetrics:
         self.retry = results.labels(network, node, "retry")
         self.healthy = metrics.upstream_healthy.labels(network, node)
         self.head = metrics.upstream_head.labels(network, node)
+
+
+class NetworkIntelMetrics:
+    """One network's cache, coalescing, hedging and head metrics.
+
+    The hot path only bumps plain integers in the intel objects; ``sync``
+    (once per probe) turns their growth into counter increments, so no
+    Prometheus work is done per request.
+    """
+
+    __slots__ = ("_last", "_metrics", "_name")
+
+    def __init__(self, metrics: Metrics, name: str) -> None:
+        self._metrics = metrics
+        self._name = name
+        self._last: dict[tuple[str, ...], int] = {}
+
+    def _inc(self, counter: Any, labels: tuple[str, ...], total: int) -> None:
+        before = self._last.get(labels, 0)
+        if total > before:
+            counter.labels(*labels).inc(total - before)
+        self._last[labels] = total
+
+    def sync(self, intel: NetworkIntel) -> None:
+        m, name = self._metrics, self._name
+        cache = intel.cache
+        if cache is not None:
+            stats = cache.stats
+            for method, n in list(stats.hits_by_method.items()):
+                self._inc(m.cache_results, (name, method, "hit"), n)
+            for method, n in list(stats.misses_by_method.items()):
+                self._inc(m.cache_results, (name, method, "miss"), n)
+            self._inc(m.cache_dropped, (name, "evicted"), stats.evictions)
+            self._inc(m.cache_dropped, (name, "expired"), stats.expired)
+            m.cache_bytes.labels(name).set(cache.bytes)
+            m.cache_entries.labels(name).set(len(cache))
+        if intel.coalescer is not None:
+            self._inc(m.coalesced, (name,), intel.coalescer.coalesced)
+        hs = intel.hedge_stats
+        self._inc(m.hedges, (name, "sent"), hs.hedges)
+        self._inc(m.hedges, (name, "won"), hs.hedges_won)
+        self._inc(m.hedges, (name, "denied"), hs.denied)
+        for node, lag in intel.heads.lags().items():
+            if lag is not None:
+                m.head_lag.labels(name, node).set(lag)
+        head = intel.heads.head
+        for mark, value in (
+            ("latest", head.number),
+            ("safe", head.safe),
+            ("finalized", head.finalized),
+        ):
+            if value >= 0:
+                m.network_head.labels(name, mark).set(value)
 
 
 def mark_process_dead(pid: int | None = None) -> None:

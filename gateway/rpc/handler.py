@@ -6,6 +6,13 @@ with a gateway-chosen id (``rpc.encode_call``): Go nodes match JSON keys
 case-insensitively and take the last one, so the client's own bytes could
 name any method. The client's id is put back into the answer
 (``rpc.restore_single`` splices it without parsing a large result).
+
+After admission (so every answer below passed the key check and the
+limiter, and counts as usage): an ``eth_getLogs`` range over the plan's
+limit is refused here; an allowlisted read is answered from the network's
+cache when it can be, else sent once for every identical caller
+(coalesced), hedged, and its answer kept when its finality allows
+(``gateway.intel``; README "What is cached and why it is safe").
 """
 
 from __future__ import annotations
@@ -20,6 +27,12 @@ import orjson
 from aiohttp import hdrs, web
 
 from gateway.config import Config, NetworkConfig
+from gateway.intel.cache import answer as cached_answer
+from gateway.intel.cache import answer_block, call_key, result_bytes
+from gateway.intel.head import NetworkHead
+from gateway.intel.logsguard import check_logs_range
+from gateway.intel.methods import READS
+from gateway.intel.policy import Kind, Policy, classify
 from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status, ip_bits
 from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
@@ -29,7 +42,7 @@ from gateway.store.errors import ErrorCounter
 from gateway.store.insight import InsightSink, reply_code
 from gateway.typedefs import CLIENT_IP, KEY_HASH, KEY_ID, REPLY_ERROR, RPC_METHOD
 from gateway.upstream.nodeclient import NodeStream
-from gateway.upstream.pool import NodePool, UpstreamError
+from gateway.upstream.pool import Node, NodePool, UpstreamError
 
 log = logging.getLogger("gateway.rpc")
 
@@ -73,7 +86,7 @@ _REFUSAL_REASON = {
 class _Request:
     """What the handler learned from a body: its calls, or why it has none."""
 
-    __slots__ = ("calls", "error", "is_batch")
+    __slots__ = ("calls", "error", "is_batch", "plan")
 
     def __init__(
         self,
@@ -84,6 +97,7 @@ class _Request:
         self.calls = calls
         self.is_batch = is_batch
         self.error = error
+        self.plan = ""  # the key's plan, once admitted (its eth_getLogs range limit)
 
 
 class _Relay:
@@ -142,6 +156,7 @@ class RpcHandler:
             p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
         }
         self._gid = 1  # the next id a node sees; the client's id never leaves the gateway
+        self._cfg = cfg
 
     def bind(self, limiter: Limiter, pool: NodePool, errors: ErrorCounter) -> None:
         """Attach the resources made by the app's cleanup contexts (at startup)."""
@@ -294,6 +309,7 @@ class RpcHandler:
                 return self._request_error(rpc.SERVICE_UNAVAILABLE, req)
             decision = Decision(Status.ADMITTED, "")
         request[KEY_ID] = decision.key_id
+        req.plan = decision.plan
         if decision.key_id:  # an existing key: its calls count in request insight
             request[KEY_HASH] = khash
         if decision.status is not Status.ADMITTED:
@@ -308,18 +324,27 @@ class RpcHandler:
             kind, reason = req.error
             return error_reply(kind, None, reason, headers)
         calls = req.calls
+        self._guard_logs(req)
         forward = [c for c in calls if c.error is None]
+        if forward and not req.is_batch and forward[0].has_id and forward[0].method in READS:
+            return await self._forward_read(request, khash, req, headers)
+        head = self.pool.intel.heads.head
+        misses = self._batch_hits(forward, head) if req.is_batch else {}
+        if misses or any(c.local is not None for c in forward):
+            forward = [c for c in forward if c.local is None]
         if not forward:
             if not any(c.answered for c in calls):
                 return _no_content(headers)
             return self._local_answer(req, headers)
-        gid = self._gid
-        self._gid = gid + len(forward) if gid < _MAX_GID else 1
+        gid = self._next_gids(len(forward))
         out = rpc.encode_batch(forward, gid) if req.is_batch else rpc.encode_call(forward[0], gid)
         idempotent = not any(c.method in NON_IDEMPOTENT for c in forward)
         try:
-            reply = await self.pool.forward(
-                out, idempotent=idempotent, stream_over=None if req.is_batch else STREAM_OVER
+            reply, node = await self.pool.forward_from(
+                out,
+                idempotent=idempotent,
+                stream_over=None if req.is_batch else STREAM_OVER,
+                hedge=all(c.method in READS for c in forward),
             )
         except UpstreamError as exc:
             self.errors.add(khash)
@@ -333,7 +358,10 @@ class RpcHandler:
             return _Relay(reply, gid, calls[0].id, headers, khash, req)
         try:
             if req.is_batch:
-                answer, is_error = rpc.restore_batch(reply, calls, gid)
+                answered: list[tuple[rpc.Call, dict[str, Any]]] | None = [] if misses else None
+                answer, is_error = rpc.restore_batch(reply, calls, gid, answered)
+                if answered:
+                    self._keep_batch(answered, misses, head, node)
             else:
                 answer, is_error = rpc.restore_single(reply, gid, calls[0].id)
         except rpc.BadAnswer as exc:
@@ -344,6 +372,178 @@ class RpcHandler:
             self.errors.add(khash)
             request[REPLY_ERROR] = True  # request insight reads the code from the answer
         return _reply(answer, 200, headers)
+
+    def _next_gids(self, n: int) -> int:
+        """The first of ``n`` consecutive gateway ids for the calls a node will see."""
+        gid = self._gid
+        self._gid = gid + n if gid < _MAX_GID else 1
+        return gid
+
+    def _guard_logs(self, req: _Request) -> None:
+        """Refuse an ``eth_getLogs`` range over the plan's limit before any node sees it.
+
+        The call is answered by us (-32602, the limit in ``error.data``); in
+        a batch only that call. It was admitted and counted as usage: the
+        work of checking it was done on the key's behalf.
+        """
+        limit = -1
+        for call in req.calls:
+            if call.error is None and call.method == "eth_getLogs":
+                if limit < 0:
+                    limit = self._cfg.max_logs_range(req.plan)
+                data = check_logs_range(call.params, self.pool.intel.heads, limit)
+                if data is not None:
+                    call.error, call.reason = rpc.INVALID_PARAMS, data
+
+    def _batch_hits(
+        self, calls: list[rpc.Call], head: NetworkHead
+    ) -> dict[int, tuple[bytes, Policy]]:
+        """Answer a batch's cached reads locally (``call.local``); the cacheable misses.
+
+        The misses are returned by ``id(call)`` with their key and policy, to
+        be stored from the node's answer. No coalescing for batches.
+        """
+        cache = self.pool.intel.cache
+        misses: dict[int, tuple[bytes, Policy]] = {}
+        if cache is None:
+            return misses
+        for call in calls:
+            method = call.method
+            if not call.has_id or method not in READS or method == "eth_blockNumber":
+                continue  # eth_blockNumber: only single calls are clamped to the head
+            policy = classify(method, call.params, head)
+            if policy.kind is Kind.NEVER:
+                continue
+            key = call_key(method, call.params)
+            hit = cache.get(method, key, policy, head)
+            if hit is not None:
+                call.local = cached_answer(orjson.dumps(call.id), hit)
+            else:
+                misses[id(call)] = (key, policy)
+        return misses
+
+    def _keep_batch(
+        self,
+        answered: list[tuple[rpc.Call, dict[str, Any]]],
+        misses: dict[int, tuple[bytes, Policy]],
+        head: NetworkHead,
+        node: Node,
+    ) -> None:
+        """Cache the results of a batch's cacheable calls from the node's (parsed) answer."""
+        intel = self.pool.intel
+        cache = intel.cache
+        if cache is None:
+            return
+        node_head = intel.heads.node_head(node.name)
+        for call, item in answered:
+            miss = misses.get(id(call))
+            if miss is None or "error" in item or "result" not in item:
+                continue
+            key, policy = miss
+            cache.put(key, policy, head, orjson.dumps(item["result"]), node_head=node_head)
+
+    async def _forward_read(
+        self, request: web.Request, khash: str, req: _Request, headers: dict[str, str]
+    ) -> web.Response | _Relay:
+        """One allowlisted read: from the cache, or one node call shared by identical callers.
+
+        Runs after admission, so a hit has passed the key check and the
+        limiter and was counted as usage; it never reaches a node. The head
+        is read once, so lookup, coalescing key and store agree on it.
+        """
+        call = req.calls[0]
+        intel = self.pool.intel
+        cache = intel.cache
+        head = intel.heads.head
+        method, params = call.method, call.params
+        policy = classify(method, params, head)
+        key = call_key(method, params)
+        id_json = orjson.dumps(call.id)
+        shared = intel.shared if cache is not None and _may_be_final(policy, head) else None
+        if cache is not None:
+            hit = cache.get(method, key, policy, head)
+            if hit is None and shared is not None:
+                hit = await shared.get(key)
+                if hit is not None:
+                    cache.put(key, policy, head, hit)
+            if hit is not None:
+                return _reply(cached_answer(id_json, hit), 200, headers)
+        block = policy.block if policy.block is not None else -1
+        owner = False
+
+        async def flight() -> _Flight:
+            nonlocal owner
+            owner = True
+            gid = self._next_gids(1)
+            reply, node = await self.pool.forward_from(
+                rpc.encode_call(call, gid), stream_over=STREAM_OVER, hedge=True, min_block=block
+            )
+            if isinstance(reply, NodeStream):
+                return reply, gid, None
+            return reply, gid, await self._keep(method, key, policy, head, reply, node)
+
+        coalescer = intel.coalescer
+        try:
+            if coalescer is None:
+                reply, gid, shown = await flight()
+            else:
+                reply, gid, shown = await coalescer.run((key, head.tag), flight)
+                if isinstance(reply, NodeStream) and not owner:
+                    # A streamed answer can be read once: its owner relays it,
+                    # a caller that joined asks on its own.
+                    reply, gid, shown = await flight()
+        except UpstreamError as exc:
+            self.errors.add(khash)
+            kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
+            return self._upstream_failed(kind, req, headers)
+        if isinstance(reply, NodeStream):
+            return _Relay(reply, gid, call.id, headers, khash, req)
+        if shown is not None:
+            return _reply(cached_answer(id_json, shown), 200, headers)
+        try:
+            body, is_error = rpc.restore_single(reply, gid, call.id)
+        except rpc.BadAnswer as exc:
+            self.errors.add(khash)
+            log.warning("bad node answer network=%s reason=%s", self.network.name, exc)
+            return self._upstream_failed(rpc.UPSTREAM_UNAVAILABLE, req, headers)
+        if is_error:
+            self.errors.add(khash)
+            request[REPLY_ERROR] = True  # request insight reads the code from the answer
+        return _reply(body, 200, headers)
+
+    async def _keep(
+        self, method: str, key: bytes, policy: Policy, head: NetworkHead, reply: bytes, node: Node
+    ) -> bytes | None:
+        """Cache a node's answer if its policy allows; for ``eth_blockNumber`` what to answer.
+
+        Runs once per node call (inside the coalesced flight). An
+        ``eth_blockNumber`` answer is clamped to the network head, so answers
+        never decrease even when a lagging node served the call; the result
+        bytes to answer with are returned then (None: relay the node's answer).
+        """
+        intel = self.pool.intel
+        cache = intel.cache
+        is_number = method == "eth_blockNumber"
+        if (cache is None or policy.kind is Kind.NEVER) and not is_number:
+            return None
+        result = result_bytes(reply)
+        if result is None:
+            return None  # an error, or not an answer: never kept
+        shown: bytes | None = None
+        if is_number:
+            try:
+                number = int(orjson.loads(result), 16)
+            except (TypeError, ValueError):
+                return None
+            clamped = intel.heads.observe_number(node.name, number)
+            result = shown = b'"%s"' % hex(clamped).encode()
+        if cache is not None and cache.put(
+            key, policy, head, result, node_head=intel.heads.node_head(node.name)
+        ):
+            shared = intel.shared
+            if shared is not None and _is_final(policy, head, result):
+                await shared.put(key, result)
+        return shown
 
     async def _relay(self, request: web.Request, relay: _Relay) -> web.StreamResponse:
         """Stream a large single answer with the client's id spliced into its head.
@@ -455,8 +655,13 @@ class RpcHandler:
 
     @staticmethod
     def _local_answer(req: _Request, headers: dict[str, str]) -> web.Response:
-        errors = [rpc.call_error_obj(c) for c in req.calls if c.answered]
-        body = orjson.dumps(errors if req.is_batch else errors[0])
+        """Answers made without a node: our errors, and cached answers in a batch."""
+        items: list[Any] = [
+            orjson.Fragment(c.local) if c.local is not None else rpc.call_error_obj(c)
+            for c in req.calls
+            if c.answered
+        ]
+        body = orjson.dumps(items if req.is_batch else items[0])
         return _reply(body, 200, headers)
 
     @staticmethod
@@ -466,11 +671,41 @@ class RpcHandler:
         if not req.is_batch:
             return error_reply(kind, req.calls[0].id, None, headers)
         items = [
-            rpc.call_error_obj(c) if c.error is not None else rpc.error_obj(kind, c.id)
+            orjson.Fragment(c.local)
+            if c.local is not None
+            else rpc.call_error_obj(c)
+            if c.error is not None
+            else rpc.error_obj(kind, c.id)
             for c in req.calls
             if c.answered
         ]
         return _reply(orjson.dumps(items), kind.http_status, headers)
+
+
+# What one node call for a read gives every caller that shared it: the node's
+# answer (bytes, or a stream only its owner may read), the gateway id it
+# carries, and the result to answer with instead (a clamped eth_blockNumber).
+_Flight = tuple[bytes | NodeStream, int, bytes | None]
+
+
+def _may_be_final(policy: Policy, head: NetworkHead) -> bool:
+    """Whether the answer may sit in the forever slot (the only one the Redis tier holds)."""
+    kind = policy.kind
+    if kind is Kind.FOREVER:
+        return True
+    if kind is not Kind.IF_FINAL:
+        return False
+    return policy.block is None or policy.block <= head.finalized
+
+
+def _is_final(policy: Policy, head: NetworkHead, result: bytes) -> bool:
+    """Whether a stored answer went to the forever slot (FOREVER, or final by its block)."""
+    if not _may_be_final(policy, head):
+        return False
+    if policy.kind is Kind.FOREVER or policy.block is not None:
+        return True
+    block = answer_block(result)
+    return block is not None and block <= head.finalized
 
 
 def error_reply(

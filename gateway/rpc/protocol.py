@@ -44,6 +44,9 @@ UPSTREAM_UNAVAILABLE: Final = ErrorKind(-32603, "Upstream unavailable", 502)
 UPSTREAM_TIMEOUT: Final = ErrorKind(-32603, "Upstream timeout", 504)
 SERVICE_UNAVAILABLE: Final = ErrorKind(-32603, "Service unavailable", 503)
 INTERNAL_ERROR: Final = ErrorKind(-32603, "Internal error", 500)
+# A call the gateway refuses on its params (the eth_getLogs range guard); its
+# ``data`` says why and what the limit is.
+INVALID_PARAMS: Final = ErrorKind(-32602, "Invalid params", 200)
 
 
 class ParseError(Exception):
@@ -108,12 +111,21 @@ class Call:
     id: Any = None
     has_id: bool = False
     error: ErrorKind | None = None
-    reason: str | None = None
+    reason: Any = None  # error.data: a string, or an object (INVALID_PARAMS)
+    local: bytes | None = None  # a whole answer the gateway has (a cache hit): not forwarded
 
     @property
     def answered(self) -> bool:
-        """Whether this call takes a place in the answer (notifications do not)."""
-        return self.has_id or (self.error is not None and self.error is not METHOD_NOT_FOUND)
+        """Whether this call takes a place in the answer (notifications do not).
+
+        A notification refused for its method or its params is dropped
+        silently, as JSON-RPC asks; one that is not even a valid request
+        object is answered, since it may not have meant to be a notification.
+        """
+        error = self.error
+        return self.has_id or (
+            error is not None and error is not METHOD_NOT_FOUND and error is not INVALID_PARAMS
+        )
 
 
 def _valid_id(value: Any) -> bool:
@@ -279,14 +291,21 @@ def restore_single(reply: bytes, gid: int, client_id: Any) -> tuple[bytes, bool]
     return orjson.dumps(obj), "error" in obj
 
 
-def restore_batch(reply: bytes, calls: Collection[Call], first_gid: int) -> tuple[bytes, bool]:
+def restore_batch(
+    reply: bytes,
+    calls: Collection[Call],
+    first_gid: int,
+    answered: list[tuple[Call, dict[str, Any]]] | None = None,
+) -> tuple[bytes, bool]:
     """The batch answer in request order: node answers mapped back by gateway id.
 
     ``calls`` is the whole request (ours: per-call errors, in place; the
     forwarded ones numbered from ``first_gid`` in order). A call the node did
-    not answer gets -32603. Raises ``BadAnswer`` when the reply is not JSON.
+    not answer gets -32603; a call with a ``local`` answer (not forwarded)
+    gets that. ``answered`` collects (call, node answer) of the forwarded
+    calls, for the cache. Raises ``BadAnswer`` when the reply is not JSON.
     """
-    if not any(c.error is None and c.has_id for c in calls):
+    if not any(c.error is None and c.local is None and c.has_id for c in calls):
         answers: Any = []  # only notifications went out: nothing to wait for
     else:
         try:
@@ -307,6 +326,9 @@ def restore_batch(reply: bytes, calls: Collection[Call], first_gid: int) -> tupl
     gid = first_gid
     is_error = False
     for call in calls:
+        if call.local is not None:
+            out.append(orjson.Fragment(call.local))
+            continue
         if call.error is not None:
             if call.answered:
                 out.append(call_error_obj(call))
@@ -324,4 +346,6 @@ def restore_batch(reply: bytes, calls: Collection[Call], first_gid: int) -> tupl
         answer["id"] = call.id
         is_error = is_error or "error" in answer
         out.append(answer)
+        if answered is not None and whole is None:
+            answered.append((call, item))
     return orjson.dumps(out), is_error

@@ -92,7 +92,16 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
 
     raw: dict[str, Any] = {
         name: table(getattr(cfg, name))
-        for name in ("server", "limits", "redis", "upstream", "dashboard")
+        for name in (
+            "server",
+            "limits",
+            "redis",
+            "upstream",
+            "dashboard",
+            "cache",
+            "hedge",
+            "insight",
+        )
     }
     raw["networks"] = {n.name: table(n, ("name",)) for n in cfg.networks}
     raw["plans"] = {p.name: table(p, ("name",)) for p in cfg.plans}

@@ -20,8 +20,17 @@ node leaves time for another. A call that is not idempotent
 the node (connect refused or timed out) or the node refused it with 429;
 once it may have been received it is never sent again.
 
-Health: a background probe asks every node for ``eth_blockNumber`` each
-``probe_interval_s``. A node whose probe fails leaves the rotation until a
+Hedging: an allowlisted read (``intel.methods.READS``, asked with
+``hedge=True``) whose node has not answered after that node's recent p95
+latency (clamped to ``[hedge].floor_s``/``ceiling_s``) is also sent to a
+second node; the first good answer wins, the other is cancelled. Hedges and
+retries draw from one budget (``retry_budget``), so a network slow
+everywhere gets at most that much extra load. Writes are never hedged.
+
+Health: a background probe asks every node for its latest, safe and
+finalized blocks (one batch, ``intel.head.PROBE_BODY``) each
+``probe_interval_s``; the answers feed the network's ``HeadTracker`` (one
+monotonic head per network) and per-node lag. A node whose probe fails leaves the rotation until a
 probe succeeds; a node taken out by failures comes back only after its
 cooldown *and* a successful probe. Bodies travel as bytes: the pool never
 parses what it forwards. Node URLs may hold a provider's secret, so logs and
@@ -41,12 +50,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
-import orjson
 
-from gateway.config import NetworkConfig, UpstreamConfig
+from gateway.config import Config, NetworkConfig, UpstreamConfig
+from gateway.intel.head import PROBE_BODY, HeadReport, parse_probe
+from gateway.intel.hedge import Launch, run_hedged, timed
+from gateway.intel.network import NetworkIntel
 from gateway.ops.metrics import Metrics, NodeMetrics
 from gateway.upstream.nodeclient import NodeClient, NodeStream, UpstreamError
 
@@ -54,7 +65,6 @@ __all__ = ["Node", "NodePool", "UpstreamError"]  # UpstreamError: nodeclient's, 
 
 log = logging.getLogger("gateway.upstream")
 
-PROBE_BODY: Final = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
 _JSON_HEADERS: Final = {"Content-Type": "application/json"}
 # A node's 4xx answer that judges the request, not the node: relayed when JSON.
 _RELAYED_4XX: Final = frozenset({400, 413, 422})
@@ -95,27 +105,6 @@ class Node:
         return f"<Node {self.name} healthy={self.healthy} head={self.head}>"
 
 
-class _Budget:
-    """Retries allowed as a fraction of first attempts (a token bucket)."""
-
-    __slots__ = ("cap", "ratio", "tokens")
-
-    def __init__(self, ratio: float, tokens: float = 10.0, cap: float = 100.0) -> None:
-        self.ratio = ratio
-        self.tokens = tokens
-        self.cap = cap
-
-    def on_attempt(self) -> None:
-        tokens = self.tokens + self.ratio
-        self.tokens = tokens if tokens < self.cap else self.cap
-
-    def take(self) -> bool:
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-
 class NodePool:
     """The nodes of one network; ``forward`` is the only hot-path entry."""
 
@@ -129,7 +118,12 @@ class NodePool:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_response_bytes: int | None = None,
+        config: Config | None = None,
+        redis: Any = None,
     ) -> None:
+        """``config``: the whole config, for the ``[cache]``/``[hedge]`` intel parts
+        (None: their defaults with this ``cfg``); ``redis``: the client of the
+        optional shared cache tier."""
         self.network = network
         self.max_response_bytes = max_response_bytes
         self.clock = clock  # injectable for tests; monotonic seconds
@@ -149,7 +143,12 @@ class NodePool:
             for i, url in enumerate(network.upstreams)
         ]
         self._next = 0
-        self._budget = _Budget(cfg.retry_budget)
+        whole = config if config is not None else Config(upstream=cfg)
+        # One network's heads, latencies, hedge budget, cache and coalescer.
+        self.intel = NetworkIntel.from_config(
+            whole, network.name, [n.name for n in self.nodes], redis=redis, clock=clock
+        )
+        self.intel_metrics = metrics.intel(network.name) if metrics else None
         self._attempt_timeout = aiohttp.ClientTimeout(
             total=self.attempt_timeout_s, sock_connect=connect_timeout_s
         )
@@ -196,13 +195,23 @@ class NodePool:
             self.session = None
 
     # -- routing -------------------------------------------------------------
-    def pick(self, exclude: tuple[Node, ...] = ()) -> Node | None:
-        """The best node not in ``exclude``: tier, then fewest in flight, round robin."""
+    def pick(self, exclude: tuple[Node, ...] | list[Node] = (), min_block: int = -1) -> Node | None:
+        """The best node not in ``exclude``: tier, then fewest in flight, round robin.
+
+        ``min_block >= 0``: the call names that block, so nodes whose last
+        reported head is below it are skipped while any node is known to have
+        it (SPEC §10); when none is, the pick is as usual (a node may have
+        moved on since its probe).
+        """
         nodes = self.nodes
         n = len(nodes)
         start = self._next
         if not exclude:  # a retry does not move the rotation on
             self._next = start + 1 if start + 1 < n else 0
+        if min_block >= 0:
+            having = self.intel.heads.nodes_with(min_block)
+            if having and len(having) < n:
+                exclude = (*exclude, *(node for node in nodes if node.name not in having))
         now = self.clock()
         best: Node | None = None
         best_rank = 0
@@ -234,72 +243,123 @@ class NodePool:
 
     # -- forwarding ----------------------------------------------------------
     async def forward(
-        self, body: bytes, *, idempotent: bool = True, stream_over: int | None = None
+        self,
+        body: bytes,
+        *,
+        idempotent: bool = True,
+        stream_over: int | None = None,
+        hedge: bool = False,
+        min_block: int = -1,
     ) -> bytes | NodeStream:
-        """POST ``body`` to a node and return its answer (any 2xx).
+        """POST ``body`` to a node and return its answer (any 2xx); see ``forward_from``."""
+        payload, _ = await self.forward_from(
+            body, idempotent=idempotent, stream_over=stream_over, hedge=hedge, min_block=min_block
+        )
+        return payload
+
+    async def forward_from(
+        self,
+        body: bytes,
+        *,
+        idempotent: bool = True,
+        stream_over: int | None = None,
+        hedge: bool = False,
+        min_block: int = -1,
+    ) -> tuple[bytes | NodeStream, Node]:
+        """POST ``body`` to a node: its answer (any 2xx) and the node that gave it.
 
         The answer is its bytes; with ``stream_over`` (lean client only) a
         longer 2xx answer comes as a ``NodeStream`` the caller must read to
-        the end or close. Raises ``UpstreamError`` once the attempts, the
-        deadline or the retry budget run out (see the module docstring), or
-        for an answer over ``max_response_bytes``.
+        the end or close. ``hedge``: the body is an allowlisted read, so a
+        slow node gets a second node asked after its hedge delay.
+        ``min_block``: the highest block the call names (routing). Raises
+        ``UpstreamError`` once the attempts, the deadline or the budget run
+        out (see the module docstring), or for an answer over
+        ``max_response_bytes``.
         """
-        session = self.session
-        assert session is not None, "NodePool.start() was not awaited"
+        assert self.session is not None, "NodePool.start() was not awaited"
+        intel = self.intel
         deadline = self.clock() + self.total_timeout_s
-        self._budget.on_attempt()
-        tried: tuple[Node, ...] = ()
-        last = UpstreamError(f"{self.network.name}: no upstream node configured")
-        for attempt in range(self.max_attempts):
-            node = self.pick(tried)
-            if node is None:
-                break
-            remaining = deadline - self.clock()
-            if remaining <= 0.001:
-                last = UpstreamError(f"{self.network.name}: deadline reached", timeout=True)
-                break
-            if attempt:
-                if not self._budget.take():
-                    break
-                prev = tried[-1]
-                if prev.metrics is not None:
-                    prev.metrics.retry.inc()
-            tried += (node,)
-            node.in_flight += 1
-            try:
-                if node.client is not None:
-                    payload = await _lean_attempt(
-                        node,
-                        node.client,
-                        body,
-                        min(remaining, self.attempt_timeout_s),
-                        self.max_response_bytes,
-                        stream_over,
-                    )
-                else:
-                    timeout = (
-                        self._attempt_timeout
-                        if remaining >= self.attempt_timeout_s
-                        else aiohttp.ClientTimeout(
-                            total=remaining, sock_connect=self.connect_timeout_s
-                        )
-                    )
-                    payload = await self._attempt(
-                        session, node, body, timeout, self.max_response_bytes
-                    )
-            except UpstreamError as exc:
-                self._failed(node, exc)
-                last = exc
-                if exc.too_large or (exc.sent and not idempotent and not exc.resend_ok):
-                    break
-                continue
-            finally:
-                node.in_flight -= 1
-            node.consecutive_failures = 0
-            if node.metrics is not None:
-                node.metrics.ok.inc()
-            return payload
-        raise last
+        tried: list[Node] = []
+        hedging = hedge and intel.hedging
+        latency = intel.latency
+
+        def factory(n: int) -> Launch[tuple[bytes | NodeStream, Node]] | None:
+            node = self.pick(tried, min_block)
+            if node is None or node in tried:
+                return None
+            if n and tried[-1].metrics is not None:
+                tried[-1].metrics.retry.inc()
+            tried.append(node)
+            return Launch(attempt(node), latency.delay(node.name) if hedging else None)
+
+        async def attempt(node: Node) -> tuple[bytes | NodeStream, Node]:
+            # The attempt's coroutine is made only once its task runs: a task
+            # cancelled before its first step (a hedge that lost at once, the
+            # deadline) leaves no coroutine that was never awaited.
+            one = self._attempt_on(node, body, deadline, stream_over)
+            return await timed(latency, node.name, one, self.clock)
+
+        def retryable(exc: BaseException) -> bool:
+            if not isinstance(exc, UpstreamError) or exc.too_large:
+                return False
+            return idempotent or not exc.sent or exc.resend_ok
+
+        try:
+            async with asyncio.timeout(max(0.0, deadline - self.clock()) + 0.05):
+                return await run_hedged(
+                    factory,
+                    intel.budget,
+                    max_attempts=self.max_attempts,
+                    retryable=retryable,
+                    stats=intel.hedge_stats,
+                    discard=_discard,
+                )
+        except LookupError:
+            raise UpstreamError(f"{self.network.name}: no upstream node configured") from None
+        except TimeoutError:
+            raise UpstreamError(f"{self.network.name}: deadline reached", timeout=True) from None
+
+    async def _attempt_on(
+        self, node: Node, body: bytes, deadline: float, stream_over: int | None
+    ) -> tuple[bytes | NodeStream, Node]:
+        """One attempt on ``node``, capped at the attempt timeout and what is left of the deadline.
+
+        A cancelled attempt (a hedge's loser, or the caller gone) is not the
+        node's failure: it was merely slower.
+        """
+        remaining = deadline - self.clock()
+        if remaining <= 0.001:
+            raise UpstreamError(f"{self.network.name}: deadline reached", timeout=True)
+        node.in_flight += 1
+        try:
+            if node.client is not None:
+                payload = await _lean_attempt(
+                    node,
+                    node.client,
+                    body,
+                    min(remaining, self.attempt_timeout_s),
+                    self.max_response_bytes,
+                    stream_over,
+                )
+            else:
+                session = self.session
+                assert session is not None
+                timeout = (
+                    self._attempt_timeout
+                    if remaining >= self.attempt_timeout_s
+                    else aiohttp.ClientTimeout(total=remaining, sock_connect=self.connect_timeout_s)
+                )
+                payload = await self._attempt(session, node, body, timeout, self.max_response_bytes)
+        except UpstreamError as exc:
+            self._failed(node, exc)
+            raise
+        finally:
+            node.in_flight -= 1
+        node.consecutive_failures = 0
+        if node.metrics is not None:
+            node.metrics.ok.inc()
+        return payload, node
 
     @staticmethod
     async def _attempt(
@@ -363,18 +423,34 @@ class NodePool:
 
     # -- health --------------------------------------------------------------
     async def probe_once(self) -> None:
-        """Ask every node for its head; mark down, lagging, or back in rotation."""
-        results = await asyncio.gather(*(self._probe(node) for node in self.nodes))
-        best = max((h for h in results if h is not None), default=0)
+        """Ask every node for its heads; mark down, lagging, or back in rotation.
+
+        The reports feed the network's ``HeadTracker`` (which drops head-keyed
+        cache entries when the head moves); lag is measured against the
+        network head, which never goes back.
+        """
+        reports = await asyncio.gather(*(self._probe(node) for node in self.nodes))
+        intel = self.intel
+        heads = intel.heads
+        for node, report in zip(self.nodes, reports, strict=True):
+            if report is None:
+                heads.forget(node.name)
+            else:
+                intel.observe_head(node.name, report)
+        best = max((r.number for r in reports if r is not None), default=0)
         now = self.clock()
-        for node, head in zip(self.nodes, results, strict=True):
+        for node, report in zip(self.nodes, reports, strict=True):
             was_in = node.usable(now) and not node.lagging
-            if head is None:
+            if report is None:
                 if node.healthy:
                     log.warning("node probe failed node=%s", node.name)
                 node.healthy = False
             else:
+                head = report.number
                 node.head = head
+                # Lagging is judged against the best node answering now (when
+                # the fresh node is down, the next best is the best there is);
+                # the lag metric is against the network head.
                 node.lagging = best - head > self.cfg.max_lag_blocks
                 if not node.healthy or (node.down_until and now >= node.down_until):
                     log.info("node back node=%s head=%s", node.name, head)
@@ -383,13 +459,15 @@ class NodePool:
                 node.healthy = True
             is_in = node.usable(now) and not node.lagging
             if node.lagging and was_in:
-                log.warning("node lagging node=%s head=%s best=%s", node.name, head, best)
+                log.warning("node lagging node=%s head=%s best=%s", node.name, node.head, best)
             if node.metrics is not None:
                 node.metrics.healthy.set(1 if is_in else 0)
-                if head is not None:
-                    node.metrics.head.set(head)
+                if report is not None:
+                    node.metrics.head.set(report.number)
+        if self.intel_metrics is not None:
+            self.intel_metrics.sync(intel)
 
-    async def _probe(self, node: Node) -> int | None:
+    async def _probe(self, node: Node) -> HeadReport | None:
         session = self.session
         assert session is not None
         try:
@@ -398,12 +476,13 @@ class NodePool:
             ) as resp:
                 if resp.status != 200:
                     return None
-                reply = orjson.loads(await resp.read())
-                head = int(reply["result"], 16)
-                # a hostile node's absurd head would break the metrics and lag math
-                return head if 0 <= head < 1 << 63 else None
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError, TypeError):
+                report = parse_probe(await resp.read())
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
             return None
+        # a hostile node's absurd head would break the metrics and lag math
+        if report is None or not 0 <= report.number < 1 << 63:
+            return None
+        return report
 
     async def probe_forever(self) -> None:
         while True:
@@ -420,6 +499,12 @@ class NodePool:
     async def __aexit__(self, *exc: object) -> None:
         with contextlib.suppress(Exception):
             await self.close()
+
+
+def _discard(result: tuple[bytes | NodeStream, Node]) -> None:
+    """A second good answer nobody will read (a hedge that finished with the winner)."""
+    if isinstance(result[0], NodeStream):
+        result[0].close()
 
 
 def _too_large(node: Node) -> UpstreamError:

@@ -82,7 +82,13 @@ async def test_metrics_count_requests_latency_upstream_limits(
     account: str,
     mock_nodes: dict[str, MockNode],
 ) -> None:
-    cfg = make_config({"plans": {"free": {"rate": 0.001, "burst": 3}}})
+    # The cache off: each admitted call is one upstream result to count.
+    cfg = make_config(
+        {
+            "plans": {"free": {"rate": 0.001, "burst": 3}},
+            "cache": {"enabled": False, "coalesce": False},
+        }
+    )
     client = await aiohttp_client(create_app(cfg))
     for _ in range(5):
         await client.post(f"/bsc/{api_key}", data=CALL, headers=JSON)
@@ -168,6 +174,10 @@ async def test_canary_key_in_no_log_line(
     cfg = make_config(
         {
             "plans": {"free": {"rate": 0.001, "burst": 1}},
+            "cache": {
+                "enabled": False,
+                "coalesce": False,
+            },  # the node's failures must reach the client
             "limits": {"max_body_bytes": 2048, "upstream_timeout_s": 0.3},
             "upstream": {"attempt_timeout_s": 0.3, "fail_threshold": 1000},
         }

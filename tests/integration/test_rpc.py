@@ -12,14 +12,15 @@ from gateway.demo.mocknode import MockNode
 from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.lease import until_status
+from tests.helpers.probes import forwarded
 
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "eth_chainId", "params": []}
 JSON = {"Content-Type": "application/json"}
 
 
 def fwd(node: MockNode) -> int:
-    """Calls forwarded to ``node``, not counting the health probe's eth_blockNumber."""
-    return node.calls - node.by_method["eth_blockNumber"]
+    """Calls forwarded to ``node``, not counting the health probe's."""
+    return forwarded(node)
 
 
 def dumps(obj: Any) -> bytes:

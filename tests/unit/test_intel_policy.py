@@ -49,7 +49,8 @@ CASES: list[tuple[str, Any, Policy]] = [
         [{"fromBlock": hex(1), "toBlock": hex(991)}],
         Policy(Kind.UNTIL_HEAD_MOVES, 991),
     ),
-    ("eth_getLogs", [{"fromBlock": hex(1)}], Policy(Kind.UNTIL_HEAD_MOVES)),  # to = latest
+    # to = latest: moves with the head; the numbered end still steers routing
+    ("eth_getLogs", [{"fromBlock": hex(1)}], Policy(Kind.UNTIL_HEAD_MOVES, 1)),
     ("eth_getLogs", [{"fromBlock": hex(1), "toBlock": "pending"}], Policy(Kind.NEVER)),
     ("eth_getLogs", [{"blockHash": H32}], Policy(Kind.IF_FINAL, None)),
     ("eth_getLogs", [{"fromBlock": "0xzz"}], Policy(Kind.NEVER)),

@@ -1,0 +1,228 @@
+"""A realistic dapp read mix from many keys: what the cache and coalescing save.
+
+The mix (per 100 calls): head polling (``eth_blockNumber`` 25), ``eth_chainId``
+5, ``eth_call`` at latest over 32 (contract, holder) pairs 25, ``eth_getBalance``
+at latest over 50 addresses 15, the latest block 10, recent numbered blocks 10,
+small numbered ``eth_getLogs`` ranges 5, ``eth_gasPrice`` 5. Every key sends
+the same mix in its own shuffled order, as many browser tabs of one dapp do.
+
+The gateway and the bare pass-through proxy (bench/baseline_proxy.py, no key
+check, no cache) get the same bodies in the same run, one after the other,
+closed loop. The gateway's ``/metrics`` (on its own port) give the node calls
+(upstream attempts), cache hits and misses by method, and coalesced calls;
+``/proc`` gives the gateway's peak RSS. Receipts are not in the mix: the
+stack's mock node does not serve them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import re
+import shlex
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench import report as rpt
+from bench import verdicts as v
+from bench.client import build_request
+from bench.loadgen import LoadResult, LoadSpec
+from bench.scenarios.common import Env, base_report, finish, log, prefix_of, run_with_events
+from bench.stack import BENCH_PLAN, Stack, StackOptions, free_port, process_tree
+from bench.workload import Endpoint
+
+MIX = (
+    "A realistic dapp read mix (head polling, eth_call, balances, latest and recent blocks, "
+    "small eth_getLogs, gas price) from many keys, against the gateway (cache and "
+    "coalescing on) and the bare proxy in the same run: node calls per client call, cache "
+    "hit rate by method, coalesced share, throughput ratio, peak RSS."
+)
+
+_START = 1_000_000  # the stack's mock node starts its chain here and only moves up
+_CONTRACTS = ["0x" + f"{c:02x}" * 20 for c in (0x10, 0x20, 0x30, 0x40)]
+_HOLDERS = ["0x" + f"{h:02x}" * 20 for h in range(0x50, 0x58)]
+_ADDRESSES = ["0x" + f"{a:040x}" for a in range(1, 51)]
+
+
+def mix_calls(rng: random.Random) -> list[tuple[str, list[Any]]]:
+    """One key's 100 calls in a shuffled order (method, params)."""
+    calls: list[tuple[str, list[Any]]] = []
+    calls += [("eth_blockNumber", [])] * 25
+    calls += [("eth_chainId", [])] * 5
+    for _ in range(25):
+        data = "0x70a08231" + "00" * 12 + rng.choice(_HOLDERS)[2:]
+        calls.append(("eth_call", [{"to": rng.choice(_CONTRACTS), "data": data}, "latest"]))
+    calls += [("eth_getBalance", [rng.choice(_ADDRESSES), "latest"]) for _ in range(15)]
+    calls += [("eth_getBlockByNumber", ["latest", False])] * 10
+    calls += [("eth_getBlockByNumber", [hex(_START - rng.randrange(20)), False]) for _ in range(10)]
+    for _ in range(5):
+        low = _START - 100 + rng.randrange(10) * 10
+        calls.append(("eth_getLogs", [{"fromBlock": hex(low), "toBlock": hex(low + 9)}]))
+    calls += [("eth_gasPrice", [])] * 5
+    rng.shuffle(calls)
+    return calls
+
+
+def build_mix(
+    endpoint: Endpoint, keys: list[str], seed: int
+) -> tuple[tuple[bytes, ...], tuple[int, ...], dict[str, int]]:
+    """Request templates interleaving the keys, the key index of each, and calls by method."""
+    rng = random.Random(seed)
+    per_key = [mix_calls(rng) for _ in range(max(1, len(keys)))]
+    requests: list[bytes] = []
+    key_of: list[int] = []
+    by_method: dict[str, int] = {}
+    for i in range(100):
+        for k, calls in enumerate(per_key):
+            method, params = calls[i]
+            body = orjson.dumps({"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params})
+            path = f"{endpoint.prefix}/{keys[k]}" if keys else endpoint.prefix
+            requests.append(build_request(endpoint.host, endpoint.port, path, body))
+            key_of.append(k)
+            by_method[method] = by_method.get(method, 0) + 1
+    return tuple(requests), tuple(key_of), by_method
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:]+)\{([^}]*)\} ([0-9.e+-]+)$", re.M)
+
+
+async def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
+    async with aiohttp.ClientSession() as s, s.get(url) as resp:
+        text = await resp.text()
+    out = []
+    for name, labels, value in _SAMPLE.findall(text):
+        pairs = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        out.append((name, pairs, float(value)))
+    return out
+
+
+def total(samples: list[tuple[str, dict[str, str], float]], name: str, **want: str) -> float:
+    return sum(
+        val
+        for n, labels, val in samples
+        if n == name and all(labels.get(k) == w for k, w in want.items())
+    )
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The largest peak RSS (VmHWM) of ``pid`` and its descendants (the workers)."""
+    peak = 0
+    for p in process_tree(pid):
+        with contextlib.suppress(OSError), open(f"/proc/{p}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+    return peak / 1024
+
+
+@contextlib.asynccontextmanager
+async def _stack(args: argparse.Namespace, metrics_port: int) -> AsyncIterator[Env]:
+    opts = StackOptions(
+        bsc_nodes=2,
+        node_latency_ms=args.node_latency * 1000.0,
+        node_jitter_ms=args.node_jitter * 1000.0,
+        gateway_workers=args.workers,
+        gateway_cmd=tuple(shlex.split(args.gateway_cmd)),
+        pin=not args.no_pin,
+        proxy=True,
+        keep_dir=args.keep_stack_dir,
+        metrics_port=metrics_port,
+    )
+    log("starting a local stack (redis, mock nodes, gateway, bare proxy)")
+    async with Stack.start(opts) as stack:
+        assert stack.gateway is not None
+        yield Env(args, stack, stack.gateway.url)
+
+
+async def mix(args: argparse.Namespace) -> dict[str, Any]:
+    if args.target:
+        raise SystemExit("bench: mix needs the local stack (it reads the gateway's metrics)")
+    metrics_port = free_port()
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    async with _stack(args, metrics_port) as env:
+        stack = env.stack
+        assert stack is not None and stack.gateway is not None and stack.proxy is not None
+        keys = [k for k, _ in await env.keys(args.keys, BENCH_PLAN)]
+        results: dict[str, LoadResult] = {}
+        counts: dict[str, int] = {}
+        for name, url, use_keys in (
+            ("gateway", env.gateway_url, keys),
+            ("proxy", stack.proxy.url, []),
+        ):
+            endpoint = Endpoint.from_url(url, prefix_of(args))
+            requests, key_of, by_method = build_mix(endpoint, use_keys, args.seed)
+            if name == "gateway":
+                counts = by_method
+                before = await scrape(metrics_url)
+            spec = LoadSpec(
+                host=endpoint.host,
+                port=endpoint.port,
+                requests=requests,
+                keys_of=key_of,
+                duration_s=args.duration,
+                rate=0.0,
+                connections=max(args.connections, args.procs),
+                processes=args.procs,
+                timeout_s=args.timeout,
+                cpus=stack.cpus.others,
+            )
+            res, _ = await run_with_events(
+                spec, [], progress=not args.quiet, label=name, stack=stack
+            )
+            results[name] = res
+            log(f"{name}: {res.completed / res.duration_s:,.0f} req/s, kinds {dict(res.kinds)}")
+            if name == "gateway":
+                await asyncio.sleep(2.5)  # intel metrics are synced once per probe (1 s)
+                after = await scrape(metrics_url)
+                rss = peak_rss_mib(stack.gateway.pid)
+        report = base_report("mix", MIX, args, env)
+        for name, res in results.items():
+            report["targets"][name] = rpt.summarize([res])
+        report["ratios"]["gateway/proxy"] = v.side_by_side_ratios(
+            report["targets"]["gateway"], report["targets"]["proxy"]
+        )
+
+        def grew(name: str, **labels: str) -> float:
+            return total(after, name, **labels) - total(before, name, **labels)
+
+        client_calls = results["gateway"].completed
+        node_calls = grew("gateway_upstream_results_total")
+        coalesced = grew("gateway_coalesced_calls_total")
+        per_call = node_calls / client_calls if client_calls else float("nan")
+        figures = report["figures"]
+        figures["client calls answered (gateway)"] = f"{client_calls:,}"
+        figures["node calls (upstream attempts)"] = f"{node_calls:,.0f}"
+        figures["node calls per client call"] = f"{per_call:.3f} (target <= 0.5)"
+        figures["coalesced share of client calls"] = f"{coalesced / max(1, client_calls):.1%}"
+        for method in sorted(counts):
+            hits = grew("gateway_cache_lookups_total", method=method, result="hit")
+            misses = grew("gateway_cache_lookups_total", method=method, result="miss")
+            rate = f"{hits / (hits + misses):.1%}" if hits + misses else "not cached"
+            share = counts[method] / max(1, sum(counts.values()))
+            figures[f"cache hit rate {method}"] = f"{rate} ({share:.0%} of the mix)"
+        cache_bytes = total(after, "gateway_cache_bytes", network="bsc")
+        figures["cache bytes at the end (bsc)"] = f"{cache_bytes / 1024:,.0f} KiB"
+        figures["gateway peak RSS"] = f"{rss:,.1f} MiB"
+        gw, px = report["targets"]["gateway"], report["targets"]["proxy"]
+        ratio = gw["throughput_rps"] / px["throughput_rps"] if px["throughput_rps"] else 0.0
+        figures["throughput gateway / bare proxy"] = f"{ratio:.2f}x (target >= 2x)"
+        checks = [
+            v.check("node calls per client call <= 0.5", per_call <= 0.5, f"{per_call:.3f}"),
+            v.check("throughput >= 2x the bare proxy", ratio >= 2.0, f"{ratio:.2f}x"),
+            v.check(
+                "cache within its byte budget",
+                cache_bytes <= args.cache_max_bytes,
+                f"{cache_bytes:,.0f} <= {args.cache_max_bytes:,} bytes",
+            ),
+            v.check(
+                "no errors",
+                gw["error_rate"] == 0,
+                f"{gw['error_rate'] * 100:.3f}%: {gw['errors'] or 'none'}",
+            ),
+        ]
+        return finish(report, checks)
