@@ -62,13 +62,17 @@ def create_app(config: Config | None = None) -> web.Application:
     app[T.CONFIG] = cfg
     app[T.METRICS] = Metrics()
     app[T.CLIENT_IP] = ClientIP(cfg.server.trusted_proxies)
+    app.cleanup_ctx.append(_redis_url_ctx)
     app.cleanup_ctx.append(_redis_ctx)
+    app.cleanup_ctx.append(_mux_ctx)
+    app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_key_events_ctx)
     app.cleanup_ctx.append(_usage_ctx)
     app.cleanup_ctx.append(_admission_ctx)
     app.cleanup_ctx.append(_pools_ctx)
     app.cleanup_ctx.append(_errors_ctx)
     app.cleanup_ctx.append(_insight_ctx)
+    app.cleanup_ctx.append(_handlers_ctx)  # last: every resource a handler uses exists
     if hosted:
         setup_logging()  # gunicorn configures only its own loggers
         app.cleanup_ctx.append(metrics_listener_ctx)
@@ -82,7 +86,6 @@ def create_app(config: Config | None = None) -> web.Application:
         # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
         app.router.add_route("*", handler.network.prefix + "/{tail:.*}", handler.handle)
     app[HANDLERS] = handlers
-    app.on_startup.append(_bind_handlers)
     setup_ws(app, handlers)
     setup_ops_routes(app)
     if cfg.dashboard.enabled:
@@ -90,34 +93,58 @@ def create_app(config: Config | None = None) -> web.Application:
     return app
 
 
-async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
+async def _redis_url_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Where Redis is: the configured URL, or the embedded server (started here)."""
     cfg = app[T.CONFIG]
     url, embedded = cfg.redis.url, None
     if not url:
         url, embedded = await asyncio.to_thread(ensure_embedded, data_dir(cfg))
-    redis = connect(cfg.redis, url)
-    admin = admin_connect(cfg.redis, url)
-    app[T.REDIS] = redis
-    mux: MuxRedis | None = None
-    if not cfg.redis.cluster:
-        mux = MuxRedis(
-            url,
-            timeout_s=cfg.redis.timeout_ms / 1000,
-            connect_timeout_s=cfg.redis.connect_timeout_ms / 1000,
-            log_interval_s=cfg.redis.failure_log_interval_s,
-        )
     app[T.REDIS_URL] = url
+    try:
+        yield
+    finally:
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+
+
+async def _redis_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The hot-path redis-py client (millisecond timeouts; the Cluster client)."""
+    redis = connect(app[T.CONFIG].redis, app[T.REDIS_URL])
+    app[T.REDIS] = redis
+    try:
+        yield
+    finally:
+        await redis.aclose()
+
+
+async def _mux_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The multiplexed admission connection (one Redis; on a Cluster the client above)."""
+    cfg = app[T.CONFIG].redis
+    mux: MuxRedis | None = None
+    if not cfg.cluster:
+        mux = MuxRedis(
+            app[T.REDIS_URL],
+            timeout_s=cfg.timeout_ms / 1000,
+            connect_timeout_s=cfg.connect_timeout_ms / 1000,
+            log_interval_s=cfg.failure_log_interval_s,
+        )
     app[T.MUX] = mux
-    app[T.STORE] = Store.from_config(admin, cfg)
     try:
         yield
     finally:
         if mux is not None:
             await mux.close()
-        await redis.aclose()
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Accounts, keys and sessions over their own client (seconds, not milliseconds)."""
+    cfg = app[T.CONFIG]
+    admin = admin_connect(cfg.redis, app[T.REDIS_URL])
+    app[T.STORE] = Store.from_config(admin, cfg)
+    try:
+        yield
+    finally:
         await admin.aclose()
-        if embedded is not None:
-            await asyncio.to_thread(embedded.stop)
 
 
 async def _key_events_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -249,9 +276,19 @@ async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
             await task
 
 
-async def _bind_handlers(app: web.Application) -> None:
-    """Give the handlers the limiter and pools, which exist once cleanup_ctx ran."""
+async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Hand the RPC handlers what the contexts before this one made.
+
+    The routes exist from ``create_app`` (aiohttp freezes the router), the
+    resources only once their contexts ran: binding here keeps one lifecycle.
+    """
     insight = app.get(T.INSIGHT)
     for handler in app[HANDLERS]:
-        handler.bind(app[T.LIMITER], app[T.POOLS][handler.network.name], app[T.ERRORS])
+        handler.bind(
+            app[T.LIMITER],
+            app[T.POOLS][handler.network.name],
+            app[T.ERRORS],
+            app[T.CLIENT_IP],
+        )
         handler.insight = insight
+    yield

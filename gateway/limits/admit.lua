@@ -29,6 +29,11 @@
 --   allowlist, 3 over the token bucket, 4 over the daily quota,
 --   5 costs more than the bucket can ever hold
 
+local DAY_MS = 86400000
+local HOUR_MS = 3600000
+local DAY_TTL_MS = 7862400000   -- usage by day is kept 91 days
+local HOUR_TTL_MS = 176400000   -- minutes, in hour hashes, are kept 49 h
+
 local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts')
 local key_id = rec[1]
 if not key_id then
@@ -51,7 +56,7 @@ if rec[3] and rec[3] ~= '' and now >= tonumber(rec[3]) then
 end
 
 local prefix = KEYS[2]
-local day = math.floor(now / 86400000)
+local day = math.floor(now / DAY_MS)
 local day_key = prefix .. 'd:' .. day
 local nplans = tonumber(ARGV[5])
 local mstart = 6 + nplans * 5
@@ -129,10 +134,15 @@ if allowed and methods and methods ~= '' and not string.find(methods, '\n*\n', 1
     end
   end
 end
+-- a refusal counts in the day's usage hash under `field` and answers `reply`
+local function refuse(field, n, reply)
+  redis.call('HINCRBY', day_key, field, n)
+  redis.call('PEXPIRE', day_key, DAY_TTL_MS)
+  return reply
+end
+
 if not allowed then
-  redis.call('HINCRBY', day_key, 'den', 1)
-  redis.call('PEXPIRE', day_key, 7862400000)
-  return {2, key_id, 0, 0, 0, 0, ''}
+  return refuse('den', 1, {2, key_id, 0, 0, 0, 0, ''})
 end
 
 -- the plan of this key (unknown plan names fall back to the first plan)
@@ -152,18 +162,14 @@ local cost = tonumber(ARGV[base + 4])
 local ncalls = tonumber(ARGV[2])
 
 if cost > burst then
-  redis.call('HINCRBY', day_key, 'lim', ncalls)
-  redis.call('PEXPIRE', day_key, 7862400000)
-  return {5, key_id, burst, 0, 0, 0, plan}
+  return refuse('lim', ncalls, {5, key_id, burst, 0, 0, 0, plan})
 end
 
 if quota > 0 then
   local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
   if used + cost > quota then
-    redis.call('HINCRBY', day_key, 'lim', ncalls)
-    redis.call('PEXPIRE', day_key, 7862400000)
-    local retry = (day + 1) * 86400000 - now
-    return {4, key_id, burst, 0, math.ceil(retry / 1000), retry, plan}
+    local retry = (day + 1) * DAY_MS - now
+    return refuse('lim', ncalls, {4, key_id, burst, 0, math.ceil(retry / 1000), retry, plan})
   end
 end
 
@@ -182,21 +188,20 @@ if tokens > burst then
   tokens = burst
 end
 if cost > tokens then
-  redis.call('HINCRBY', day_key, 'lim', ncalls)
-  redis.call('PEXPIRE', day_key, 7862400000)
   local retry = math.ceil((cost - tokens) * 1000 / rate)
-  return {3, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), retry, plan}
+  local reset = math.ceil((burst - tokens) / rate)
+  return refuse('lim', ncalls, {3, key_id, burst, math.floor(tokens), reset, retry, plan})
 end
 tokens = tokens - cost
 redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)
 
 -- usage: per minute (kept 48 h, in hour hashes), per day (90 days), per method
-local hour_key = prefix .. 'h:' .. math.floor(now / 3600000)
+local hour_key = prefix .. 'h:' .. math.floor(now / HOUR_MS)
 if redis.call('HINCRBY', hour_key, math.floor(now / 60000) % 60, ncalls) == ncalls then
-  redis.call('PEXPIRE', hour_key, 176400000)  -- a new minute: (re)arm the 49 h TTL
+  redis.call('PEXPIRE', hour_key, HOUR_TTL_MS)  -- a new minute: (re)arm the TTL
 end
 if redis.call('HINCRBY', day_key, 'req', ncalls) == ncalls then
-  redis.call('PEXPIRE', day_key, 7862400000)  -- first request of the day: 91 days
+  redis.call('PEXPIRE', day_key, DAY_TTL_MS)  -- first request of the day
 end
 redis.call('HINCRBY', day_key, 'cu', cost)
 for i = mstart, #ARGV, 2 do

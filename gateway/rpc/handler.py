@@ -128,6 +128,7 @@ class RpcHandler:
     limiter: Limiter
     pool: NodePool
     errors: ErrorCounter
+    client_ip: ClientIP
     insight: InsightSink | None = None  # set at startup when insight is on
 
     def __init__(
@@ -150,7 +151,6 @@ class RpcHandler:
         self.max_body = cfg.limits.max_body_bytes
         self.max_batch = cfg.limits.max_batch
         self.max_depth = cfg.limits.max_json_depth
-        self.client_ip = ClientIP(cfg.server.trusted_proxies)
         self._net_metrics = metrics.network(network.name)
         self._policies = {
             p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
@@ -158,11 +158,14 @@ class RpcHandler:
         self._gid = 1  # the next id a node sees; the client's id never leaves the gateway
         self._cfg = cfg
 
-    def bind(self, limiter: Limiter, pool: NodePool, errors: ErrorCounter) -> None:
+    def bind(
+        self, limiter: Limiter, pool: NodePool, errors: ErrorCounter, client_ip: ClientIP
+    ) -> None:
         """Attach the resources made by the app's cleanup contexts (at startup)."""
         self.limiter = limiter
         self.pool = pool
         self.errors = errors
+        self.client_ip = client_ip  # the app's one: same trusted proxies as the dashboard
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
