@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -93,6 +94,18 @@ def create_app(config: Config | None = None) -> web.Application:
     return app
 
 
+@contextlib.asynccontextmanager
+async def _running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
+    """A background task for the life of a cleanup context; cancelled (and awaited) on exit."""
+    task = asyncio.create_task(work, name=name)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def _redis_url_ctx(app: web.Application) -> AsyncIterator[None]:
     """Where Redis is: the configured URL, or the embedded server (started here)."""
     cfg = app[T.CONFIG]
@@ -153,13 +166,8 @@ async def _key_events_ctx(app: web.Application) -> AsyncIterator[None]:
     url = app[T.REDIS_URL]
     events = KeyEvents(lambda: pubsub_connect(url), cfg.redis.prefix)
     app[T.KEY_EVENTS] = events
-    task = asyncio.create_task(events.run(), name="key-events")
-    try:
+    async with _running(events.run(), "key-events"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _usage_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -167,13 +175,8 @@ async def _usage_ctx(app: web.Application) -> AsyncIterator[None]:
     cfg = app[T.CONFIG]
     sink = UsageSink(app[T.STORE].redis, cfg.redis.prefix, interval_s=cfg.admission.usage_flush_s)
     app[T.USAGE] = sink
-    task = asyncio.create_task(sink.run(), name="usage-flush")
-    try:
+    async with _running(sink.run(), "usage-flush"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _admission_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -200,13 +203,8 @@ async def _admission_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     app[T.KEY_EVENTS].add(limiter.invalidate)
     app[T.LIMITER] = limiter
-    task = asyncio.create_task(limiter.run(), name="lease-give-back")
-    try:
+    async with _running(limiter.run(), "lease-give-back"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -243,13 +241,8 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:
     counter = ErrorCounter(app[T.STORE])
     app[T.ERRORS] = counter
-    task = asyncio.create_task(counter.run(), name="error-flush")
-    try:
+    async with _running(counter.run(), "error-flush"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -267,13 +260,8 @@ async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
         max_keys=cfg.max_keys,
     )
     app[T.INSIGHT] = sink
-    task = asyncio.create_task(sink.run(), name="insight-flush")
-    try:
+    async with _running(sink.run(), "insight-flush"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -40,7 +40,7 @@ from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.clientip import ClientIP
 from gateway.store.errors import ErrorCounter
 from gateway.store.insight import InsightSink, reply_code
-from gateway.typedefs import CLIENT_IP, KEY_HASH, KEY_ID, REPLY_ERROR, RPC_METHOD
+from gateway.typedefs import KEY_HASH, KEY_ID, REPLY_ERROR, RPC_METHOD
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import Node, NodePool, UpstreamError
 
@@ -263,7 +263,7 @@ class RpcHandler:
             parsed: Any = rpc.parse_body(body)
         except rpc.ParseError:
             return _Request([], False, (rpc.PARSE_ERROR, None))
-        if body.count(b"[") + body.count(b"{") > self.max_depth and json_too_deep(
+        if body.count(b"[") + body.count(b"{") > self.max_depth and rpc.json_too_deep(
             parsed, self.max_depth
         ):  # the count is a cheap upper bound of the depth
             return _Request(
@@ -743,29 +743,3 @@ def rpc_key(request: web.Request) -> str | None:
     if key is BAD_KEY or not key or not well_formed(key):
         return None
     return key
-
-
-def client_ip(request: web.Request) -> str:
-    """The client's address as the app's trusted-proxy rules see it."""
-    return request.config_dict[CLIENT_IP](request)
-
-
-def json_too_deep(parsed: Any, limit: int) -> bool:
-    """Whether ``parsed`` nests containers deeper than ``limit`` (no recursion)."""
-    level = [parsed]
-    depth = 1
-    while level:
-        if depth > limit:
-            return True
-        deeper: list[Any] = []
-        add = deeper.append
-        for obj in level:
-            kind = type(obj)
-            if kind is not dict and kind is not list:
-                continue
-            for value in obj.values() if kind is dict else obj:
-                if type(value) is dict or type(value) is list:
-                    add(value)
-        level = deeper
-        depth += 1
-    return False

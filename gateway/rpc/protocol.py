@@ -159,7 +159,7 @@ def validate_call(obj: Any, methods: Collection[str]) -> Call:
     return call
 
 
-def _has_float(value: Any) -> bool:
+def has_float(value: Any) -> bool:
     """Whether a parsed value holds a float anywhere (no recursion)."""
     kind = type(value)
     if kind is float:
@@ -186,10 +186,10 @@ def needs_exact(parsed: Any) -> bool:
     such a body is parsed again with ``loads_exact``.
     """
     if type(parsed) is dict:
-        return type(parsed.get("id")) is float or _has_float(parsed.get("params"))
+        return type(parsed.get("id")) is float or has_float(parsed.get("params"))
     if type(parsed) is list:
         return any(
-            type(o) is dict and (type(o.get("id")) is float or _has_float(o.get("params")))
+            type(o) is dict and (type(o.get("id")) is float or has_float(o.get("params")))
             for o in parsed
         )
     return False
@@ -349,3 +349,24 @@ def restore_batch(
         if answered is not None and whole is None:
             answered.append((call, item))
     return orjson.dumps(out), is_error
+
+
+def json_too_deep(parsed: Any, limit: int) -> bool:
+    """Whether ``parsed`` nests containers deeper than ``limit`` (no recursion)."""
+    level = [parsed]
+    depth = 1
+    while level:
+        if depth > limit:
+            return True
+        deeper: list[Any] = []
+        add = deeper.append
+        for obj in level:
+            kind = type(obj)
+            if kind is not dict and kind is not list:
+                continue
+            for value in obj.values() if kind is dict else obj:
+                if type(value) is dict or type(value) is list:
+                    add(value)
+        level = deeper
+        depth += 1
+    return False

@@ -40,11 +40,11 @@ class Frame:
 def parse_frame(data: bytes, methods: Collection[str], max_batch: int, max_depth: int) -> Frame:
     try:
         parsed: Any = rpc.loads(data)
-        if _has_float(parsed):
+        if rpc.has_float(parsed):
             parsed = rpc.loads_exact(data)
     except rpc.ParseError:
         return Frame([], False, (rpc.PARSE_ERROR, None))
-    if data.count(b"[") + data.count(b"{") > max_depth and _too_deep(parsed, max_depth):
+    if data.count(b"[") + data.count(b"{") > max_depth and rpc.json_too_deep(parsed, max_depth):
         return Frame([], False, (rpc.INVALID_REQUEST, f"JSON nested deeper than {max_depth}"))
     if type(parsed) is list:
         if not parsed:
@@ -139,7 +139,7 @@ def restore(reply: bytes, calls: Sequence[rpc.Call]) -> list[Any] | None:
         fast = rpc.loads(reply)
         # Ids are ours (small ints) and read from the fast parse; a float
         # elsewhere means a big number orjson rounded: take the values exactly.
-        exact = rpc.loads_exact(reply) if _has_float(fast) else fast
+        exact = rpc.loads_exact(reply) if rpc.has_float(fast) else fast
     except rpc.ParseError:
         return None
     if type(fast) is dict:
@@ -161,35 +161,3 @@ def restore(reply: bytes, calls: Sequence[rpc.Call]) -> list[Any] | None:
         else:
             out.append({"jsonrpc": "2.0", "id": call.id, "result": item["result"]})
     return out
-
-
-def _has_float(obj: Any) -> bool:
-    """Any float anywhere (orjson turned a big integer into one, losing digits)."""
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is float:
-            return True
-        if kind is dict:
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-    return False
-
-
-def _too_deep(parsed: Any, limit: int) -> bool:
-    level = [parsed]
-    depth = 1
-    while level:
-        if depth > limit:
-            return True
-        deeper: list[Any] = []
-        for obj in level:
-            if type(obj) is dict:
-                deeper.extend(v for v in obj.values() if type(v) in (dict, list))
-            elif type(obj) is list:
-                deeper.extend(v for v in obj if type(v) in (dict, list))
-        level = deeper
-        depth += 1
-    return False
