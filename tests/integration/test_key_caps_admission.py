@@ -1,8 +1,8 @@
 """Owner's key caps enforced by the admission call: 429 -32005 naming the key's cap.
 
-Written against the contract (gateway/key_limits.py: fields ``rcap`` and
-``dcap`` in the key record, PUBLISH on ``<prefix>:keys``); the lead's lease
-limiter enforces them in Lua and removes the skip.
+Through the real app: the caps are fields ``rcap`` and ``dcap`` of the key
+record (gateway/store/keylimits.py), set with a PUBLISH on ``<prefix>:keys``;
+lease.lua narrows the plan with them in the same atomic call.
 """
 
 from __future__ import annotations
@@ -10,14 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from gateway.config import Config
 from gateway.store.accounts import Store
 from gateway.store.keylimits import KeyLimits
 from tests.helpers.config import Client
-
-pytestmark = pytest.mark.skip(reason="admission lands with the lead's lease limiter")
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
 
