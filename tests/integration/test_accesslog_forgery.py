@@ -100,10 +100,20 @@ async def test_newline_in_path_writes_one_escaped_line(
     assert line.count(" status=") == 1
 
 
+def _has_control_socket(gunicorn: str) -> bool:
+    """Whether this gunicorn has a control socket (and so ``--no-control-socket``)."""
+    help_text = subprocess.run(
+        [gunicorn, "--help"], capture_output=True, text=True, timeout=60, check=False
+    ).stdout
+    return "--no-control-socket" in help_text
+
+
 def _gunicorn(entry: str, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     cmd = [gunicorn, entry, "--worker-class", "aiohttp.GunicornUVLoopWebWorker"]
-    cmd += ["--workers", "2", "--bind", f"{HOST}:{port}", "--no-control-socket"]
+    cmd += ["--workers", "2", "--bind", f"{HOST}:{port}"]
+    if _has_control_socket(gunicorn):  # newer gunicorns share one control socket path
+        cmd.append("--no-control-socket")
     if entry.endswith(":create_app()"):  # gunicorn's runner: its access log, our format
         cmd += ["--access-logfile", "-"]
     with open(log, "wb") as out:
