@@ -55,8 +55,20 @@ class KeyEvents:
                 log.exception("key event listener failed")
 
     async def run(self) -> None:
+        """Listen until cancelled, reconnecting with a backoff.
+
+        The loops also stop once the task is being cancelled even if redis-py
+        swallowed that cancellation inside a command (it drops the connection
+        and returns, or raises a connection error): a loop that went on would
+        hang the app's shutdown.
+        """
+        task = asyncio.current_task()
+
+        def stopping() -> bool:
+            return task is not None and task.cancelling() > 0
+
         backoff = 0.1
-        while True:
+        while not stopping():
             redis = self._connect()
             try:
                 async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
@@ -64,7 +76,7 @@ class KeyEvents:
                     self._emit(None)  # anything may have changed while we were away
                     self.ready.set()
                     backoff = 0.1
-                    while True:
+                    while not stopping():
                         msg = await pubsub.get_message(timeout=5.0)
                         if msg is not None and msg.get("type") == "message":
                             data = msg["data"]
@@ -72,9 +84,11 @@ class KeyEvents:
             except (RedisError, OSError) as exc:
                 self.ready.clear()
                 self._emit(None)
-                log.warning("key events lost, reconnecting: %s", exc.__class__.__name__)
+                if not stopping():
+                    log.warning("key events lost, reconnecting: %s", exc.__class__.__name__)
             finally:
                 with contextlib.suppress(Exception):
                     await redis.aclose()
-            await asyncio.sleep(backoff)
-            backoff = min(5.0, backoff * 2)
+            if not stopping():
+                await asyncio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)

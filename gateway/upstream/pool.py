@@ -485,7 +485,9 @@ class NodePool:
         return report
 
     async def probe_forever(self) -> None:
-        while True:
+        task = asyncio.current_task()
+        # stops once cancelled even if a client library swallowed the cancel
+        while task is None or not task.cancelling():
             try:
                 await self.probe_once()
             except Exception:  # a probe bug must not end health checking

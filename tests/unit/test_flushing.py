@@ -40,3 +40,47 @@ async def test_cancel_during_the_sleep_flushes_once_more() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert flushed == [1]
+
+
+async def test_key_events_stop_when_a_cancel_is_swallowed() -> None:
+    """KeyEvents.run ends on cancel even if the Redis client swallows the CancelledError."""
+    from typing import Any
+
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from gateway.store.keyevents import KeyEvents
+
+    waiting = asyncio.Event()
+
+    class _PubSub:
+        async def __aenter__(self) -> _PubSub:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+        async def subscribe(self, channel: str) -> None:
+            return None
+
+        async def get_message(self, timeout: float) -> Any:  # noqa: ASYNC109 (redis-py's)
+            waiting.set()
+            try:
+                await asyncio.sleep(timeout)
+            except asyncio.CancelledError:  # what redis-py may turn a cancel into
+                raise RedisConnectionError("connection dropped") from None
+            return None
+
+    class _Client:
+        def pubsub(self, **kw: Any) -> _PubSub:
+            return _PubSub()
+
+        async def aclose(self) -> None:
+            return None
+
+    events = KeyEvents(lambda: _Client(), "p")  # type: ignore[arg-type, return-value]
+    task = asyncio.create_task(events.run())
+    await waiting.wait()
+    task.cancel()
+    async with asyncio.timeout(2):  # before the fix: reconnects forever
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
