@@ -20,7 +20,10 @@
 -- ARGV[3] Origin header, or ""
 -- ARGV[4] client IP: '4' or '6' (its family) then its 128 bits (IPv4 mapped
 --         into IPv6), or "" when unknown
--- ARGV[5] P = number of plans, then P groups of 5:
+-- ARGV[5] "1": meter units the gateway delivered (notifications); key state,
+--         quota and bucket are checked, the allowlists are not: they judge
+--         what a client asks, and the subscription was judged when asked for
+-- ARGV[6] P = number of plans, then P groups of 5 (see keyrecord.lua):
 --         name, rate (units/s), burst, daily quota (0 = none), cost of this request
 -- then    M method/count pairs (the distinct methods of the request)
 --
@@ -28,6 +31,8 @@
 --   status 0 admitted, 1 unknown/expired/revoked, 2 not allowed by an
 --   allowlist, 3 over the token bucket, 4 over the daily quota,
 --   5 costs more than the bucket can ever hold
+
+--#include keyrecord.lua
 
 local DAY_MS = 86400000
 local HOUR_MS = 3600000
@@ -40,26 +45,19 @@ if not key_id then
   return {1, '', 0, 0, 0, 0, ''}
 end
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-if rec[4] and rec[4] ~= '' then
-  return {1, key_id, 0, 0, 0, 0, ''}
-end
-if rec[3] and rec[3] ~= '' and now >= tonumber(rec[3]) then
+local now = clock_ms()
+if key_gone(rec, now) then
   return {1, key_id, 0, 0, 0, 0, ''}
 end
 
 local prefix = KEYS[2]
 local day = math.floor(now / DAY_MS)
 local day_key = prefix .. 'd:' .. day
-local nplans = tonumber(ARGV[5])
-local mstart = 6 + nplans * 5
+local mstart = 7 + tonumber(ARGV[6]) * 5
+if ARGV[5] == '1' then
+  -- metering what was delivered: no allowlist applies (see ARGV[5])
+  rec[5], rec[6], rec[7] = false, false, false
+end
 
 -- allowlists: entries of one list are ORed, lists are ANDed; an entry '*'
 -- alone matches everything (an absent Origin or IP included)
@@ -146,15 +144,8 @@ if not allowed then
 end
 
 -- the plan of this key (unknown plan names fall back to the first plan)
-local plan = rec[2] or ''
-local base = 6
-for p = 0, nplans - 1 do
-  if ARGV[6 + p * 5] == plan then
-    base = 6 + p * 5
-    break
-  end
-end
-plan = ARGV[base]
+local base = plan_base(rec[2] or '')
+local plan = ARGV[base]
 local rate = tonumber(ARGV[base + 1])
 local burst = tonumber(ARGV[base + 2])
 local quota = tonumber(ARGV[base + 3])

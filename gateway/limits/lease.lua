@@ -20,7 +20,7 @@
 -- ARGV[3] cost of the request in hand in compute units (0: only give units back)
 -- ARGV[4] slice: extra units wanted beyond the cost
 -- ARGV[5] units given back (leased earlier, not used)
--- ARGV[6] P = number of plans, then P groups of 5:
+-- ARGV[6] P = number of plans, then P groups of 5 (see keyrecord.lua):
 --         name, rate (units/s), burst, daily quota (0 = none), cost of this request
 --         (a cached key's worker passes only its plan's group, cost in ARGV[3])
 --
@@ -34,6 +34,8 @@
 --   status 0 granted, 1 unknown/expired/revoked, 3 over the token bucket,
 --   4 over the daily quota, 5 costs more than the bucket can ever hold,
 --   6 over the key's own rate cap, 7 over the key's own daily cap
+
+--#include keyrecord.lua
 
 local DAY_MS = 86400000
 local DAY_TTL_MS = 7862400000  -- usage by day is kept 91 days
@@ -53,26 +55,13 @@ if not rec[1] then
   return reply(1, 0, 0, 0)
 end
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-if (rec[4] and rec[4] ~= '') or (rec[3] and rec[3] ~= '' and now >= tonumber(rec[3])) then
+local now = clock_ms()
+if key_gone(rec, now) then
   return reply(1, 0, 0, 0)
 end
 
 -- the key's plan (an unknown name falls back to the first plan)
-local nplans = tonumber(ARGV[6])
-local base = 7
-for p = 0, nplans - 1 do
-  if ARGV[7 + p * 5] == rec[2] then
-    base = 7 + p * 5
-    break
-  end
-end
+local base = plan_base(rec[2])
 local plan = ARGV[base]
 local rate = tonumber(ARGV[base + 1])
 local burst = tonumber(ARGV[base + 2])

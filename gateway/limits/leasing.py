@@ -41,9 +41,11 @@ from gateway.limits.allowlists import NO_ALLOWLISTS, Allowlists
 from gateway.limits.limiter import (
     Decision,
     LimiterUnavailable,
+    PlanTable,
     ScriptRunner,
     Status,
     is_probe,
+    request_cost,
 )
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import flush_every
@@ -104,7 +106,7 @@ class LeaseLimiter:
     ) -> None:
         self._run = run
         self._plans = {p.name: p for p in plans}
-        self._plan_args = _plan_args(plans)
+        self._plan_args = PlanTable(plans).groups
         self._prefix = prefix
         self._usage = usage
         self._s = settings
@@ -121,6 +123,8 @@ class LeaseLimiter:
         origin: str = "",
         ip_bits: str = "",
         now_ms: int | None = None,
+        *,
+        gate: bool = True,
     ) -> Decision:
         # an injected time (tests) drives the local clock too, as it drives the script's
         now = self._clock() if now_ms is None else now_ms / 1000
@@ -136,11 +140,18 @@ class LeaseLimiter:
                 now_ms,
                 cold=True,
                 cost=0 if is_probe(calls, methods) else -1,
+                gate=gate,
             )
         if key.exp_ms and (now_ms or self._wall_ms()) >= key.exp_ms:
             self._keys.pop(khash, None)
             return Decision(Status.UNAUTHORIZED, key.key_id)
-        return await self._decide(khash, key, calls, methods, origin, ip_bits, now, now_ms)
+        return await self._decide(khash, key, calls, methods, origin, ip_bits, now, now_ms, gate)
+
+    async def charge(
+        self, khash: str, methods: Mapping[str, int], now_ms: int | None = None
+    ) -> Decision:
+        """``Limiter.charge``: ``admit`` with no calls and no allowlist (``gate=False``)."""
+        return await self.admit(khash, 0, methods, now_ms=now_ms, gate=False)
 
     async def _decide(
         self,
@@ -152,13 +163,14 @@ class LeaseLimiter:
         ip_bits: str,
         now: float,
         now_ms: int | None,
+        gate: bool = True,
     ) -> Decision:
         plan = key.plan
         assert plan is not None
-        if not self._allowed(key, methods, origin, ip_bits):
+        if gate and not self._allowed(key, methods, origin, ip_bits):
             self._usage.count(khash, "den")
             return Decision(Status.FORBIDDEN, key.key_id)
-        cost = _cost(plan, calls, methods)
+        cost = request_cost(plan, calls, methods)
         self._note_rate(key, now)
         if cost > key.burst:
             self._usage.count(khash, "lim", calls)
@@ -203,6 +215,7 @@ class LeaseLimiter:
         *,
         cold: bool = False,
         cost: int = -1,
+        gate: bool = True,
     ) -> Decision:
         """One ``lease.lua`` call: the cost in hand plus a slice, record if cold."""
         back = 0
@@ -216,7 +229,7 @@ class LeaseLimiter:
             str(self._slice(key) if key is not None else 0),
             str(back),
         ]
-        args.extend(self._plan_args(methods))
+        args.extend(self._plan_args(calls, methods))
         try:
             res = await self._run(keys, args)
         except LimiterUnavailable:
@@ -243,13 +256,13 @@ class LeaseLimiter:
         granted = int(res[1])
         if cold:
             # the record was unknown when we asked: judge this request now
-            if not self._allowed(key, methods, origin, ip_bits):
+            if gate and not self._allowed(key, methods, origin, ip_bits):
                 key.tokens += granted  # nothing spent: the units go back later
                 self._usage.count(khash, "den")
                 return Decision(Status.FORBIDDEN, key.key_id)
             self._note_rate(key, now)
         if status is Status.ADMITTED:
-            cost_now = _cost(plan, calls, methods)
+            cost_now = request_cost(plan, calls, methods)
             key.tokens += granted - cost_now
             key.used = now
             key.refused_until = 0.0
@@ -301,7 +314,7 @@ class LeaseLimiter:
     async def _return(self, khash: str, key: _Key) -> int:
         back, key.tokens = key.tokens, 0
         keys = (ks.record_key(self._prefix, khash), ks.key_tag(self._prefix, khash))
-        args = ["", "0", "0", "0", str(back), *self._plan_args({})]
+        args = ["", "0", "0", "0", str(back), *self._plan_args(0, {})]
         try:
             await self._run(keys, args)
         except LimiterUnavailable:
@@ -318,31 +331,6 @@ class LeaseLimiter:
         closing = task is not None and task.cancelling() > 0  # shutdown: return all units
         with contextlib.suppress(LimiterUnavailable):
             await self.give_back_idle(everything=closing)
-
-
-def _cost(plan: PlanConfig, calls: int, methods: Mapping[str, int]) -> int:
-    """Units a request costs: at least one, except a probe (``limiter.is_probe``)."""
-    if is_probe(calls, methods):
-        return 0
-    return max(1, sum(plan.cost(m) * n for m, n in methods.items()))
-
-
-def _plan_args(plans: Sequence[PlanConfig]) -> Callable[[Mapping[str, int]], list[str]]:
-    fixed = [(p.name, _num(p.rate), str(p.burst), str(p.daily_quota)) for p in plans]
-    head = [str(len(plans))]
-
-    def args(methods: Mapping[str, int]) -> list[str]:
-        out = list(head)
-        for plan, row in zip(plans, fixed, strict=True):
-            out.extend(row)
-            out.append(str(max(1, sum(plan.cost(m) * n for m, n in methods.items()))))
-        return out
-
-    return args
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if value == int(value) else repr(value)
 
 
 def _text(value: Any) -> str:

@@ -1,9 +1,13 @@
-"""The admission check: key lookup + quota + token bucket + usage, one round trip.
+"""The admission interface and its exact implementation: one ``admit.lua`` call per request.
 
-``RedisLimiter`` is the Python face of ``lua/admit.lua``. Over the limit is a
-result (``Decision.status``), not an exception; only "Redis could not be
-asked" raises, as ``LimiterUnavailable``, so the handler can apply the
-fail-open / fail-closed policy in one place.
+``Limiter`` is what the pipeline and the WebSocket service ask; ``ExactLimiter``
+(``admission.mode = "exact"``) and ``gateway.limits.leasing.LeaseLimiter``
+(the default) implement it. Over the limit is a result (``Decision.status``),
+not an exception; only "Redis could not be asked" raises, as
+``LimiterUnavailable``, so the caller applies the fail-open / fail-closed
+policy in one place. The scripts' ARGV plan groups are built here once
+(``PlanTable``) for both scripts, and the Lua block they share is included
+at load time (``load_lua``).
 """
 
 from __future__ import annotations
@@ -26,8 +30,27 @@ from gateway.redis import keyspace as ks
 from gateway.redis.failurelog import FailureLog
 from gateway.redis.mux import MuxRedis, RedisUnavailable
 
-ADMIT_LUA = resources.files("gateway").joinpath("limits/admit.lua").read_text()
-LEASE_LUA = resources.files("gateway").joinpath("limits/lease.lua").read_text()
+_INCLUDE = "--#include "
+
+
+def load_lua(name: str) -> str:
+    """A script of this package, each ``--#include <file>`` line replaced by that file.
+
+    The shared block (``keyrecord.lua``) is text pasted in before the script
+    is registered: Redis scripts cannot call each other, and one EVALSHA per
+    decision is the point of the scripts.
+    """
+    here = resources.files("gateway").joinpath("limits")
+    lines = []
+    for line in here.joinpath(name).read_text().splitlines(keepends=True):
+        if line.startswith(_INCLUDE):
+            line = here.joinpath(line[len(_INCLUDE) :].strip()).read_text()
+        lines.append(line)
+    return "".join(lines)
+
+
+ADMIT_LUA = load_lua("admit.lua")
+LEASE_LUA = load_lua("lease.lua")
 
 
 class Status(IntEnum):
@@ -65,20 +88,22 @@ class Limiter(Protocol):
         origin: str = "",
         ip_bits: str = "",
         now_ms: int | None = None,
-    ) -> Decision: ...
+    ) -> Decision:
+        """A client's request: key state, allowlists, quota and bucket; usage counted."""
+        ...
 
+    async def charge(
+        self, khash: str, methods: Mapping[str, int], now_ms: int | None = None
+    ) -> Decision:
+        """Units the gateway delivered on the key's behalf (WebSocket notifications).
 
-def record_key(prefix: str, khash: str) -> str:
-    return f"{prefix}:{{{khash}}}:k"
-
-
-def bucket_key(prefix: str, khash: str) -> str:
-    """The hash holding a key's token bucket (fields t, ts): its record itself."""
-    return record_key(prefix, khash)
-
-
-def usage_prefix(prefix: str, khash: str) -> str:
-    return f"{prefix}:{{{khash}}}:"
+        Key state, daily quota and bucket are checked and the units counted as
+        usage by method, as for ``admit``; the allowlists are not consulted:
+        they judge what a client may ask (the subscription was judged when it
+        was asked for), and metering must not depend on them. No request is
+        counted (``calls`` is 0).
+        """
+        ...
 
 
 _V4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
@@ -119,42 +144,69 @@ def cidr_bits(cidr: str) -> str:
 
 
 class PlanTable:
-    """Plans rendered once as ARGV strings; only the per-request cost varies."""
+    """The plans as the scripts' ARGV (``keyrecord.lua``): rendered once, cost per request.
+
+    The one builder of that layout for both ``admit.lua`` and ``lease.lua``.
+    Lists handed out may be cached and shared: callers copy, never mutate.
+    """
 
     def __init__(self, plans: Sequence[PlanConfig]) -> None:
         self._plans = tuple(plans)
         self._fixed = [(p.name, _num(p.rate), str(p.burst), str(p.daily_quota)) for p in plans]
-        self._single: dict[str, list[str]] = {}
+        self._groups: dict[str, list[str]] = {}
+        self._admit: dict[str, list[str]] = {}
 
-    def args(self, methods: Mapping[str, int], *, probe: bool = False) -> list[str]:
-        """ARGV[5...]: plan count, the plans with this request's cost each, methods.
+    def groups(self, calls: int, methods: Mapping[str, int]) -> list[str]:
+        """ARGV[6...]: plan count, then each plan's group with this request's cost."""
+        method = _single(methods)
+        if method is None:
+            return self._build(calls, methods)
+        cached = self._groups.get(method)
+        if cached is None:
+            cached = self._build(calls, methods)
+            if len(self._groups) < 1024:
+                self._groups[method] = cached
+        return cached
 
-        ``probe``: a key check that charges nothing (see ``is_probe``).
-        """
-        if probe:
-            return self._build(methods, floor=0)
-        if len(methods) == 1:
-            ((method, count),) = methods.items()
-            if count == 1:
-                cached = self._single.get(method)
-                if cached is None:
-                    cached = self._build(methods)
-                    if len(self._single) < 1024:
-                        self._single[method] = cached
-                return cached
-        return self._build(methods)
+    def admit_args(self, calls: int, methods: Mapping[str, int]) -> list[str]:
+        """``groups`` followed by admit.lua's method/count pairs."""
+        method = _single(methods)
+        cached = None if method is None else self._admit.get(method)
+        if cached is not None:
+            return cached
+        out = list(self.groups(calls, methods))
+        for name, count in methods.items():
+            out.append(name)
+            out.append(str(count))
+        if method is not None and len(self._admit) < 1024:
+            self._admit[method] = out
+        return out
 
-    def _build(self, methods: Mapping[str, int], floor: int = 1) -> list[str]:
+    def _build(self, calls: int, methods: Mapping[str, int]) -> list[str]:
         out = [str(len(self._plans))]
         for plan, fixed in zip(self._plans, self._fixed, strict=True):
-            # nothing is free: a body we answer ourselves still costs one unit
-            cost = max(floor, sum(plan.cost(m) * n for m, n in methods.items()))
             out.extend(fixed)
-            out.append(str(cost))
-        for method, count in methods.items():
-            out.append(method)
-            out.append(str(count))
+            out.append(str(request_cost(plan, calls, methods)))
         return out
+
+
+def _single(methods: Mapping[str, int]) -> str | None:
+    """The method of a one-call request (the cacheable case), else None."""
+    if len(methods) == 1:
+        ((method, count),) = methods.items()
+        if count == 1:
+            return method
+    return None
+
+
+def request_cost(plan: PlanConfig, calls: int, methods: Mapping[str, int]) -> int:
+    """Units a request costs on ``plan``: at least one, except a probe (``is_probe``).
+
+    Nothing is free: a body the gateway answers itself still costs one unit.
+    """
+    if is_probe(calls, methods):
+        return 0
+    return max(1, sum(plan.cost(m) * n for m, n in methods.items()))
 
 
 def is_probe(calls: int, methods: Mapping[str, int]) -> bool:
@@ -219,6 +271,8 @@ class ExactLimiter:
     """``admit.lua`` once per request: key, allowlists, quota, bucket and usage in one call.
 
     ``admission.mode = "exact"``; the default is ``gateway.limits.leasing``.
+    ``run`` is a ``RedisScript`` (redis-py: one Redis or a Cluster) or a
+    ``MuxScript`` (the multiplexed connection) over ``ADMIT_LUA``.
     """
 
     def __init__(self, run: ScriptRunner, plans: Sequence[PlanConfig], prefix: str) -> None:
@@ -235,30 +289,27 @@ class ExactLimiter:
         ip_bits: str = "",
         now_ms: int | None = None,
     ) -> Decision:
-        tag = ks.key_tag(self._prefix, khash)
-        args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits]
-        args.extend(self._plans.args(methods, probe=is_probe(calls, methods)))
-        return decision_from_reply(await self._run((tag + "k", tag), args))
+        return await self._call(khash, calls, methods, origin, ip_bits, "", now_ms)
 
+    async def charge(
+        self, khash: str, methods: Mapping[str, int], now_ms: int | None = None
+    ) -> Decision:
+        return await self._call(khash, 0, methods, "", "", "1", now_ms)
 
-class RedisLimiter(ExactLimiter):
-    """The exact limiter through redis-py (single Redis or Cluster)."""
-
-    def __init__(
+    async def _call(
         self,
-        redis: Redis | RedisCluster,
-        plans: Sequence[PlanConfig],
-        prefix: str = "gw",
-        log_interval_s: float = 10.0,
-    ) -> None:
-        super().__init__(RedisScript(redis, ADMIT_LUA, log_interval_s), plans, prefix)
-
-
-class MuxLimiter(ExactLimiter):
-    """The exact limiter over one multiplexed connection."""
-
-    def __init__(self, mux: MuxRedis, plans: Sequence[PlanConfig], prefix: str = "gw") -> None:
-        super().__init__(MuxScript(mux, ADMIT_LUA), plans, prefix)
+        khash: str,
+        calls: int,
+        methods: Mapping[str, int],
+        origin: str,
+        ip_bits: str,
+        metering: str,
+        now_ms: int | None,
+    ) -> Decision:
+        keys = (ks.record_key(self._prefix, khash), ks.key_tag(self._prefix, khash))
+        args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits, metering]
+        args.extend(self._plans.admit_args(calls, methods))
+        return decision_from_reply(await self._run(keys, args))
 
 
 def decision_from_reply(res: Sequence[Any]) -> Decision:

@@ -56,11 +56,6 @@ def bucket_key(prefix: str, khash: str) -> str:
     return record_key(prefix, khash)
 
 
-def usage_prefix(prefix: str, khash: str) -> str:
-    """The start of a key's usage rows (``h:<hour>``, ``d:<day>`` follow); see key_tag."""
-    return key_tag(prefix, khash)
-
-
 def usage_hour(prefix: str, khash: str, hour: int) -> str:
     return f"{prefix}:{{{khash}}}:h:{hour}"
 

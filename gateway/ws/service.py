@@ -10,12 +10,16 @@ cut when the drain timeout runs out.
 Charging notifications: every delivered notification costs the plan's
 ``eth_subscription`` weight. Rather than one Redis call per notification
 per socket, ``pending`` is summed per key in this process and charged in
-one admission call per key every ``ws.charge_interval_s`` (capped at the
-plan's burst per call). A refused charge throttles the key until the
-bucket refills: its notifications are then dropped and counted, and the
-unpaid units stay owed (up to one burst) and are charged first. Charging
-in arrears means at most one interval of notifications beyond the budget
-is delivered before dropping starts.
+one ``Limiter.charge`` call per key every ``ws.charge_interval_s`` (capped
+at the plan's burst per call). The charge meters what was sent: the key's
+allowlists have no say in it (a key allowed only ``eth_subscribe`` still
+pays for its notifications), its state, quota and bucket do. A refused
+charge stops the key's delivery until the debt is paid: its notifications
+are dropped and counted, the unpaid units stay owed (up to one burst), and
+the charger asks again once the refusal's retry time has passed; only an
+admitted charge resumes delivery. Charging in arrears means at most one
+interval of notifications beyond the budget is delivered before dropping
+starts.
 
 Revocation: ``Store.revoke_key`` / ``rotate_key`` PUBLISH the key hash on
 ``<prefix>:revoked``; every process listens and re-reads that key's record
@@ -29,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -40,9 +45,9 @@ from redis.exceptions import RedisError
 
 from gateway import typedefs as T
 from gateway.config import Config, PlanConfig
-from gateway.limits.limiter import Limiter, LimiterUnavailable, Status, record_key
+from gateway.limits.limiter import Limiter, LimiterUnavailable, Status
 from gateway.ops.metrics import Metrics
-from gateway.redis.keyspace import keys_channel
+from gateway.redis.keyspace import keys_channel, record_key
 from gateway.ws.fanout import Feed
 from gateway.ws.leases import SocketLeases
 from gateway.ws.metrics import WsMetrics
@@ -77,6 +82,7 @@ class WsService:
         self._stopping = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sent_seen: dict[str, tuple[int, int, int, int]] = {}
+        self._retry_at: dict[str, float] = {}  # key hash -> when to ask for its debt again
 
     # -- sockets -------------------------------------------------------------
     def plan(self, name: str) -> PlanConfig:
@@ -214,11 +220,13 @@ class WsService:
             self.metrics.failovers.labels(name).inc(feed.failovers - feed.failovers_seen)
             feed.failovers_seen = feed.failovers
             self._sent_seen[name] = now
+        started = time.monotonic()
         for khash, key in list(self.keys.items()):
-            if key.pending:
+            if key.pending and self._retry_at.get(khash, 0.0) <= started:
                 await self._charge(key)
             if not key.sessions and not key.pending:
                 del self.keys[khash]
+                self._retry_at.pop(khash, None)
 
     async def _charge(self, key: KeyState) -> None:
         weight = key.plan.cost(NOTIFICATION_METHOD)
@@ -229,23 +237,24 @@ class WsService:
             key.pending = 0
             return
         try:
-            decision = await self.limiter.admit(
-                key.khash, 0, {NOTIFICATION_METHOD: count}, key.origin, key.ip_bits
-            )
+            decision = await self.limiter.charge(key.khash, {NOTIFICATION_METHOD: count})
         except LimiterUnavailable:
             return  # not charged; the policy for calls (fail open/closed) still applies
         if decision.status is Status.ADMITTED:
+            key.throttled_until = 0.0  # paid: deliver again
+            self._retry_at.pop(key.khash, None)
             return
         if decision.status is Status.UNAUTHORIZED:
             await self.close_key(key.khash, "key revoked or expired", "revoked")
             return
-        # Delivered but not paid: the debt is charged first once the bucket
-        # refills (bounded by one burst), so arrears cannot be farmed.
+        # Delivered but not paid: nothing more is delivered until this debt
+        # (bounded by one burst) is paid, so arrears cannot be farmed.
         key.pending = min(key.pending + count, cap)
         wait = max(decision.retry_ms, 1) / 1000
         if decision.status is Status.QUOTA_EXCEEDED:
             wait = max(wait, 60.0)
-        key.throttled_until = time.monotonic() + wait
+        key.throttled_until = math.inf
+        self._retry_at[key.khash] = time.monotonic() + wait
 
     # -- revocation ----------------------------------------------------------
     async def _listen_revocations(self) -> None:

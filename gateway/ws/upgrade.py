@@ -23,7 +23,8 @@ from redis.exceptions import RedisError
 
 from gateway import typedefs as T
 from gateway.config import NetworkConfig
-from gateway.limits.limiter import Decision, LimiterUnavailable, Status, ip_bits, record_key
+from gateway.limits.limiter import Decision, LimiterUnavailable, Status, ip_bits
+from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.handler import NON_IDEMPOTENT, RpcHandler

@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.config import Config, config_from_dict
-from gateway.limits.limiter import RedisLimiter
+from gateway.limits.limiter import ADMIT_LUA, ExactLimiter, RedisScript
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
 from tests.helpers.config import MakeConfig
 
@@ -45,13 +45,14 @@ def make_config(make_config: MakeConfig) -> MakeConfig:
 
 
 @pytest.fixture
-def limiter(redis: RedisCluster, prefix: str) -> RedisLimiter:
-    """test_limiter.py's plans on the cluster (MuxLimiter speaks to one server only)."""
+def limiter(redis: RedisCluster, prefix: str) -> ExactLimiter:
+    """test_limiter.py's plans on the cluster, through redis-py (the mux speaks to one server)."""
     raw = {
         "free": {"rate": 10, "burst": 20, "weights": {"eth_getLogs": 5}},
         "payg": {"rate": 100, "burst": 200},
     }
-    return RedisLimiter(redis, config_from_dict({"plans": raw}).plans, prefix)
+    plans = config_from_dict({"plans": raw}).plans
+    return ExactLimiter(RedisScript(redis, ADMIT_LUA), plans, prefix)
 
 
 @pytest.fixture

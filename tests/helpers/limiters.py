@@ -19,7 +19,14 @@ from redis.asyncio.cluster import RedisCluster
 
 from gateway.config import PlanConfig
 from gateway.limits.leasing import LeaseLimiter
-from gateway.limits.limiter import LEASE_LUA, Limiter, MuxLimiter, RedisLimiter, RedisScript
+from gateway.limits.limiter import (
+    ADMIT_LUA,
+    LEASE_LUA,
+    ExactLimiter,
+    Limiter,
+    MuxScript,
+    RedisScript,
+)
 from gateway.redis.mux import MuxRedis
 from gateway.rpc.auth import key_hash
 from gateway.store.usagesink import UsageSink
@@ -55,13 +62,13 @@ async def make_limiter(
     def make(plans: Sequence[PlanConfig]) -> UnderTest:
         sink = UsageSink(redis, prefix)
         if kind == "exact":
-            return UnderTest(RedisLimiter(redis, plans, prefix), sink)
+            return UnderTest(ExactLimiter(RedisScript(redis, ADMIT_LUA), plans, prefix), sink)
         if kind == "exact-mux":
             if isinstance(redis, RedisCluster):
                 pytest.skip("the multiplexed connection speaks to one server only")
             mux = MuxRedis(redis_url, timeout_s=2.0)
             muxes.append(mux)
-            return UnderTest(MuxLimiter(mux, plans, prefix), sink)
+            return UnderTest(ExactLimiter(MuxScript(mux, ADMIT_LUA), plans, prefix), sink)
         return UnderTest(LeaseLimiter(RedisScript(redis, LEASE_LUA), plans, prefix, sink), sink)
 
     yield make

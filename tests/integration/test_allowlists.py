@@ -10,7 +10,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.config import config_from_dict
-from gateway.limits.limiter import Limiter, Status, cidr_bits, ip_bits, record_key
+from gateway.limits.limiter import Limiter, Status, cidr_bits, ip_bits
+from gateway.redis.keyspace import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store, StoreError, normalize_origin, normalize_origins
 from tests.helpers.limiters import MakeLimiter

@@ -25,9 +25,9 @@ from redis.asyncio.cluster import RedisCluster
 from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config
-from gateway.limits.limiter import record_key
 from gateway.redis.clients import connect
 from gateway.redis.embedded import free_port
+from gateway.redis.keyspace import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from tests.helpers import cluster_fixtures as _cf

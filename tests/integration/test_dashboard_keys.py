@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from gateway.app import create_app
-from gateway.limits.limiter import record_key
+from gateway.redis.keyspace import record_key
 from gateway.rpc.auth import key_hash
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.dashboard import User, new_email, parse

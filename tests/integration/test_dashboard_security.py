@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from gateway.app import create_app
-from gateway.limits.limiter import record_key, usage_prefix
+from gateway.redis.keyspace import key_tag, record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from gateway.store.security import SecurityStore
@@ -439,7 +439,7 @@ async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
         record = await redis.hgetall(record_key(prefix, key_hash(key)))
         assert record["rev"] and "name" not in record and "hint" not in record
         owners.add(str(record["acct"]))
-        day = [k async for k in redis.scan_iter(f"{usage_prefix(prefix, key_hash(key))}d:*")]
+        day = [k async for k in redis.scan_iter(f"{key_tag(prefix, key_hash(key))}d:*")]
         assert day and int(await redis.hget(day[0], "req") or 0) == 2  # both calls above
     assert len(owners) == 1 and owners.pop().startswith("deleted_")
     async for key in redis.scan_iter(f"{prefix}:*"):

@@ -31,7 +31,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
-from gateway.limits.limiter import record_key
+from gateway.redis.keyspace import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from tests.helpers import cluster_fixtures as _cf

@@ -13,8 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.config import config_from_dict
-from gateway.limits.limiter import record_key, usage_prefix
-from gateway.redis.keyspace import keys_channel
+from gateway.redis.keyspace import keys_channel, record_key, usage_day
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import DAY_MS, NotFound, Store, StoreError
 from gateway.store.insightquery import InsightStore, fmt_money
@@ -136,7 +135,7 @@ async def test_month_cost_sums_days_since_the_first(
     for k, day, cu in ((key, 0, 999_000), (key, 14, 1_000), (key, -1, 5), (other_key, 14, 7)):
         # day offsets from the 1st; -1 is December: not this month
         day_no = (1_798_761_600_000 // DAY_MS) + day
-        await redis.hset(f"{usage_prefix(prefix, key_hash(k))}d:{day_no}", "cu", cu)
+        await redis.hset(usage_day(prefix, key_hash(k), day_no), "cu", cu)
     records = [await store.get_key(key_id), await store.get_key(other_id)]
     cost = await InsightStore(store, PLANS).month_cost(records, "payg", now_ms=now)
     assert cost.compute_units == 1_000_007
@@ -184,7 +183,7 @@ async def test_cli_usage_json_shows_the_month(
 ) -> None:
     _, key_id, key = await _account_key(store, "payg")
     today = await store.now_ms() // DAY_MS
-    await redis.hset(f"{usage_prefix(prefix, key_hash(key))}d:{today}", "cu", 2_000_000)
+    await redis.hset(usage_day(prefix, key_hash(key), today), "cu", 2_000_000)
     code, out, _ = await asyncio.to_thread(cli, "usage", key_id, "--json")
     assert code == 0
     month = _json(out)["month"]

@@ -204,7 +204,7 @@ async def test_the_keys_own_caps_narrow_the_plan(
     redis: Redis, prefix: str, store: Store, account: str
 ) -> None:
     """rcap 5/s on a 100/s plan: a burst of 5 then 5/s; dcap 12: the 13th unit is refused."""
-    from gateway.limits.limiter import record_key
+    from gateway.redis.keyspace import record_key
 
     clock = Clock()
     limiter, _, _ = make(redis, prefix, clock)

@@ -6,13 +6,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.config import PlanConfig, config_from_dict
-from gateway.limits.limiter import (
-    Limiter,
-    Status,
-    cidr_bits,
-    ip_bits,
-    record_key,
-)
+from gateway.limits.limiter import Limiter, Status, cidr_bits, ip_bits
+from gateway.redis.keyspace import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from tests.helpers.limiters import MakeLimiter, UnderTest
@@ -215,3 +210,33 @@ async def test_a_probe_checks_the_key_and_charges_nothing(
     assert got.count(Status.ADMITTED) == 20  # the whole burst is still there
     d = await limiter.admit(key_hash("Z" * 32), 0, {}, now_ms=T0)
     assert d.status is Status.UNAUTHORIZED
+
+
+NOTE = {"eth_subscription": 1}
+
+
+async def test_a_charge_meters_whatever_the_allowlists_say(
+    under_test: UnderTest, store: Store, account: str
+) -> None:
+    """Notifications are metered by key state and bucket; no allowlist has a say (issue 18)."""
+    limiter = under_test.limiter
+    key, rec = await store.create_key(
+        account,
+        origins=["https://app.example"],
+        ips=["192.0.2.0/24"],
+        methods=["eth_subscribe", "eth_unsubscribe"],
+    )
+    khash = key_hash(key)
+    now = await store.now_ms()  # usage is read by today's date
+    assert (await limiter.admit(khash, 1, NOTE, now_ms=now)).status is Status.FORBIDDEN
+    got = [(await limiter.charge(khash, NOTE, now_ms=now)).status for _ in range(21)]
+    assert got == [Status.ADMITTED] * 20 + [Status.RATE_LIMITED]  # the burst, then no more
+    d = await limiter.charge(khash, {"eth_subscription": 5}, now_ms=now + 500)
+    assert d.status is Status.ADMITTED  # 5 units refilled in 0.5 s at 10/s
+    await under_test.flush()
+    usage = await store.usage(rec.id)
+    assert usage.methods.get("eth_subscription") == 25
+    assert usage.total == 0  # a charge is not a request
+    await store.revoke_key(rec.id)
+    under_test.changed(key)
+    assert (await limiter.charge(khash, NOTE, now_ms=now + 2000)).status is Status.UNAUTHORIZED

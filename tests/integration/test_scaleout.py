@@ -26,8 +26,8 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from gateway.limits.limiter import bucket_key
 from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
+from gateway.redis.keyspace import bucket_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from tests.helpers.balancer import Backend, Balancer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import config_from_dict
-from gateway.limits.limiter import RedisLimiter, Status
+from gateway.limits.limiter import ADMIT_LUA, ExactLimiter, RedisScript, Status
 from gateway.rpc.auth import key_hash, well_formed
 from gateway.store.accounts import AlreadyExists, NotFound, Store, StoreError
 
@@ -55,7 +55,7 @@ async def test_key_lifecycle(store: Store, account: str) -> None:
 async def test_rotate_keeps_settings_and_gives_grace(
     store: Store, account: str, redis: object, prefix: str
 ) -> None:
-    limiter = RedisLimiter(store.redis, config_from_dict({}).plans, prefix)
+    limiter = ExactLimiter(RedisScript(store.redis, ADMIT_LUA), config_from_dict({}).plans, prefix)
     old_key, old = await store.create_key(account, name="app", env="prod", methods=["eth_call"])
     new_key, new = await store.rotate_key(old.id, grace_ms=60_000)
     assert new_key != old_key and (new.name, new.env, new.methods) == ("app", "prod", ("eth_call",))

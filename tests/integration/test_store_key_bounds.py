@@ -13,7 +13,7 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.connection import Connection
 
 from gateway.app import create_app
-from gateway.limits.limiter import record_key
+from gateway.redis.keyspace import record_key
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store, StoreError
 from tests.helpers.config import Cli, MakeConfig

@@ -84,14 +84,47 @@ async def test_notifications_cost_units_and_beyond_the_budget_are_dropped_and_co
         dropped = _metric(stack, "gateway_ws_notifications_dropped_total", reason="budget")
         assert dropped == 30 - got
         assert _metric(stack, "gateway_ws_notifications_total", network="bsc") == got
-    # The charged units show as usage by method.
+    # The charged units show as usage by method (once this process's sums are written).
+    await stack.app[T.USAGE].flush()
     records = await store.list_keys((await store.get_key((await _key_id(store, api_key)))).account)
     usage = await store.usage(records[0].id)
     assert usage.methods.get("eth_subscription", 0) >= got - 2
 
 
+async def test_notifications_are_metered_whatever_the_key_method_allowlist(
+    stack: WsStack, http: aiohttp.ClientSession, store: Store, account: str
+) -> None:
+    """A key allowed only eth_subscribe/eth_unsubscribe still pays for its notifications.
+
+    The charge meters what the gateway sent, not a call the client made: the
+    key's method allowlist has no say, and once the bucket is empty delivery
+    stops (dropped and counted) until the debt is paid.
+    """
+    key, record = await store.create_key(account, methods=["eth_subscribe", "eth_unsubscribe"])
+    chain = stack.chains["bsc"]
+    async with http.ws_connect(f"{stack.ws}/bsc/{key}") as ws:
+        await rpc(ws, SUB_HEADS)  # 1 unit of the burst of 5
+        for _ in range(30):
+            chain.mine()
+            await asyncio.sleep(0.06)
+        got = 0
+        while True:
+            try:
+                await notes(ws, 1, wait_s=0.3)
+            except TimeoutError:
+                break
+            got += 1
+        assert 4 <= got <= 12, got
+        dropped = _metric(stack, "gateway_ws_notifications_dropped_total", reason="budget")
+        assert dropped == 30 - got
+    await stack.app[T.USAGE].flush()
+    usage = await store.usage(record.id)
+    assert usage.methods.get("eth_subscription", 0) >= got - 2
+    assert usage.methods.get("eth_subscription", 0) <= got
+
+
 async def _key_id(store: Store, key: str) -> str:
-    from gateway.limits.limiter import record_key
+    from gateway.redis.keyspace import record_key
     from gateway.rpc.auth import key_hash
 
     return str(await store.redis.hget(record_key(store.prefix, key_hash(key)), "id"))

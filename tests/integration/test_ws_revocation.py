@@ -168,7 +168,7 @@ def _pid_listening_on(port: int) -> int:
 async def test_a_lost_revocation_message_is_caught_by_the_recheck(
     stack: WsStack, http: aiohttp.ClientSession, store: Store, account: str, redis: Redis
 ) -> None:
-    from gateway.limits.limiter import record_key
+    from gateway.redis.keyspace import record_key
     from gateway.rpc.auth import key_hash
 
     key, _ = await store.create_key(account)

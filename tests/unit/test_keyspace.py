@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gateway.limits import limiter
 from gateway.redis import keyspace as ks
 
 
@@ -26,7 +25,7 @@ def test_per_key_names_share_one_hash_tag() -> None:
         "p:{H}:q:log",
     ]
     assert all(n.startswith(ks.key_tag("p", "H")) for n in names)
-    assert ks.usage_day("p", "H", 9) == ks.usage_prefix("p", "H") + "d:9"
+    assert ks.usage_day("p", "H", 9) == ks.key_tag("p", "H") + "d:9"
 
 
 def test_account_and_dashboard_names() -> None:
@@ -43,10 +42,3 @@ def test_account_and_dashboard_names() -> None:
     assert ks.counter("p", "n") == "p:t:n"
     assert ks.login_counter("p", "n") == "p:t:{login}:n"
     assert ks.keys_channel("p") == "p:keys"
-
-
-def test_the_limiter_reads_the_record_the_store_writes() -> None:
-    # Until admission takes its names from keyspace too, the two must agree.
-    assert limiter.record_key("gw", "ab") == ks.record_key("gw", "ab")
-    assert limiter.bucket_key("gw", "ab") == ks.bucket_key("gw", "ab")
-    assert limiter.usage_prefix("gw", "ab") == ks.usage_prefix("gw", "ab")
