@@ -164,7 +164,9 @@ async def _key_events_ctx(app: web.Application) -> AsyncIterator[None]:
     """The pub/sub listener that tells this process which key records changed."""
     cfg = app[T.CONFIG]
     url = app[T.REDIS_URL]
-    events = KeyEvents(lambda: pubsub_connect(url), cfg.redis.prefix)
+    events = KeyEvents(
+        lambda: pubsub_connect(url), cfg.redis.prefix, cfg.redis.failure_log_interval_s
+    )
     app[T.KEY_EVENTS] = events
     async with _running(events.run(), "key-events"):
         yield

@@ -8,6 +8,11 @@ working everywhere within the pub/sub delay (milliseconds), well under the
 dropped at once (a message may have been missed) and the listener
 reconnects with a backoff; the cache's own TTL is the last safety net.
 
+One subscription per process serves everyone who cares (``add``): the
+leased admission's record cache and the WebSocket service's revocation
+check both listen here. A lost subscription is logged once per
+``log_interval_s`` with the Redis address, the error class and message.
+
 ``PUBLISH`` reaches every node of a Redis Cluster (Redis 6.2 has no sharded
 pub/sub), so one subscription to any node is enough.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,14 +44,24 @@ async def publish_key_change(redis: Any, prefix: str, khash: str) -> None:
 class KeyEvents:
     """Runs the subscription and calls each listener with every changed key."""
 
-    def __init__(self, connect: Callable[[], Redis], prefix: str) -> None:
+    def __init__(
+        self, connect: Callable[[], Redis], prefix: str, log_interval_s: float = 10.0
+    ) -> None:
         self._connect = connect
         self._channel = keys_channel(prefix)
         self._listeners: list[Listener] = []
+        self._log_interval = log_interval_s
+        self._log_next = 0.0
+        self._log_suppressed = 0
         self.ready = asyncio.Event()
 
     def add(self, listener: Listener) -> None:
+        """Call ``listener`` with each changed key hash, and None when all may have changed."""
         self._listeners.append(listener)
+
+    def remove(self, listener: Listener) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
 
     def _emit(self, khash: str | None) -> None:
         for listener in self._listeners:
@@ -85,10 +101,42 @@ class KeyEvents:
                 self.ready.clear()
                 self._emit(None)
                 if not stopping():
-                    log.warning("key events lost, reconnecting: %s", exc.__class__.__name__)
+                    self._failed(redis, exc)
             finally:
                 with contextlib.suppress(Exception):
                     await redis.aclose()
             if not stopping():
                 await asyncio.sleep(backoff)
                 backoff = min(5.0, backoff * 2)
+
+    def _failed(self, redis: Redis, exc: BaseException) -> None:
+        """The first failure of each ``log_interval_s`` is logged, the others counted."""
+        now = time.monotonic()
+        if now < self._log_next:
+            self._log_suppressed += 1
+            return
+        self._log_next = now + self._log_interval
+        suppressed, self._log_suppressed = self._log_suppressed, 0
+        log_redis_failure(log, "key events lost, reconnecting", redis, exc, suppressed)
+
+
+def redis_address(redis: Any) -> str:
+    """``host:port`` (or ``unix:path``) of a redis-py client, for log lines; never a password."""
+    kwargs = getattr(getattr(redis, "connection_pool", None), "connection_kwargs", None) or {}
+    if kwargs.get("path"):
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+def log_redis_failure(
+    logger: logging.Logger, what: str, redis: Any, exc: BaseException, suppressed: int
+) -> None:
+    """One WARNING naming the Redis address, the error class and its message."""
+    logger.warning(
+        "%s: redis=%s error=%s message=%s (%d similar failures not logged before)",
+        what,
+        redis_address(redis),
+        exc.__class__.__name__,
+        exc,
+        suppressed,
+    )

@@ -1,7 +1,7 @@
 """The WebSocket side of one process: sockets by key, feeds, charging, revocation, drain.
 
 Lifecycle: ``setup_ws(app)`` adds one cleanup context (node feeds, the
-charger, the revocation listener) and an ``on_shutdown`` hook. The hook is
+charger, the revocation check) and an ``on_shutdown`` hook. The hook is
 aiohttp's documented place to close WebSockets: it runs after the listener
 stops and *before* the runner waits for handlers, so every socket gets its
 1001 close frame once its in-flight calls are answered, instead of being
@@ -22,10 +22,12 @@ interval of notifications beyond the budget is delivered before dropping
 starts.
 
 Revocation: ``Store.revoke_key`` / ``rotate_key`` PUBLISH the key hash on
-``<prefix>:revoked``; every process listens and re-reads that key's record
+``<prefix>:keys``; the process's one subscription (``store.keyevents``,
+``T.KEY_EVENTS``) calls this service, which re-reads that key's record
 (``rev``, ``exp``), closing its sockets with 4001 or re-arming the expiry
-timer. A refused admission (a call or a charge) says the same thing, so a
-lost pub/sub message still closes the sockets on the next call or charge.
+timer; a broken subscription re-reads every key with sockets here. A
+refused admission (a call or a charge) says the same thing, so a lost
+pub/sub message still closes the sockets on the next call or charge.
 """
 
 from __future__ import annotations
@@ -40,14 +42,13 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway import typedefs as T
 from gateway.config import Config, PlanConfig
 from gateway.limits.limiter import Limiter, LimiterUnavailable, Status
 from gateway.ops.metrics import Metrics
-from gateway.redis.keyspace import keys_channel, record_key
+from gateway.redis.keyspace import record_key
 from gateway.ws.fanout import Feed
 from gateway.ws.leases import SocketLeases
 from gateway.ws.metrics import WsMetrics
@@ -56,11 +57,6 @@ from gateway.ws.session import CLOSE_GOING_AWAY, CLOSE_REVOKED, KeyState, Sessio
 log = logging.getLogger("gateway.ws")
 
 NOTIFICATION_METHOD = "eth_subscription"
-
-
-def revoked_channel(prefix: str) -> str:
-    """The pub/sub channel on which key hashes whose state changed are announced."""
-    return keys_channel(prefix)
 
 
 class WsService:
@@ -79,7 +75,6 @@ class WsService:
         self.sessions: set[Session] = set()
         self.feeds: dict[str, Feed] = {}
         self.draining = False
-        self._stopping = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sent_seen: dict[str, tuple[int, int, int, int]] = {}
         self._retry_at: dict[str, float] = {}  # key hash -> when to ask for its debt again
@@ -149,7 +144,7 @@ class WsService:
 
     # -- lifecycle -----------------------------------------------------------
     async def ctx(self, app: web.Application) -> AsyncIterator[None]:
-        """Cleanup context: node feeds, the charger and the revocation listener."""
+        """Cleanup context: node feeds, the charger and the revocation check."""
         self.limiter = app[T.LIMITER]
         self.redis = app[T.REDIS]
         self.leases = SocketLeases(self.redis, self.cfg.redis.prefix, self.wcfg.socket_lease_s)
@@ -164,15 +159,14 @@ class WsService:
             self.feeds[net.name] = feed
             runners.append(asyncio.create_task(feed.run(http), name=f"ws-feed-{net.name}"))
         runners.append(asyncio.create_task(self._charge_forever(), name="ws-charge"))
-        runners.append(asyncio.create_task(self._listen_revocations(), name="ws-revoked"))
         runners.append(asyncio.create_task(self._recheck_forever(), name="ws-recheck"))
         runners.append(asyncio.create_task(self._renew_forever(), name="ws-leases"))
+        events = app[T.KEY_EVENTS]
+        events.add(self.key_changed)
         try:
             yield
         finally:
-            # redis-py's get_message can swallow a cancellation that lands
-            # with its own timeout, so the listener also checks this flag.
-            self._stopping = True
+            events.remove(self.key_changed)
             for task in runners:
                 task.cancel()
             await asyncio.wait(runners, timeout=3.0)
@@ -257,30 +251,12 @@ class WsService:
         self._retry_at[key.khash] = time.monotonic() + wait
 
     # -- revocation ----------------------------------------------------------
-    async def _listen_revocations(self) -> None:
-        channel = revoked_channel(self.cfg.redis.prefix)
-        while not self._stopping:
-            client: Redis | None = None
-            try:
-                client = await _pubsub_client(self.redis)
-                async with client.pubsub(ignore_subscribe_messages=True) as ps:
-                    await ps.subscribe(channel)
-                    while not self._stopping:
-                        msg = await ps.get_message(timeout=1.0)
-                        if msg is None:
-                            continue
-                        data = msg.get("data")
-                        khash = data.decode() if isinstance(data, bytes) else str(data)
-                        if khash in self.keys:
-                            self.spawn(self.recheck(khash))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Redis away, cluster not ready: retry, never die
-                log.info("ws revocation listener reconnecting err=%s", type(exc).__name__)
-                await asyncio.sleep(0.5)
-            finally:
-                if client is not None:
-                    await client.aclose()
+    def key_changed(self, khash: str | None) -> None:
+        """A ``KeyEvents`` listener: a key's record changed (None: any may have)."""
+        if khash is None:
+            self.spawn(self.recheck_all())
+        elif khash in self.keys:
+            self.spawn(self.recheck(khash))
 
     async def recheck(self, khash: str) -> None:
         """Re-read a key's state; close its sockets or re-arm its expiry."""
@@ -350,24 +326,6 @@ async def _flushed(sess: Session) -> None:
     # The transport's buffer has no "emptied" event to wait on; poll it.
     while sess.queued:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
-
-
-async def _pubsub_client(redis: Any) -> Redis:
-    """A plain client for SUBSCRIBE, without the hot path's short read timeout.
-
-    On a Cluster, PUBLISH reaches every node, so any one node will do.
-    """
-    if isinstance(redis, Redis):
-        kwargs = dict(redis.connection_pool.connection_kwargs)
-        kwargs["socket_timeout"] = None
-        return Redis(
-            connection_pool=type(redis.connection_pool)(
-                connection_class=redis.connection_pool.connection_class, **kwargs
-            )
-        )
-    await redis.initialize()
-    node = redis.get_default_node() or redis.get_nodes()[0]
-    return Redis(host=node.host, port=node.port, decode_responses=True)
 
 
 # The service's app key lives here (in typedefs it would make the cycle
