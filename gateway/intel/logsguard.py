@@ -14,13 +14,10 @@ unknown head is a matter of one probe interval at start-up.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from gateway.intel.head import HeadTracker
 from gateway.intel.methods import block_ref, param
-
-INVALID_PARAMS_CODE: Final = -32602
-INVALID_PARAMS_MESSAGE: Final = "Invalid params"
 
 
 def logs_range(params: Any, heads: HeadTracker) -> int | None:

@@ -42,9 +42,6 @@ LATENCY_BUCKETS = (
 )
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-# Outcomes of one upstream attempt, the ``result`` label of gateway_upstream_results.
-UPSTREAM_RESULTS = ("ok", "error", "timeout", "retry")
-
 
 def multiprocess_dir() -> str | None:
     """The multiprocess directory when one is configured, else None."""

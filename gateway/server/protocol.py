@@ -60,7 +60,7 @@ from aiohttp.web_request import BaseRequest
 from gateway import typedefs as T
 from gateway.config import ServerConfig
 from gateway.ops.accesslog import AccessLogger
-from gateway.ops.logsetup import setup_logging as setup_logging  # re-exported: its old home
+from gateway.ops.logsetup import setup_logging
 from gateway.ops.metrics import Metrics, mark_process_dead
 from gateway.ops.metricsport import MetricsListener
 from gateway.rpc import protocol as rpc

@@ -23,8 +23,9 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config, NetworkConfig, data_dir
+from gateway.ops.logsetup import setup_logging
 from gateway.redis.embedded import RedisProcess, ensure_embedded
-from gateway.server.protocol import ListenError, bind_listener, serve_app, setup_logging
+from gateway.server.protocol import ListenError, bind_listener, serve_app
 from gateway.server.workers import Supervisor, config_to_raw
 
 __all__ = ["config_to_raw", "serve"]

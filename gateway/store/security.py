@@ -39,7 +39,7 @@ import pyotp
 from redis.commands.core import AsyncScript
 
 from gateway.redis import keyspace as ks
-from gateway.rpc.clientip import mask_ip as mask_ip  # re-exported: its old home
+from gateway.rpc.clientip import mask_ip
 from gateway.store.accounts import Account, NotFound, Store, StoreError, normalize_email
 
 MIN_PASSWORD = 8

@@ -67,6 +67,8 @@ class WsMetrics:
             ["reason"],
             registry=r,
         )
+        for reason in DISCONNECT_REASONS:  # each shows at 0 before its first close (rate() works)
+            self.disconnects.labels(reason)
         self.failovers = Counter(
             "gateway_ws_upstream_failovers",
             "Times a network's node socket was lost and subscriptions moved",

@@ -33,10 +33,3 @@ def setup_ws(app: web.Application, handlers: Sequence[RpcHandler]) -> None:
     app.cleanup_ctx.append(svc.ctx)
     app.on_shutdown.append(svc.drain)
 
-
-def ws_service(app: web.Application) -> WsService:
-    """The app's WebSocket service; fails loudly when ``setup_ws`` did not run."""
-    svc = app.get(WS)
-    if svc is None:
-        raise RuntimeError("setup_ws(app) was not called, or ws.enabled is false")
-    return svc

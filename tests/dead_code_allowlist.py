@@ -1,0 +1,52 @@
+"""Names vulture calls unused in gateway/ that are used, each with the reason.
+
+Read by tests/unit/test_dead_code.py (vulture's whitelist format: the file is
+parsed, never run). Keep it short: a name belongs here only when its user is
+outside the scanned code (a framework calling back, a template, a test
+observing the product). Dead code is deleted, not listed.
+"""
+
+# ruff: noqa: B018
+from typing import Any
+
+_: Any = None
+
+# -- called by a framework, not by our code --------------------------------------
+_.charset  # aiohttp Response attribute set in ops.routes.metrics
+_.handle_error  # aiohttp RequestHandler override (server.protocol): malformed HTTP
+_.on_message_begin  # httptools parser callbacks (demo.framing)
+_.on_header
+_.on_headers_complete
+_.on_body
+_.on_message_complete
+
+# -- read by Jinja templates (dashboard/templates/key_requests.html) -------------
+_.error_count  # store.insightquery.MethodRow
+_.time_ms  # store.insightquery.LogRow
+
+# -- demo nodes: the API the tests and bench drive (mine, reorg, inspect) --------
+_.advance  # demo.chainnode.ChainNode
+_.reorg  # demo.chainnode / demo.mockws Chain
+_.start_chain_node  # demo.chainnode: tests/integration/test_intel_*.py
+_.start_demo_nodes  # demo.mockws: tests/integration/test_ws_bench.py
+_.set_head_offset  # demo.mocknode: tests/integration/test_upstream.py
+_.open_connections  # demo.mocknode, upstream.nodeclient: connection reuse is asserted
+_.subscribe_calls  # demo.mockws: what a node was asked, for test assertions
+_.unsubscribe_calls
+_.active_subscriptions
+
+# -- in-process mirrors of exported metrics, read by tests -----------------------
+# (the Prometheus series is the product's face; these plain ints let a test
+# read one process's count without scraping)
+_.stores  # intel.cache.CacheStats
+_.too_big
+_.reorgs  # intel.head.HeadTracker
+_.retries  # intel.hedge.HedgeStats
+_.rejected  # server.protocol connection watch
+_.timeouts
+
+# -- queries kept for tests, to be decided by their owners (see the report) ------
+_.has  # intel.head.HeadTracker.has: tests/unit/test_intel_head.py only
+_.at_head  # intel.head.HeadTracker.at_head: tests only
+_.age  # intel.head.HeadTracker.age: tests only
+_.healthy_count  # upstream.pool.NodePool.healthy_count: tests only (summary() serves /readyz)
