@@ -1,7 +1,7 @@
 """``gateway keys limit KEY_ID`` and the month's cost in ``gateway usage``.
 
-Thin: parsing and wording only; the checks live in gateway/key_limits.py
-and the sums in gateway/insight_store.py, shared with the dashboard.
+Thin: parsing and wording only; the checks live in gateway/store/keylimits.py
+and the sums in gateway/store/insightquery.py, shared with the dashboard.
 """
 
 from __future__ import annotations

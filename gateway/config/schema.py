@@ -22,7 +22,7 @@ class ServerConfig:
     port: int = 8545
     workers: int = 1
     access_log: bool = True
-    # aiohttp has no header-read timeout of its own (gateway/server.py adds it).
+    # aiohttp has no header-read timeout of its own (gateway/server/protocol.py adds it).
     # Seconds a client may take to send request headers (from connection open
     # or its first byte) and then its body; 0 turns a check off.
     header_timeout_s: float = 10.0
@@ -36,7 +36,7 @@ class ServerConfig:
     # full) for this long drops the connection; 0 turns the check off.
     write_timeout_s: float = 30.0
     # /metrics is served here, never on the public port; "" turns it off.
-    # With several workers one of them holds it at a time (gateway/server.py).
+    # With several workers one of them holds it at a time (gateway/ops/metricsport.py).
     metrics_listen: str = "127.0.0.1:9464"
     # `serve --workers`: a worker that dies is restarted after this delay,
     # doubled for each quick death in a row, at most restart_backoff_max_s.
@@ -125,7 +125,7 @@ class UpstreamConfig:
     # leaves time to fail over; 0 = the whole deadline.
     attempt_timeout_s: float = 5.0
     probe_timeout_s: float = 2.0
-    client: str = "lean"  # "lean" (gateway.nodeclient) or "aiohttp" (ClientSession)
+    client: str = "lean"  # "lean" (gateway.upstream.nodeclient) or "aiohttp" (ClientSession)
     keepalive_s: float = 15.0  # idle pooled connections to a node are closed after this
 
 
@@ -162,7 +162,7 @@ class DashboardConfig:
     session_max_age_s: int = 7 * 24 * 3600
     secure_cookies: bool = False
     public_url: str = ""  # shown in endpoint examples; empty = from the request
-    # Account security (gateway/security_store.py, dashboard/account_security.py).
+    # Account security (gateway/store/security.py, gateway/dashboard/account_security.py).
     reset_link_ttl_s: int = 3600  # `gateway accounts reset-password` links work this long, once
     login_code_ttl_s: int = 300  # time to type the two-step code after the password
     login_code_attempts: int = 5  # wrong codes per password entry before starting over
@@ -214,7 +214,7 @@ class AdmissionConfig:
 
 @dataclass(frozen=True, slots=True)
 class InsightConfig:
-    """Request insight per key (gateway/insight.py): summed in each worker, flushed."""
+    """Request insight per key (gateway/store/insight.py): summed in each worker, flushed."""
 
     enabled: bool = True
     interval_s: float = 1.0  # a worker writes its sums this often (a crash loses at most this)

@@ -3,7 +3,7 @@
 Both are reached from the key's row on the API Keys page. The key is
 always looked up with the logged-in account's id, so another account's
 key id answers 404 like one that never existed. Writes go through
-``KeyLimits`` (gateway/key_limits.py), reads through ``InsightStore``.
+``KeyLimits`` (gateway/store/keylimits.py), reads through ``InsightStore``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A key's allowlists (origins, client IPs, methods) and the SPEC §5 matching rules.
 
 Parsed once per key record read, then checked for every request the
-process admits locally (see ``gateway.leasing``); the stored forms come
+process admits locally (see ``gateway.limits.leasing``); the stored forms come
 from ``accounts.normalize_origin`` and ``limiter.cidr_bits``.
 """
 

@@ -1,6 +1,6 @@
 """``gateway serve``: one process, N workers (``gateway.server.workers``), or the offline demo.
 
-This module is also each worker's entry point (``python -m gateway.serve
+This module is also each worker's entry point (``python -m gateway.server.runner
 --worker ...``, started by the supervisor only).
 """
 

@@ -43,7 +43,7 @@ class KeyRecord:
     ips: tuple[str, ...] = ()
     methods: tuple[str, ...] = ()
     rotated_to: str | None = None
-    # The owner's caps (gateway/key_limits.py); None = the plan's.
+    # The owner's caps (gateway/store/keylimits.py); None = the plan's.
     rate_cap: float | None = None
     daily_cu_cap: int | None = None
 

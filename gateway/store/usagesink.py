@@ -10,7 +10,7 @@ interval; the app's cleanup (SIGTERM) flushes what is left. Compute units
 are not counted here: the lease script reserves them in Redis when it
 grants units, so the daily quota stays exact across processes.
 
-The Redis layout is the one ``Store.usage`` reads (see gateway.accounts).
+The Redis layout is the one ``Store.usage`` reads (see gateway.store.usage).
 """
 
 from __future__ import annotations

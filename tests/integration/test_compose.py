@@ -6,7 +6,7 @@ other and with the code: every referenced file exists, every gateway and
 mock-node command parses with the real CLI parsers, the config the replicas
 load is valid, and the ports and host names line up between compose.yaml,
 haproxy.cfg, prometheus.yml and Grafana's provisioning. Every metric a
-dashboard panel queries exists in gateway/metrics.py with the labels the
+dashboard panel queries exists in gateway/ops/metrics.py with the labels the
 query groups by. Where the real tool is installed (``haproxy``, ``docker
 compose``), its own config check runs too. test_scaleout.py runs the same
 topology as plain processes.

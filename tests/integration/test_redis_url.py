@@ -1,6 +1,6 @@
 """One URL parser for every Redis client: db, unix password, rediss:// with a private CA.
 
-The hot-path connection (``gateway.redismux``) once parsed the URL itself and
+The hot-path connection (``gateway.redis.mux``) once parsed the URL itself and
 dropped what redis-py honours: with ``?db=3`` keys were written to db 3 and
 looked up in db 0 (every call 401), a ``unix://`` password was never sent
 (with ``fail_open`` a made-up key then got through), and a private CA failed

@@ -1,6 +1,6 @@
 """``gateway serve --workers N`` as operators run it: real processes, real signals.
 
-The supervisor's promises (gateway/workers.py): workers die with it, a worker
+The supervisor's promises (gateway/server/workers.py): workers die with it, a worker
 killed again and again is restarted with a backoff and never stops the
 gateway, SIGHUP reloads the config into fresh workers and drains the old
 ones, a busy port is one clear line and a non-zero exit, and no worker's
