@@ -11,7 +11,8 @@ after ``fail_threshold`` failures in a row for ``cooldown_s``), tried only
 when nothing better is left, so a pool whose every node looks down still
 tries instead of failing without asking anyone.
 
-Retries: a failed call is retried on a *different* node while the deadline
+Retries: a failed call is retried on a *different* node (once every node
+was tried, e.g. one by a hedge, on any node but the one that failed last) while the deadline
 (``limits.upstream_timeout_s``, one for all attempts) and the retry budget
 (``retry_budget`` extra attempts per first attempt, e.g. 0.2 = at most 20 %
 extra load) allow. Each attempt is capped at ``attempt_timeout_s`` so a slow
@@ -281,12 +282,19 @@ class NodePool:
         intel = self.intel
         deadline = self.clock() + self.total_timeout_s
         tried: list[Node] = []
+        flying: list[Node] = []  # nodes with an attempt of this call in flight
+        failed_last: list[Node] = []  # the node whose attempt failed last (at most one)
         hedging = hedge and intel.hedging
         latency = intel.latency
 
         def factory(n: int) -> Launch[tuple[bytes | NodeStream, Node]] | None:
             node = self.pick(tried, min_block)
-            if node is None or node in tried:
+            if node is None and n:
+                # Every node was tried (a hedge took the other one): a retry may
+                # ask again a node whose attempt has ended, but not the one that
+                # failed last (so a one-node pool is still never asked twice).
+                node = self.pick((*flying, *failed_last), min_block)
+            if node is None:
                 return None
             if n and tried[-1].metrics is not None:
                 tried[-1].metrics.retry.inc()
@@ -298,7 +306,14 @@ class NodePool:
             # cancelled before its first step (a hedge that lost at once, the
             # deadline) leaves no coroutine that was never awaited.
             one = self._attempt_on(node, body, deadline, stream_over)
-            return await timed(latency, node.name, one, self.clock)
+            flying.append(node)
+            try:
+                return await timed(latency, node.name, one, self.clock)
+            except Exception:
+                failed_last[:] = [node]
+                raise
+            finally:
+                flying.remove(node)
 
         def retryable(exc: BaseException) -> bool:
             if not isinstance(exc, UpstreamError) or exc.too_large:
