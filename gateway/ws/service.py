@@ -99,8 +99,16 @@ class WsService:
         return state
 
     def register(self, sess: Session, expires_ms: int | None) -> None:
+        # The charger drops a key's state once it has no sockets and owes
+        # nothing, which it may have done while this socket was opening: put
+        # it back (or take the one a later socket made), or this socket's
+        # notifications would be counted on a state nobody charges.
+        key = self.keys.setdefault(sess.key.khash, sess.key)
+        if key is not sess.key:
+            key.plan = sess.key.plan
+            sess.key = key
         self.sessions.add(sess)
-        sess.key.sessions.add(sess)
+        key.sessions.add(sess)
         self.metrics.sockets.labels(sess.network).inc()
         if expires_ms is not None:
             self.arm_expiry(sess.key, expires_ms)
