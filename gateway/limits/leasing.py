@@ -38,15 +38,8 @@ from typing import Any, Protocol
 
 from gateway.config import PlanConfig
 from gateway.limits.allowlists import NO_ALLOWLISTS, Allowlists
-from gateway.limits.limiter import (
-    Decision,
-    LimiterUnavailable,
-    PlanTable,
-    ScriptRunner,
-    Status,
-    is_probe,
-    request_cost,
-)
+from gateway.limits.limiter import Decision, LimiterUnavailable, ScriptRunner, Status
+from gateway.limits.plantable import PlanTable, is_probe, request_cost
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import flush_every
 

@@ -7,19 +7,8 @@ stops and *before* the runner waits for handlers, so every socket gets its
 1001 close frame once its in-flight calls are answered, instead of being
 cut when the drain timeout runs out.
 
-Charging notifications: every delivered notification costs the plan's
-``eth_subscription`` weight. Rather than one Redis call per notification
-per socket, ``pending`` is summed per key in this process and charged in
-one ``Limiter.charge`` call per key every ``ws.charge_interval_s`` (capped
-at the plan's burst per call). The charge meters what was sent: the key's
-allowlists have no say in it (a key allowed only ``eth_subscribe`` still
-pays for its notifications), its state, quota and bucket do. A refused
-charge stops the key's delivery until the debt is paid: its notifications
-are dropped and counted, the unpaid units stay owed (up to one burst), and
-the charger asks again once the refusal's retry time has passed; only an
-admitted charge resumes delivery. Charging in arrears means at most one
-interval of notifications beyond the budget is delivered before dropping
-starts.
+Charging: ``gateway.ws.charging.Charger`` meters each key's delivered
+notifications in arrears, once per ``ws.charge_interval_s``.
 
 Revocation: ``Store.revoke_key`` / ``rotate_key`` PUBLISH the key hash on
 ``<prefix>:keys``; the process's one subscription (``store.keyevents``,
@@ -35,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -46,17 +34,16 @@ from redis.exceptions import RedisError
 
 from gateway import typedefs as T
 from gateway.config import Config, PlanConfig
-from gateway.limits.limiter import Limiter, LimiterUnavailable, Status
+from gateway.limits.limiter import Limiter
 from gateway.ops.metrics import Metrics
 from gateway.redis.keyspace import record_key
+from gateway.ws.charging import Charger
 from gateway.ws.fanout import Feed
 from gateway.ws.leases import SocketLeases
 from gateway.ws.metrics import WsMetrics
 from gateway.ws.session import CLOSE_GOING_AWAY, CLOSE_REVOKED, KeyState, Session
 
 log = logging.getLogger("gateway.ws")
-
-NOTIFICATION_METHOD = "eth_subscription"
 
 
 class WsService:
@@ -65,6 +52,7 @@ class WsService:
     limiter: Limiter
     redis: Any
     leases: SocketLeases
+    charger: Charger
 
     def __init__(self, cfg: Config, metrics: Metrics) -> None:
         self.cfg = cfg
@@ -77,7 +65,6 @@ class WsService:
         self.draining = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sent_seen: dict[str, tuple[int, int, int, int]] = {}
-        self._retry_at: dict[str, float] = {}  # key hash -> when to ask for its debt again
 
     # -- sockets -------------------------------------------------------------
     def plan(self, name: str) -> PlanConfig:
@@ -154,6 +141,7 @@ class WsService:
     async def ctx(self, app: web.Application) -> AsyncIterator[None]:
         """Cleanup context: node feeds, the charger and the revocation check."""
         self.limiter = app[T.LIMITER]
+        self.charger = Charger(self.keys, self.limiter, self.close_key)
         self.redis = app[T.REDIS]
         self.leases = SocketLeases(self.redis, self.cfg.redis.prefix, self.wcfg.socket_lease_s)
         pools = app[T.POOLS]
@@ -210,7 +198,7 @@ class WsService:
                 log.exception("ws charge failed")
 
     async def charge_once(self) -> None:
-        """Publish counters; charge each key's pending notifications in one call."""
+        """Publish the feeds' counters; charge each key's pending notifications."""
         for name, feed in self.feeds.items():
             c = feed.counters
             seen = self._sent_seen.get(name, (0, 0, 0, 0))
@@ -222,41 +210,7 @@ class WsService:
             self.metrics.failovers.labels(name).inc(feed.failovers - feed.failovers_seen)
             feed.failovers_seen = feed.failovers
             self._sent_seen[name] = now
-        started = time.monotonic()
-        for khash, key in list(self.keys.items()):
-            if key.pending and self._retry_at.get(khash, 0.0) <= started:
-                await self._charge(key)
-            if not key.sessions and not key.pending:
-                del self.keys[khash]
-                self._retry_at.pop(khash, None)
-
-    async def _charge(self, key: KeyState) -> None:
-        weight = key.plan.cost(NOTIFICATION_METHOD)
-        cap = max(1, key.plan.burst // weight) if weight > 0 else 0
-        count = min(key.pending, cap)
-        key.pending -= count
-        if weight <= 0:
-            key.pending = 0
-            return
-        try:
-            decision = await self.limiter.charge(key.khash, {NOTIFICATION_METHOD: count})
-        except LimiterUnavailable:
-            return  # not charged; the policy for calls (fail open/closed) still applies
-        if decision.status is Status.ADMITTED:
-            key.throttled_until = 0.0  # paid: deliver again
-            self._retry_at.pop(key.khash, None)
-            return
-        if decision.status is Status.UNAUTHORIZED:
-            await self.close_key(key.khash, "key revoked or expired", "revoked")
-            return
-        # Delivered but not paid: nothing more is delivered until this debt
-        # (bounded by one burst) is paid, so arrears cannot be farmed.
-        key.pending = min(key.pending + count, cap)
-        wait = max(decision.retry_ms, 1) / 1000
-        if decision.status is Status.QUOTA_EXCEEDED:
-            wait = max(wait, 60.0)
-        key.throttled_until = math.inf
-        self._retry_at[key.khash] = time.monotonic() + wait
+        await self.charger.charge_all()
 
     # -- revocation ----------------------------------------------------------
     def key_changed(self, khash: str | None) -> None:

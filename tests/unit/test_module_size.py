@@ -1,0 +1,54 @@
+"""Modules stay small: over 300 lines, the docstring says why the module stays whole.
+
+The sentence must contain "stays whole" (e.g. "It stays whole because the
+parser's state machine is one loop"). ``PENDING`` lists the long modules of
+this round's other branches (being split or rewritten there); it only shrinks:
+a module that got short, or got its sentence, fails here until it leaves it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 300
+
+PENDING = {
+    "gateway/cli/main.py",
+    "gateway/config/load.py",
+    "gateway/demo/chainnode.py",
+    "gateway/demo/mocknode.py",
+    "gateway/demo/mockws.py",
+    "gateway/limits/leasing.py",
+    "gateway/redis/mux.py",
+    "gateway/rpc/handler.py",
+    "gateway/rpc/protocol.py",
+    "gateway/server/protocol.py",
+    "gateway/server/runner.py",
+    "gateway/server/workers.py",
+    "gateway/store/apikeys.py",
+    "gateway/store/security.py",
+    "gateway/upstream/nodeclient.py",
+    "gateway/upstream/pool.py",
+    "gateway/ws/fanout.py",
+    "gateway/ws/upgrade.py",
+}
+
+
+def _unexplained() -> set[str]:
+    found = set()
+    for path in sorted((ROOT / "gateway").rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") <= LIMIT:
+            continue
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if "stays whole" not in " ".join(doc.split()):
+            found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_long_modules_say_why_they_stay_whole() -> None:
+    unexplained = _unexplained()
+    assert unexplained - PENDING == set(), "split it, or say in its docstring why it stays whole"
+    assert PENDING - unexplained == set(), "done: take it off PENDING"
