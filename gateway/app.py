@@ -41,7 +41,7 @@ from gateway.redis.mux import MuxRedis
 from gateway.rpc.clientip import ClientIP
 from gateway.rpc.handler import RpcHandler
 from gateway.store.accounts import Store
-from gateway.store.errors import ErrorCounter
+from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
 from gateway.store.keyevents import KeyEvents
 from gateway.store.usagesink import UsageSink

@@ -11,7 +11,7 @@ from gateway.redis.clients import RedisClient
 from gateway.redis.mux import MuxRedis
 from gateway.rpc.clientip import CLIENT_IP as CLIENT_IP  # defined beside ClientIP
 from gateway.store.accounts import Store
-from gateway.store.errors import ErrorCounter
+from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
 from gateway.store.keyevents import KeyEvents
 from gateway.store.usagesink import UsageSink

@@ -38,7 +38,7 @@ from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.clientip import ClientIP
-from gateway.store.errors import ErrorCounter
+from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink, reply_code
 from gateway.typedefs import KEY_HASH, KEY_ID, REPLY_ERROR, RPC_METHOD
 from gateway.upstream.nodeclient import NodeStream

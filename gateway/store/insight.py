@@ -2,7 +2,7 @@
 
 The handler calls ``InsightSink.record`` for every answered call; that is a
 few dict updates in memory, never a Redis command. ``run()`` flushes the
-sums once per interval in ONE pipeline (the way gateway/store/errors.py's
+sums once per interval in ONE pipeline (the way gateway/store/errorcounts.py's
 ErrorCounter does for error counts), so the request path keeps its one
 Redis round trip. Redis layout (``p`` = prefix, ``H`` = SHA-256 of the key,
 the same ``{H}`` hash tag as every other key of that API key):

@@ -37,8 +37,8 @@ import orjson
 
 from gateway.config import NetworkConfig, WsConfig
 from gateway.upstream.pool import NodePool
+from gateway.ws.nodelink import LinkError, NodeLink
 from gateway.ws.session import Session, frame_header
-from gateway.ws.upstream import LinkError, NodeLink
 
 log = logging.getLogger("gateway.ws.fanout")
 

@@ -32,4 +32,3 @@ def setup_ws(app: web.Application, handlers: Sequence[RpcHandler]) -> None:
     app[WS] = svc
     app.cleanup_ctx.append(svc.ctx)
     app.on_shutdown.append(svc.drain)
-

@@ -140,8 +140,9 @@ async def test_idle_leases_go_back_to_the_shared_bucket(
     """Units a process leased and did not spend return to the shared bucket when idle.
 
     The refill is negligible (1 unit per 1,000 s, however slow the machine)
-    so the bucket's level shows exactly what came back: a spends 40 of the burst of 50 and holds a slice; once its
-    lease went back, b finds the 10 units a did not spend, not 10 minus the slice.
+    so the bucket's level shows exactly what came back: a spends 40 of the
+    burst of 50 and holds a slice; once its lease went back, b finds the 10
+    units a did not spend, not 10 minus the slice.
     """
     clock = Clock()
     clock.ms = start = int(time.time() * 1000)  # give-back asks Redis TIME: stay near it

@@ -35,6 +35,7 @@ DOCS_PENDING = {
     ("docs/PERFORMANCE.md", "gateway/serve.py"),
     ("docs/PERFORMANCE.md", "gateway/nodeclient.py"),
     ("docs/WEBSOCKET.md", "gateway/mockws.py"),
+    ("docs/WEBSOCKET.md", "gateway/ws/upstream.py"),  # renamed: gateway/ws/nodelink.py
 }
 
 

@@ -45,7 +45,7 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(path: Path, known: set[str]) -> set[str]:
-    """Every gateway module ``path`` imports, ``from gateway.<package> import y`` resolved to <package>.y."""
+    """Every gateway module ``path`` imports (``from gateway.<pkg> import y``: <pkg>.y)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):

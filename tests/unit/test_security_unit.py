@@ -7,9 +7,9 @@ import time
 import pyotp
 import pytest
 
+from gateway.rpc.clientip import mask_ip
 from gateway.store.security import (
     _matching_step,
-    mask_ip,
     new_recovery_code,
     normalize_recovery_code,
 )

@@ -16,6 +16,8 @@ log = logging.getLogger("gateway.usage")
 
 
 class ErrorCounter:
+    """Per-key counts of calls a node answered with an error, flushed once per interval."""
+
     def __init__(self, store: Store, interval_s: float = 1.0) -> None:
         self._store = store
         self._interval = interval_s
