@@ -37,30 +37,62 @@ _Slot = tuple[bytes, _Tag]
 _BLOCK_FIELD: Final = re.compile(rb'"(?:blockNumber|number)"\s*:\s*"0x([0-9a-fA-F]{1,16})"')
 
 
-_UPPER: Final = re.compile(rb"[A-Z]")
+# Bytes that may make two spellings of one call differ: an upper-case ASCII
+# letter (hex case, a key's case) or any non-ASCII byte (runes Go folds onto
+# ASCII letters: KELVIN SIGN, LONG S, dotted / dotless I).
+_MAYBE_SPELLING: Final = re.compile(rb"[A-Z\x80-\xff]")
+_HEX_STRING: Final = re.compile(r"0x[0-9a-fA-F]*\Z")
 
 
 def call_key(method: str, params: Any) -> bytes:
-    """A canonical key for (method, params): sorted object keys, hex in lower case.
+    """A canonical key for (method, params), merging only what every node reads alike.
 
-    Two calls that differ only in key order or hex case ask the node the
-    same thing, so they share an entry (and a coalesced flight).
+    - object keys in sorted order: JSON leaves member order meaningless;
+    - the hex digits of a ``0x``-prefixed hex string in lower case (an address,
+      a hash, a quantity, call data): hex decoding ignores the digits' case.
+
+    Never merged: a ``0X`` prefix (some nodes refuse it: a different request),
+    strings that are not hex, key spellings, and the member order of an object
+    holding two keys that a Go node folds alike (``{"to":a,"To":b}``: the last
+    one wins there, so the order decides what the node reads).
     """
     raw = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
-    if _UPPER.search(raw) is not None:  # rare: walk the params only when case may differ
-        raw = orjson.dumps(_canon(params), option=orjson.OPT_SORT_KEYS)
+    if _MAYBE_SPELLING.search(raw) is not None:  # rare: walk the params only then
+        raw = orjson.dumps(_canon(params))
     return method.encode() + b"\x00" + raw
 
 
 def _canon(value: Any) -> Any:
+    """``value`` with hex in lower case and keys sorted, as the fast path of ``call_key``."""
     kind = type(value)
     if kind is str:
-        return value.lower() if value[:2] in ("0x", "0X") else value
+        return value.lower() if _HEX_STRING.match(value) else value
     if kind is list:
         return [_canon(v) for v in value]
     if kind is dict:
-        return {k: _canon(v) for k, v in value.items()}
+        items = [(k, _canon(v)) for k, v in value.items()]
+        if _unfoldable(value):
+            items.sort(key=_first)
+        return dict(items)
     return value
+
+
+def _first(item: tuple[str, Any]) -> str:
+    return item[0]
+
+
+def _unfoldable(obj: dict[str, Any]) -> bool:
+    """Whether no two keys of ``obj`` can name one Go field (so their order is meaningless).
+
+    ASCII keys fold as Go folds them (upper case); any non-ASCII key counts
+    as foldable onto another: that only costs a shared entry, never a wrong answer.
+    """
+    folded = set()
+    for key in obj:
+        if not key.isascii():
+            return False
+        folded.add(key.upper())
+    return len(folded) == len(obj)
 
 
 def answer_block(result: bytes) -> int | None:
