@@ -101,6 +101,7 @@ async def _fill_large(client: Session, key: str, prefix: str, count: int) -> Non
             assert resp.status == 200 and "result" in orjson.loads(await resp.read())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answers", ["tiny", "large"])
 async def test_a_full_cache_holds_no_more_memory_than_its_bound(
     make_config: MakeConfig,

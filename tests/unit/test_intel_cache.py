@@ -142,7 +142,7 @@ def test_lagging_node_answers_are_not_stored() -> None:
 @pytest.mark.parametrize("length", [8, 600, 20_000])
 def test_the_byte_count_covers_the_memory_the_entries_hold(policy: Policy, length: int) -> None:
     """orjson results keep a 4 KB+ buffer: the cache keeps exact copies and counts them fully."""
-    count = max(50, 2_000_000 // (length + 300))
+    count = max(50, 500_000 // (length + 300))
     gc.collect()
     tracemalloc.start()
     try:

@@ -178,6 +178,7 @@ def _body(members: list[tuple[str, Any]]) -> bytes:
     return b'{"jsonrpc":"2.0","id":1,"method":"eth_getLogs","params":[{' + obj + b"}]}"
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(client_filters())
 def test_the_guard_measures_what_the_node_decodes_from_the_forwarded_bytes(
