@@ -10,9 +10,26 @@ Keys are ``(call_key, tag)``: ``tag`` is None for answers that cannot change
 entry of an older tag at once, so head-dependent entries cost memory for one
 block only; the LRU order only ever evicts to stay under ``max_bytes``.
 
-The byte count is what the entries hold (key + value) plus a fixed per-entry
-overhead for the dict slot, the tuple and two bytes objects, so it tracks the
-real memory within a small factor; the bench reports peak RSS to check it.
+The byte count is the memory the entries hold, not just their lengths:
+
+- every stored key and value is an exact-size copy (``_exact``). An
+  ``orjson.dumps`` result keeps the buffer orjson grew while writing: traced
+  with tracemalloc (orjson 3.13, CPython 3.11), an entry holding a 12-byte
+  result took 4.3 KB, a 604-byte one 8.4 KB, 5 KB 65 KB and 100 KB 1.04 MB:
+  a cache that kept them held 4 to 15 times what it counted;
+- plus a measured overhead per entry (``ENTRY_OVERHEAD``, and
+  ``TAGGED_OVERHEAD`` more for an entry under a head tag). Measured with
+  tracemalloc over 100 to 180,000 entries of exact-size keys and values
+  (dict resizes included): 200-238 B per final entry (the OrderedDict slot
+  and its link, the ``(key, tag)`` tuple, two bytes headers and their
+  rounding), 285-390 B per head-tagged one (its slot in the tag's set as
+  well). Large values are malloc'd apart (8-16 B of chunk header each),
+  well inside the rounding up.
+
+So ``bytes`` is the traced memory of the entries within a few per cent, and
+a full cache of one network holds at most ``max_bytes`` of it
+(``tests/integration/test_intel_cache_app.py`` fills a real app's caches
+with tiny and with large answers and measures it).
 """
 
 from __future__ import annotations
@@ -28,7 +45,10 @@ import orjson
 from gateway.intel.head import NetworkHead
 from gateway.intel.policy import Kind, Policy
 
-ENTRY_OVERHEAD: Final = 200  # bytes per entry beyond key and value (CPython objects)
+ENTRY_OVERHEAD: Final = 256  # bytes per entry beyond key and value (measured 200-238)
+TAGGED_OVERHEAD: Final = (
+    160  # more per head-tagged entry: its tag set slot (measured 285-390 in all)
+)
 _Tag = tuple[int, str | None] | None
 _Slot = tuple[bytes, _Tag]
 
@@ -37,30 +57,73 @@ _Slot = tuple[bytes, _Tag]
 _BLOCK_FIELD: Final = re.compile(rb'"(?:blockNumber|number)"\s*:\s*"0x([0-9a-fA-F]{1,16})"')
 
 
-_UPPER: Final = re.compile(rb"[A-Z]")
+# Bytes that may make two spellings of one call differ: an upper-case ASCII
+# letter (hex case, a key's case) or any non-ASCII byte (runes Go folds onto
+# ASCII letters: KELVIN SIGN, LONG S, dotted / dotless I).
+_MAYBE_SPELLING: Final = re.compile(rb"[A-Z\x80-\xff]")
+_HEX_STRING: Final = re.compile(r"0x[0-9a-fA-F]*\Z")
 
 
 def call_key(method: str, params: Any) -> bytes:
-    """A canonical key for (method, params): sorted object keys, hex in lower case.
+    """A canonical key for (method, params), merging only what every node reads alike.
 
-    Two calls that differ only in key order or hex case ask the node the
-    same thing, so they share an entry (and a coalesced flight).
+    - object keys in sorted order: JSON leaves member order meaningless;
+    - the hex digits of a ``0x``-prefixed hex string in lower case (an address,
+      a hash, a quantity, call data): hex decoding ignores the digits' case.
+
+    Never merged: a ``0X`` prefix (some nodes refuse it: a different request),
+    strings that are not hex, key spellings, and the member order of an object
+    holding two keys that a Go node folds alike (``{"to":a,"To":b}``: the last
+    one wins there, so the order decides what the node reads).
     """
     raw = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
-    if _UPPER.search(raw) is not None:  # rare: walk the params only when case may differ
-        raw = orjson.dumps(_canon(params), option=orjson.OPT_SORT_KEYS)
+    if _MAYBE_SPELLING.search(raw) is not None:  # rare: walk the params only then
+        raw = orjson.dumps(_canon(params))
     return method.encode() + b"\x00" + raw
 
 
 def _canon(value: Any) -> Any:
+    """``value`` with hex in lower case and keys sorted, as the fast path of ``call_key``."""
     kind = type(value)
     if kind is str:
-        return value.lower() if value[:2] in ("0x", "0X") else value
+        return value.lower() if _HEX_STRING.match(value) else value
     if kind is list:
         return [_canon(v) for v in value]
     if kind is dict:
-        return {k: _canon(v) for k, v in value.items()}
+        items = [(k, _canon(v)) for k, v in value.items()]
+        if _unfoldable(value):
+            items.sort(key=_first)
+        return dict(items)
     return value
+
+
+def _first(item: tuple[str, Any]) -> str:
+    return item[0]
+
+
+def _unfoldable(obj: dict[str, Any]) -> bool:
+    """Whether no two keys of ``obj`` can name one Go field (so their order is meaningless).
+
+    ASCII keys fold as Go folds them (upper case); any non-ASCII key counts
+    as foldable onto another: that only costs a shared entry, never a wrong answer.
+    """
+    folded = set()
+    for key in obj:
+        if not key.isascii():
+            return False
+        folded.add(key.upper())
+    return len(folded) == len(obj)
+
+
+def entry_size(key: bytes, value: bytes, tag: _Tag) -> int:
+    """The memory one entry holds, as the byte bound counts it (module docstring)."""
+    size = len(key) + len(value) + ENTRY_OVERHEAD
+    return size if tag is None else size + TAGGED_OVERHEAD
+
+
+def _exact(data: bytes) -> bytes:
+    """An exact-size copy: ``bytes(b)`` would return ``b`` itself, orjson's spare buffer too."""
+    return bytes(memoryview(data))
 
 
 def answer_block(result: bytes) -> int | None:
@@ -212,24 +275,27 @@ class ResponseCache:
             tag = None if block <= head.finalized else head.tag
             if tag is not None and node_head is not None and node_head < head.number:
                 return False
-        size = len(key) + len(result) + ENTRY_OVERHEAD
+        size = entry_size(key, result, tag)
         if size > self.max_entry_bytes:
             self.stats.too_big += 1
             return False
+        key, result = _exact(key), _exact(result)
         slot = (key, tag)
         entries = self._entries
         old = entries.pop(slot, None)
         if old is not None:
-            self.bytes -= len(key) + len(old) + ENTRY_OVERHEAD
+            self.bytes -= entry_size(key, old, tag)
         while entries and self.bytes + size > self.max_bytes:
             (old_key, old_tag), old_value = entries.popitem(last=False)
-            self.bytes -= len(old_key) + len(old_value) + ENTRY_OVERHEAD
+            self.bytes -= entry_size(old_key, old_value, old_tag)
             self.stats.evictions += 1
             if old_tag is not None:
                 self._by_tag.get(old_tag, set()).discard(old_key)
         entries[slot] = result
         if tag is not None:
-            self._by_tag.setdefault(tag, set()).add(key)
+            keys = self._by_tag.setdefault(tag, set())
+            keys.discard(key)  # a replaced entry's key object goes with it
+            keys.add(key)
         self.bytes += size
         self.stats.stores += 1
         if self.bytes > self.peak:
@@ -246,7 +312,7 @@ class ResponseCache:
             for key in self._by_tag.pop(tag):
                 value = entries.pop((key, tag), None)
                 if value is not None:
-                    self.bytes -= len(key) + len(value) + ENTRY_OVERHEAD
+                    self.bytes -= entry_size(key, value, tag)
                     dropped += 1
         self.stats.expired += dropped
         return dropped

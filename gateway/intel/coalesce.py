@@ -11,6 +11,10 @@ The key is the caller's business; the pool uses ``(call_key, head.tag)`` so a
 call is only shared with callers that asked at the same head. Each caller
 re-addresses the shared answer to its own id (the answer carries the
 gateway's upstream id, never a client's).
+
+Memory: a flight holds the node's answer only until its callers have it;
+nothing outlives the flight (what is kept goes to ``ResponseCache.put``,
+which stores exact-size copies and counts them).
 """
 
 from __future__ import annotations

@@ -6,10 +6,14 @@ the limit in ``error.data`` so a client can split its range.
 
 Range = ``to - from + 1`` with ``earliest`` = 0, ``latest``/``pending`` = the
 network head, ``safe``/``finalized`` their marks; ``fromBlock``/``toBlock``
-default to ``latest``. The block-hash form names one block and is exempt. A
-range the guard cannot measure (malformed params; a tag before the first
-head is known) passes: the node judges malformed params itself, and an
-unknown head is a matter of one probe interval at start-up.
+default to ``latest``. The block-hash form names one block and is exempt.
+
+It reads the params ``gateway.rpc.params`` rebuilt: the filter as a Go node
+decodes it (keys case-insensitive, last one wins), with canonical names,
+and the rebuild is what the node receives, so the range measured here is
+the range the node would scan. Malformed filters were refused there. A
+range that still cannot be measured (a tag before the first head is known)
+passes: an unknown head is a matter of one probe interval at start-up.
 """
 
 from __future__ import annotations

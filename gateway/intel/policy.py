@@ -14,6 +14,10 @@ The rules, and why each is safe:
   number is final, otherwise under the head key.
 - ``pending``, writes, anything not a known read -> NEVER. Errors and ``null``
   answers are never stored (see ``ResponseCache.put``).
+
+Filters and EIP-1898 block objects arrive as ``gateway.rpc.params`` rebuilt
+them (canonical names, read as a Go node reads them), which is also what a
+node receives: the block classified here is the block the node reads.
 """
 
 from __future__ import annotations

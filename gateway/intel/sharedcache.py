@@ -13,6 +13,9 @@ Keys are spread over ``SHARDS`` hash-tagged shards, each with its own
 counter and 1/SHARDS of the cap, so a Redis Cluster spreads the tier over
 its nodes and every script touches one slot. A Redis error is a miss (or a
 skipped store), never a failed call: the tier is an optimisation.
+
+Nothing is kept in the process: a value read back is handed to the local
+``ResponseCache``, whose ``put`` stores an exact-size copy and counts it.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ from typing import Any, Final
 
 import orjson
 
+from gateway.rpc.params import canonical_params
+
 
 @dataclass(frozen=True, slots=True)
 class ErrorKind:
@@ -156,6 +158,11 @@ def validate_call(obj: Any, methods: Collection[str]) -> Call:
     call.params = params
     if method not in methods:
         call.error = METHOD_NOT_FOUND
+        return call
+    # Filters and block objects as a Go node reads them; the rebuild is what is forwarded.
+    call.params, bad = canonical_params(method, params)
+    if bad is not None:
+        call.error, call.reason = INVALID_PARAMS, {"reason": bad}
     return call
 
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
+import orjson
+import pytest
+
 from gateway.intel.cache import ENTRY_OVERHEAD, ResponseCache, call_key
 from gateway.intel.head import NetworkHead
 from gateway.intel.policy import BY_ANSWER, FOREVER, HEAD, Kind, Policy, classify
@@ -130,3 +136,25 @@ def test_lagging_node_answers_are_not_stored() -> None:
     assert not c.put(b"b99", unfinal, H1, b'{"number":"0x63"}', node_head=99)
     tx = b'{"blockNumber":"0x62"}'
     assert not c.put(b"tx", BY_ANSWER, H1, tx, node_head=97)
+
+
+@pytest.mark.parametrize("policy", [FOREVER, HEAD])
+@pytest.mark.parametrize("length", [8, 600, 20_000])
+def test_the_byte_count_covers_the_memory_the_entries_hold(policy: Policy, length: int) -> None:
+    """orjson results keep a 4 KB+ buffer: the cache keeps exact copies and counts them fully."""
+    count = max(50, 500_000 // (length + 300))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        c = ResponseCache(1 << 40, 1 << 30)
+        for i in range(count):
+            key = call_key("eth_getBalance", [f"0x{i:040x}", "latest"])
+            c.put(key, policy, H1, orjson.dumps("0x" + "a" * length))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(c) == count
+    assert held <= c.bytes, (held / count, c.bytes / count)
+    assert c.bytes < 1.5 * held  # and counts it realistically, not a blanket guess

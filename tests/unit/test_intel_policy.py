@@ -102,6 +102,28 @@ def test_call_key_is_canonical() -> None:
     assert call_key("m", ["Latest"]) != call_key("m", ["latest"])
 
 
+def test_call_key_never_merges_what_a_node_tells_apart() -> None:
+    low, upper_digits = "0x" + "f3" * 20, "0x" + "F3" * 20
+    key = call_key("eth_getBalance", [low, "latest"])
+    assert call_key("eth_getBalance", [upper_digits, "latest"]) == key  # digits' case: same
+    # a 0X prefix is another request (nodes refuse it), so another entry
+    assert call_key("eth_getBalance", ["0X" + "f3" * 20, "latest"]) != key
+    assert call_key("eth_getBalance", ["0X" + "F3" * 20, "latest"]) != key
+    # not hex after 0x: the case stays
+    assert call_key("m", ["0xZZ"]) != call_key("m", ["0xzz"])
+    # a Go node reads the last of {"to","To"}: their order is the request
+    a = call_key("eth_call", [{"to": "0x01", "To": "0x02"}, "latest"])
+    b = call_key("eth_call", [{"To": "0x02", "to": "0x01"}, "latest"])
+    assert a != b
+    # the same with a rune Go folds onto an ASCII letter (LONG S onto s)
+    c = call_key("eth_call", [{"gas": "0x1", "ga\u017f": "0x2"}, "latest"])
+    d = call_key("eth_call", [{"ga\u017f": "0x2", "gas": "0x1"}, "latest"])
+    assert c != d
+    # keys that cannot collide are still sorted, on the slow path too
+    e = call_key("eth_call", [{"to": "0xAB", "data": "0x01"}, "latest"])
+    assert e == call_key("eth_call", [{"data": "0x01", "to": "0xab"}, "latest"])
+
+
 def test_answer_block_takes_the_highest_number() -> None:
     assert answer_block(b'{"number":"0x10","hash":"0x1"}') == 16
     assert answer_block(b'[{"blockNumber":"0x5"},{"blockNumber": "0x7"}]') == 7
