@@ -23,12 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from eth_account import Account
-from web3 import Web3
-from web3.types import Wei
 
 from gateway.redis.embedded import free_port
 from tests.helpers.procs import stop
+
+# py_ecc (under eth_account and web3) raises the recursion limit to 100,000 when
+# imported; put it back, or a later test's deeply nested JSON overflows the C stack.
+_RECURSION_LIMIT = sys.getrecursionlimit()
+from eth_account import Account  # noqa: E402
+from web3 import Web3  # noqa: E402
+from web3.types import Wei  # noqa: E402
+
+sys.setrecursionlimit(_RECURSION_LIMIT)
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "tests" / "js"

@@ -9,18 +9,25 @@ demo accepts, and refuse what a node refuses.
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 import pytest
-from eth_account import Account
-from eth_hash.auto import keccak
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from web3.types import Nonce
-from web3.utils.address import get_create_address
 
 from gateway.demo import wallet
 from gateway.demo.txcodec import contract_address, decode_raw_tx, keccak256, rlp_decode
+
+# py_ecc (under eth_account and web3) raises the recursion limit to 100,000 when
+# imported; put it back, or a later test's deeply nested JSON overflows the C stack.
+_RECURSION_LIMIT = sys.getrecursionlimit()
+from eth_account import Account  # noqa: E402
+from eth_hash.auto import keccak  # noqa: E402
+from web3.types import Nonce  # noqa: E402
+from web3.utils.address import get_create_address  # noqa: E402
+
+sys.setrecursionlimit(_RECURSION_LIMIT)
 
 ACCOUNT = Account.from_key("0x" + "42" * 32)
 TO = "0x" + "22" * 20
