@@ -16,6 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+try:  # the bench extra: without it, say how to install it instead of a traceback
+    import hdrh  # noqa: F401
+    import matplotlib  # noqa: F401
+    import tqdm  # noqa: F401
+except ModuleNotFoundError as _missing:
+    sys.exit(
+        f"python -m bench needs the bench extra ({_missing.name} is not installed): "
+        "pip install 'rpc-gateway[bench]' (from a checkout: pip install '.[bench]')"
+    )
+
 from bench.redact import redact_report, redact_text, secrets_of
 from bench.report import render_markdown, write_outputs
 from bench.scenarios import SCENARIOS

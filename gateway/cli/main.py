@@ -1,11 +1,12 @@
-"""The ``gateway`` command: serve, accounts, keys, usage.
+"""The ``gateway`` command: serve, config check, accounts, keys, usage.
 
 Every operator command reads the same config as the server (``--config`` /
 ``GATEWAY_CONFIG``, ``GATEWAY_REDIS_URL``) and prints JSON with ``--json``.
 Errors go to stderr as one line, with a non-zero exit, and say what to do
 next: 1 the request was wrong (no such key), 2 the config is wrong, 3 Redis
 cannot be reached or refused our password. Never a traceback, never a
-password (URLs are shown without their credentials).
+password (URLs are shown without their credentials). Options must be spelled
+out in full: ``--worker 2`` is an error, not a guess at ``--workers``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.cli import durations
+from gateway.cli.accountlist import list_accounts
 from gateway.cli.keycaps import add_limit_parser, limit_command, month_of_key
 from gateway.config import Config, ConfigError, data_dir, listen_address, load_config
 from gateway.redis.clients import admin_connect
@@ -47,8 +49,29 @@ def parse_duration_ms(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """No prefix matching of long options, in this parser and every subparser.
+
+    argparse's default takes ``--worker 2`` as ``--workers 2`` and ``--conf``
+    as ``--config``; an operator's typo must be an error instead.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rpc-gateway")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gateway",
         description="Authenticated JSON-RPC gateway for BNB Smart Chain (56) and opBNB (204).",
         epilog="Start with `gateway serve --demo`: it runs everything locally, offline, "
@@ -57,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--config", help="TOML config file (default: $GATEWAY_CONFIG, else built-in defaults)"
     )
+    parser.add_argument("--version", action="version", version=f"gateway {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -83,9 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
         help='/metrics listener (default from config: 127.0.0.1:9464; "" for none)',
     )
 
+    config = sub.add_parser("config", help="check a config file").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    check = config.add_parser(
+        "check",
+        help="load a config as `serve` would and list every mistake, each with its path",
+    )
+    check.add_argument("file", nargs="?", help="TOML file (default: --config, $GATEWAY_CONFIG)")
+    check.add_argument("--json", action="store_true", help="print JSON")
+
     accounts = sub.add_parser("accounts", help="manage accounts").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
+    listing = accounts.add_parser("list", help="list every account, oldest first")
+    listing.add_argument("--json", action="store_true", help="print JSON")
     create = accounts.add_parser("create", help="create an account (password from stdin or prompt)")
     create.add_argument("email")
     create.add_argument("--plan", default=None, help="plan name (free or payg by default)")
@@ -180,6 +216,8 @@ def _config_on_every_command(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "config":
+        return _config_check(args.file or args.config, json_out=args.json)
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
@@ -215,6 +253,8 @@ Command = Callable[[Store], Awaitable[tuple[Any, str]]]
 
 def _command(args: argparse.Namespace, cfg: Config) -> Command:
     """The store call for an operator command: returns (json value, human text)."""
+    if args.command == "accounts" and args.action == "list":
+        return list_accounts
     if args.command == "accounts" and args.action == "create":
         password = _read_password()
 
@@ -311,6 +351,29 @@ def _keys_command(args: argparse.Namespace) -> Command:
         )
 
     return rotate
+
+
+def _config_check(path: str | None, *, json_out: bool) -> int:
+    from gateway.cli.configcheck import check
+
+    name = path or os.environ.get("GATEWAY_CONFIG") or "(built-in defaults)"
+    cfg, problems = check(path)
+    if json_out:
+        value = {"file": name, "ok": not problems, "errors": problems}
+        sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif problems:
+        for problem in problems:
+            print(f"gateway: config error: {problem}", file=sys.stderr)
+    else:
+        assert cfg is not None
+        upstreams = sum(len(n.upstreams) for n in cfg.networks)
+        redis = _safe_url(cfg.redis.url) if cfg.redis.url else "embedded"
+        print(
+            f"{name}: ok ({len(cfg.networks)} networks, {upstreams} upstreams, "
+            f"redis {redis}, {cfg.server.workers} worker(s) on "
+            f"{cfg.server.host}:{cfg.server.port})"
+        )
+    return 2 if problems else 0
 
 
 def _read_password() -> str:

@@ -86,6 +86,7 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
             table["url"] = env["GATEWAY_REDIS_URL"]
         sections[name] = _build(cls, table, name)
 
+    _check_redis_url(sections["redis"].url, from_env=bool(env.get("GATEWAY_REDIS_URL")))
     if sections["upstream"].client not in ("lean", "aiohttp"):
         raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
     admission = sections["admission"]
@@ -272,6 +273,22 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
         methods=allowed,
         ws_upstreams=tuple(ws_upstreams),
     )
+
+
+def _check_redis_url(url: str, *, from_env: bool) -> None:
+    """What redis-py accepts, checked here so a typo is one clear line (never echoing it)."""
+    if not url:
+        return
+    where = "redis.url (from GATEWAY_REDIS_URL)" if from_env else "redis.url"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        raise ConfigError(f"{where}: not a URL") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"{where}: expected a redis://, rediss:// or unix:// URL")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError(f"{where}: no host (redis://host:6379/0)")
 
 
 def _ws_url(url: str) -> str:

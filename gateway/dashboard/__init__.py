@@ -85,6 +85,7 @@ def _security_routes(r: web.UrlDispatcher) -> None:
     r.add_post("/security/two-step/start", sec.start_two_step)
     r.add_post("/security/two-step/confirm", sec.confirm_two_step)
     r.add_post("/security/two-step/off", sec.turn_off_two_step)
+    r.add_post("/security/two-step/recovery-codes", sec.new_recovery_codes)
     r.add_post("/security/delete", sec.delete_account)
     r.add_get("/login/code", login_code.code_page)
     r.add_post("/login/code", login_code.submit_code)

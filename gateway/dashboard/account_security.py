@@ -1,11 +1,16 @@
 """The Security page: password, sessions, two-step log-in, account deletion.
 
 Each action is its own small form posting to its own path, so every one
-works without JavaScript and carries the CSRF token. Actions that could
-lock the owner out or erase data ask for the password again (and the
-two-step code when it is on); wrong passwords typed here count towards a
-per-account ceiling, so a borrowed, logged-in browser cannot be used to
-guess the password. After a change the browser is sent back to the page
+works without JavaScript and carries the CSRF token. Every action that
+could lock the owner out or erase data asks for the current password
+(SPEC §6): changing it, starting and confirming two-step log-in, turning it
+off, new recovery codes, deletion (which also asks for the two-step code
+when it is on). A stolen session cookie alone can therefore neither bind
+an attacker's authenticator nor plant a secret the owner would scan, nor
+take the recovery codes. Both two-step steps ask, because the pending
+secret is shown on the page to whoever holds the session. Wrong passwords
+typed here count towards a per-account ceiling, so a borrowed, logged-in
+browser cannot be used to guess the password. After a change the browser is sent back to the page
 (303) with a message from a fixed catalogue, so a reload repeats nothing.
 The only exceptions are answers that show something once: the recovery
 codes, and the farewell page after deletion.
@@ -36,6 +41,7 @@ DONE: Mapping[str, str] = {
     "session": "That session was logged out.",
     "two-step-off": "Two-step log-in is off. Log-ins ask for your password only.",
 }
+_WRONG_PASSWORD = "The current password is wrong."
 
 
 @login_required
@@ -52,7 +58,7 @@ async def change_password(request: web.Request, account: Account) -> web.StreamR
     if await _locked(request, account):
         return await _page(request, account, error=_LOCKED, status=429)
     if not await sec.check_password(account, current):
-        return await _page(request, account, error="The current password is wrong.", status=400)
+        return await _page(request, account, error=_WRONG_PASSWORD, status=400)
     try:
         await sec.set_password(account.id, new)
     except StoreError as exc:
@@ -84,6 +90,9 @@ async def end_one_session(request: web.Request, account: Account) -> web.StreamR
 
 @login_required
 async def start_two_step(request: web.Request, account: Account) -> web.StreamResponse:
+    refused = await _password_refused(request, account)
+    if refused is not None:
+        return refused
     sec = security_of(request)
     on, _ = await sec.totp_state(account.id)
     if not on:
@@ -93,10 +102,11 @@ async def start_two_step(request: web.Request, account: Account) -> web.StreamRe
 
 @login_required
 async def confirm_two_step(request: web.Request, account: Account) -> web.StreamResponse:
+    refused = await _password_refused(request, account)
+    if refused is not None:
+        return refused
     form = await request.post()
     sec = security_of(request)
-    if await _locked(request, account):
-        return await _page(request, account, error=_LOCKED, status=429)
     code = _field(form, "code").replace(" ", "")
     codes = await sec.confirm_totp(account.id, code, config_of(request).dashboard.recovery_codes)
     if codes is None:
@@ -110,14 +120,24 @@ async def confirm_two_step(request: web.Request, account: Account) -> web.Stream
 
 
 @login_required
+async def new_recovery_codes(request: web.Request, account: Account) -> web.StreamResponse:
+    """Replace every unused recovery code; the new ones are shown once."""
+    refused = await _password_refused(request, account)
+    if refused is not None:
+        return refused
+    count = config_of(request).dashboard.recovery_codes
+    codes = await security_of(request).new_recovery_codes(account.id, count)
+    if codes is None:
+        return await _page(request, account, error="Two-step log-in is off.", status=400)
+    return await _page(request, account, recovery_codes=codes)
+
+
+@login_required
 async def turn_off_two_step(request: web.Request, account: Account) -> web.StreamResponse:
-    form = await request.post()
-    sec = security_of(request)
-    if await _locked(request, account):
-        return await _page(request, account, error=_LOCKED, status=429)
-    if not await sec.check_password(account, _field(form, "password")):
-        return await _page(request, account, error="The password is wrong.", status=400)
-    await sec.disable_totp(account.id)
+    refused = await _password_refused(request, account)
+    if refused is not None:
+        return refused
+    await security_of(request).disable_totp(account.id)
     return redirect(PAGE + "?done=two-step-off")
 
 
@@ -131,8 +151,8 @@ async def delete_account(request: web.Request, account: Account) -> web.StreamRe
         return await _page(
             request, account, error=f"Type {CONFIRM_WORD} to confirm the deletion.", status=400
         )
-    if not await sec.check_password(account, _field(form, "password")):
-        return await _page(request, account, error="The password is wrong.", status=400)
+    if not await sec.check_password(account, _field(form, "current_password")):
+        return await _page(request, account, error=_WRONG_PASSWORD, status=400)
     on, _ = await sec.totp_state(account.id)
     if on and not await sec.check_second_factor(account.id, _field(form, "code")):
         return await _page(request, account, error="The two-step code is wrong.", status=400)
@@ -185,6 +205,16 @@ _LOCKED = "Too many wrong passwords or codes. Try again in 15 minutes."
 
 def _counter(account: Account) -> str:
     return f"security:{account.id}"
+
+
+async def _password_refused(request: web.Request, account: Account) -> web.Response | None:
+    """The page with an error unless the form's "Current password" is right (counted first)."""
+    if await _locked(request, account):
+        return await _page(request, account, error=_LOCKED, status=429)
+    form = await request.post()
+    if not await security_of(request).check_password(account, _field(form, "current_password")):
+        return await _page(request, account, error=_WRONG_PASSWORD, status=400)
+    return None
 
 
 async def _locked(request: web.Request, account: Account) -> bool:

@@ -21,6 +21,7 @@ import asyncio
 import hashlib
 from typing import Any, Final
 
+from gateway.demo import wallet
 from gateway.demo.mocknode import MockNode, MockNodeOptions, _Conn
 
 _GENESIS_TS: Final = 1_598_671_449
@@ -38,6 +39,7 @@ class Chain:
         self.head = start
         self.finality_depth = finality_depth
         self.safe_depth = safe_depth
+        self.ledger = wallet.Ledger(chain_id)  # transactions sent, shared by every node
         self._reorgs: list[tuple[int, int]] = []  # (first replaced block, generation)
 
     @property
@@ -137,15 +139,15 @@ class ChainNode(MockNode):
         if "id" not in call:
             return None
         handler = getattr(self, "_m_" + method, None)
-        if handler is None:
-            return _err(cid, -32601, "Method not found")
         params = call.get("params")
         params = params if isinstance(params, list) else []
+        if handler is None and not wallet.offers(method):
+            return _err(cid, -32601, wallet.not_offered(method))
         try:
-            result = handler(params)
+            result = self._wallet(method, params) if handler is None else handler(params)
         except (TypeError, ValueError, IndexError, KeyError):
             return _err(cid, -32602, "Invalid params")
-        except _NodeError as exc:
+        except (_NodeError, wallet.NodeError) as exc:
             return _err(cid, exc.code, str(exc))
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
@@ -225,6 +227,16 @@ class ChainNode(MockNode):
             "logs": [self._log(number)],
         }
 
+    def _wallet(self, method: str, params: list[Any]) -> Any:
+        """A wallet's method (gateway.demo.wallet), on this node's view of the chain."""
+        return wallet.answer(
+            method,
+            params,
+            ledger=self.chain.ledger,
+            head=self.head,
+            block_hash=self.chain.block_hash,
+        )
+
     # -- methods (``_m_`` + JSON-RPC name) ----------------------------------
     def _m_eth_chainId(self, params: list[Any]) -> Any:
         return hex(self.chain.chain_id)
@@ -246,21 +258,19 @@ class ChainNode(MockNode):
         return self._block(number, bool(params[1:2] and params[1]))
 
     def _m_eth_getTransactionByHash(self, params: list[Any]) -> Any:
+        if self.chain.ledger.find(params[0]):
+            return self._wallet("eth_getTransactionByHash", params)
         number = self.chain.locate(params[0], "tx")
         return None if number is None or number > self.head else self._tx(number)
 
     def _m_eth_getTransactionReceipt(self, params: list[Any]) -> Any:
+        if self.chain.ledger.find(params[0]):
+            return self._wallet("eth_getTransactionReceipt", params)
         number = self.chain.locate(params[0], "tx")
         return None if number is None or number > self.head else self._receipt(number)
 
     def _m_eth_gasPrice(self, params: list[Any]) -> Any:
         return hex(1_000_000_000 + self.head)  # follows the chain: never cached
-
-    def _m_eth_sendRawTransaction(self, params: list[Any]) -> Any:
-        raw = params[0]
-        if not isinstance(raw, str) or not raw.startswith("0x"):
-            raise ValueError("raw transaction must be 0x-hex")
-        return "0x" + hashlib.sha256(raw.encode()).hexdigest()
 
     def _m_eth_getBlockReceipts(self, params: list[Any]) -> Any:
         number = self._number(params[0])

@@ -34,6 +34,7 @@ from typing import Any, Final, Literal, cast
 
 import orjson
 
+from gateway.demo import wallet
 from gateway.demo.framing import RequestFramer
 
 __all__ = ["LatencyDist", "MockNode", "MockNodeOptions", "go_decode", "start_mock_node"]
@@ -240,16 +241,9 @@ def _block_by_number(node: MockNode, params: Any) -> Any:
         "difficulty": "0x2",
         "extraData": "0x",
         "size": "0x260",
-        "transactions": [],
+        "transactions": node.ledger.hashes_in(number),
         "uncles": [],
     }
-
-
-def _send_raw(node: MockNode, params: Any) -> Any:
-    raw = _first_param(params)
-    if not isinstance(raw, str) or not raw.startswith("0x"):
-        raise ValueError("raw transaction must be 0x-hex")
-    return _hash32("tx", raw)
 
 
 _METHODS: Final[dict[str, _Handler]] = {
@@ -259,13 +253,11 @@ _METHODS: Final[dict[str, _Handler]] = {
     "eth_getBalance": lambda n, p: "0xde0b6b3a7640000",  # 1 BNB
     "eth_call": lambda n, p: "0x" + "00" * 31 + "01",
     "eth_gasPrice": lambda n, p: "0x3b9aca00",  # 1 gwei
-    "eth_estimateGas": lambda n, p: "0x5208",  # 21000
-    "eth_getTransactionCount": lambda n, p: "0x1",
     "eth_getBlockByNumber": _block_by_number,
     "eth_getLogs": lambda n, p: [],
-    "eth_sendRawTransaction": _send_raw,
-    "web3_clientVersion": lambda n, p: f"rpc-gateway-mocknode/1.0/chain-{n.options.chain_id}",
 }
+# Everything else a wallet or dapp library asks (nonce, fees, estimate, sending
+# and receipts, client version) comes from gateway.demo.wallet.
 
 
 class _Conn(asyncio.Protocol):
@@ -407,6 +399,7 @@ class MockNode:
         self._rng = random.Random(options.seed)
         self._conns: set[_Conn] = set()
         self._server: asyncio.Server | None = None
+        self.ledger = wallet.Ledger(options.chain_id)  # transactions sent to this node
 
     @property
     def down(self) -> bool:
@@ -504,13 +497,31 @@ class MockNode:
             return None
         handler = _METHODS.get(method)
         if handler is None:
-            return _err(cid, -32601, "Method not found")
+            return self._wallet_call(cid, method, call.get("params"))
         try:
             result = handler(self, call.get("params"))
         except (TypeError, ValueError, IndexError, KeyError):
             return _err(cid, -32602, "Invalid params")
         if opts.result_bytes > 0 and method in ("eth_call", "eth_getLogs"):
             result = "0x" + "ab" * (opts.result_bytes // 2)
+        return {"jsonrpc": "2.0", "id": cid, "result": result}
+
+    def _wallet_call(self, cid: Any, method: str, params: Any) -> dict[str, Any]:
+        if not wallet.offers(method):
+            return _err(cid, -32601, wallet.not_offered(method))
+        chain = self.options.chain_id
+        try:
+            result = wallet.answer(
+                method,
+                params if isinstance(params, list) else [],
+                ledger=self.ledger,
+                head=self.head,
+                block_hash=lambda n: _hash32(chain, n),
+            )
+        except wallet.NodeError as exc:
+            return _err(cid, exc.code, str(exc))
+        except (TypeError, ValueError, IndexError, KeyError):
+            return _err(cid, -32602, "Invalid params")
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
     def _fault_body(self, body: bytes, code: int, message: str) -> bytes:

@@ -31,6 +31,8 @@ from typing import Any
 import orjson
 from aiohttp import WSMsgType, web
 
+from gateway.demo import wallet
+
 __all__ = ["Chain", "MockWsNode", "log_matches", "start_ws_node"]
 
 _GENESIS_TS = 1_598_671_449
@@ -93,6 +95,7 @@ class Chain:
         self.block_time_s = block_time_s
         self.nodes: list[MockWsNode] = []
         self.emitted_at: dict[int, float] = {}  # block number -> time.time() of its newHeads
+        self.ledger = wallet.Ledger(chain_id)  # transactions sent, shared by every node
         self._forks: dict[int, int] = {}
         self._timer: asyncio.Task[None] | None = None
 
@@ -114,7 +117,7 @@ class Chain:
             "difficulty": "0x2",
             "extraData": "0x",
             "size": "0x260",
-            "transactions": [],
+            "transactions": self.ledger.hashes_in(number),
             "uncles": [],
         }
 
@@ -357,9 +360,13 @@ class MockWsNode:
         self.calls.append(str(method))
         try:
             result = self._result(str(method), params, sock)
-        except KeyError:
-            return {"jsonrpc": "2.0", "id": cid, "error": {"code": -32601, "message": "no"}}
-        except (ValueError, TypeError, IndexError) as exc:
+        except _NotOffered:
+            error = {"code": -32601, "message": wallet.not_offered(str(method))}
+            return {"jsonrpc": "2.0", "id": cid, "error": error}
+        except wallet.NodeError as exc:
+            error = {"code": exc.code, "message": str(exc)}
+            return {"jsonrpc": "2.0", "id": cid, "error": error}
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
             return {"jsonrpc": "2.0", "id": cid, "error": {"code": -32602, "message": str(exc)}}
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
@@ -379,8 +386,6 @@ class MockWsNode:
             return "0xde0b6b3a7640000"
         if method == "eth_call":
             return "0x" + "00" * 31 + "01"
-        if method == "eth_gasPrice":
-            return "0x3b9aca00"
         if method == "eth_subscribe" and sock is not None:
             kind = params[0]
             if kind not in self.offered:
@@ -393,7 +398,25 @@ class MockWsNode:
         if method == "eth_unsubscribe" and sock is not None:
             self.unsubscribe_calls += 1
             return sock.subs.pop(params[0], None) is not None
-        raise KeyError(method)
+        if not wallet.offers(method):
+            raise _NotOffered(method)
+        # Like an automining dev chain: a sent transaction gets a block of its own.
+        sending = method == "eth_sendRawTransaction"
+        result = wallet.answer(
+            method,
+            params,
+            ledger=chain.ledger,
+            head=chain.head,
+            block_hash=chain.block_hash,
+            include_at=chain.head + 1 if sending else None,
+        )
+        if sending and chain.ledger.hashes_in(chain.head + 1):
+            chain.mine()
+        return result
+
+
+class _NotOffered(Exception):
+    """A method this node does not answer (-32601)."""
 
 
 def _quiet(task: asyncio.Future[Any]) -> None:

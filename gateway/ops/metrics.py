@@ -80,6 +80,14 @@ class Metrics:
             ["policy"],
             registry=r,
         )
+        self.upstream_latency = Histogram(
+            "gateway_upstream_latency_seconds",
+            "Time a successful upstream attempt took, by node (to the whole answer, "
+            "or to the headers of an answer relayed in pieces)",
+            ["network", "node"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.upstream_healthy = Gauge(
             "gateway_upstream_healthy",
             "1 if the node is in rotation (every worker agrees)",
@@ -217,9 +225,9 @@ class NetworkMetrics:
 
 
 class NodeMetrics:
-    """One upstream node's children: attempt outcomes, health and head."""
+    """One upstream node's children: attempt outcomes, latency, health and head."""
 
-    __slots__ = ("error", "head", "healthy", "ok", "retry", "timeout")
+    __slots__ = ("error", "head", "healthy", "latency", "ok", "retry", "timeout")
 
     def __init__(self, metrics: Metrics, network: str, node: str) -> None:
         results = metrics.upstream_results
@@ -229,6 +237,7 @@ class NodeMetrics:
         self.retry = results.labels(network, node, "retry")
         self.healthy = metrics.upstream_healthy.labels(network, node)
         self.head = metrics.upstream_head.labels(network, node)
+        self.latency = metrics.upstream_latency.labels(network, node)
 
 
 class NetworkIntelMetrics:

@@ -5,14 +5,20 @@ busy the gateway is and when it fails, so it is served on a separate
 address (loopback by default) that a firewall or compose network keeps
 private, while the public port answers 404 for ``/metrics``.
 
-Several processes of one gateway (``serve --workers N``, gunicorn) cannot
-all bind one address, and there is no supervisor under gunicorn to do it
-for them. So every process *contends*: the first to bind serves the merged
-multiprocess view (``gateway.ops.metrics``), the others retry every
-``RETRY_S`` seconds, and when the holder exits (killed, restarted, drained
-on SIGHUP) another takes over within that time. A single process whose
-address is taken by someone else logs a warning and keeps serving RPC: a
-busy metrics port never takes the gateway down.
+Several processes of one gateway cannot all bind one address:
+
+* ``serve --workers N``: the supervisor holds the one listener for its
+  whole life (``SupervisorMetricsListener``, a small thread beside its
+  loop) and serves every worker's samples merged; workers start none, so
+  there is no contention and no warning per worker, and a worker's restart
+  or a SIGHUP reload leaves no gap in scrapes.
+* gunicorn has no supervisor of ours, so there every process *contends*:
+  the first to bind serves the merged multiprocess view
+  (``gateway.ops.metrics``), the others retry every ``RETRY_S`` seconds, and
+  when the holder exits another takes over within that time.
+
+A process whose address is taken by someone else logs one warning and keeps
+serving RPC: a busy metrics port never takes the gateway down.
 """
 
 from __future__ import annotations
@@ -20,10 +26,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator
-from typing import Final
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import multiprocess as _mp
 
 from gateway import typedefs as T
 from gateway.config import listen_address
@@ -107,3 +119,100 @@ async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
     finally:
         if listener is not None:
             await listener.close()
+
+
+class SupervisorMetricsListener:
+    """``GET /metrics`` for ``serve --workers``, served by the supervisor itself.
+
+    The supervisor's loop is synchronous (``select`` on a pipe), so this runs
+    a threaded stdlib HTTP server in a daemon thread: scrapes are rare and
+    small, and each reads the workers' multiprocess files in ``metrics_dir``.
+    ``poll`` (called every loop tick) binds once the address is free, so a
+    port held by someone else costs one warning, then a quiet retry.
+    """
+
+    def __init__(self, address: str, metrics_dir: str, *, retry_s: float = RETRY_S) -> None:
+        parsed = listen_address(address)
+        if parsed is None:
+            raise ValueError(f"server.metrics_listen: {address!r} is not host:port")
+        self._host, self._port = parsed
+        self._dir = metrics_dir
+        self._retry_s = retry_s
+        self._server: ThreadingHTTPServer | None = None
+        self._next_try = 0.0
+        self._warned = False
+
+    @property
+    def port(self) -> int | None:
+        return None if self._server is None else int(self._server.server_address[1])
+
+    def poll(self, now: float | None = None) -> None:
+        """Bind if not bound yet and a retry is due."""
+        now = time.monotonic() if now is None else now
+        if self._server is not None or now < self._next_try:
+            return
+        self._next_try = now + self._retry_s
+        try:
+            server = _MetricsHTTPServer((self._host, self._port), self._exposition)
+        except OSError as exc:
+            if not self._warned:
+                log.warning(
+                    "metrics address %s:%s is unavailable (%s); retrying every %ss",
+                    self._host,
+                    self._port,
+                    exc.strerror or type(exc).__name__,
+                    self._retry_s,
+                )
+                self._warned = True
+            return
+        self._server = server
+        threading.Thread(target=server.serve_forever, name="metrics-listen", daemon=True).start()
+        log.info("metrics on http://%s:%s/metrics (every worker)", self._host, self.port)
+
+    def _exposition(self) -> bytes:
+        merged = CollectorRegistry()
+        _mp.MultiProcessCollector(merged, path=self._dir)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _MetricsHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], exposition: Any) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.exposition = exposition
+        super().__init__(address, _MetricsHandler)
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    timeout = 10  # an idle scraper connection does not hold a thread for ever
+    server: _MetricsHTTPServer
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] != "/metrics":
+            self._answer(404, b"404: Not Found", "text/plain; charset=utf-8")
+            return
+        try:
+            body = self.server.exposition()
+        except Exception:  # a worker's file mid-write: the next scrape reads it
+            log.exception("metrics: could not merge the workers' samples")
+            self._answer(500, b"500: could not read the workers' samples", "text/plain")
+            return
+        self._answer(200, body, CONTENT_TYPE_LATEST)
+
+    def _answer(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silent: the stdlib would write every scrape to stderr."""

@@ -22,6 +22,9 @@ once with a clear message.
   workers, and once they listen SIGTERM the old ones (they drain). A config
   that does not load, or new workers none of which listens within
   ``server.worker_ready_timeout_s``, keeps the old workers serving.
+* Metrics: the supervisor serves ``/metrics`` on ``server.metrics_listen``
+  for every worker (their samples merged); workers start no listener of
+  their own. The address is kept across SIGHUP, like the RPC address.
 * SIGINT/SIGTERM: passed on to every worker; the supervisor exits when all
   have. A worker still running ``_KILL_AFTER_S`` past its drain timeout is
   killed, so a stuck worker cannot keep the supervisor (and the port) forever.
@@ -49,6 +52,7 @@ import orjson
 
 from gateway.config import Config
 from gateway.ops.metrics import MULTIPROC_ENV, multiprocess_dir
+from gateway.ops.metricsport import SupervisorMetricsListener
 from gateway.server.protocol import ListenError, bind_listener
 
 log = logging.getLogger("gateway.workers")
@@ -109,6 +113,11 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
     return raw
 
 
+def _worker_config(cfg: Config) -> Config:
+    """What a worker runs: the supervisor's config, minus the metrics listener it holds."""
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, metrics_listen=""))
+
+
 @dataclasses.dataclass(slots=True)
 class _Worker:
     proc: subprocess.Popen[bytes]
@@ -138,6 +147,7 @@ class Supervisor:
         os.set_blocking(self._ready_r, False)
         self._ready_buf = b""
         self._env: dict[str, str] = {}
+        self._metrics: SupervisorMetricsListener | None = None
 
     # -- public --------------------------------------------------------------
     def run(self) -> int:
@@ -158,6 +168,8 @@ class Supervisor:
             for stale in Path(metrics_dir).glob("*.db"):
                 stale.unlink(missing_ok=True)
         self._env = worker_env(os.environ, metrics_dir)
+        listen = server.metrics_listen
+        self._metrics = SupervisorMetricsListener(listen, metrics_dir) if listen else None
         handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         old = {sig: signal.signal(sig, self._on_signal) for sig in handled}
         code = 0
@@ -166,6 +178,8 @@ class Supervisor:
         finally:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
+            if self._metrics is not None:
+                self._metrics.close()
             for worker in self._workers:  # only if the loop itself failed
                 worker.proc.kill()
                 worker.proc.wait()
@@ -182,6 +196,8 @@ class Supervisor:
     def _loop(self, metrics_dir: str) -> int:
         code = 0
         while True:
+            if self._metrics is not None:
+                self._metrics.poll()
             self._read_ready()
             while self._signals:
                 self._handle_signal(self._signals.pop(0))
@@ -281,7 +297,7 @@ class Supervisor:
             os.close(cfg_r)
         try:
             with open(cfg_w, "wb") as pipe:  # closes cfg_w; blocks only until the child reads
-                pipe.write(orjson.dumps(config_to_raw(self._cfg)))
+                pipe.write(orjson.dumps(config_to_raw(_worker_config(self._cfg))))
         except BrokenPipeError:  # it died before reading; reaped and restarted by the loop
             pass
         self._workers.append(_Worker(proc, slot, self._generation, time.monotonic()))

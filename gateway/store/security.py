@@ -273,10 +273,24 @@ class SecurityStore:
         pipe = self.redis.pipeline(transaction=True)  # one slot: {acct}
         pipe.hset(acct, mapping={"totp": pending, "totp_step": step})
         pipe.hdel(acct, "totp_new")
-        pipe.delete(self._recovery(account_id))
-        pipe.sadd(self._recovery(account_id), *(_sha(normalize_recovery_code(c)) for c in codes))
+        self._replace_recovery(pipe, account_id, codes)
         await pipe.execute()
         return codes
+
+    async def new_recovery_codes(self, account_id: str, count: int) -> list[str] | None:
+        """A fresh set of recovery codes replacing every unused one; None when two-step is off."""
+        on, _ = await self.totp_state(account_id)
+        if not on:
+            return None
+        codes = [new_recovery_code() for _ in range(count)]
+        pipe = self.redis.pipeline(transaction=True)
+        self._replace_recovery(pipe, account_id, codes)
+        await pipe.execute()
+        return codes
+
+    def _replace_recovery(self, pipe: Any, account_id: str, codes: list[str]) -> None:
+        pipe.delete(self._recovery(account_id))
+        pipe.sadd(self._recovery(account_id), *(_sha(normalize_recovery_code(c)) for c in codes))
 
     async def disable_totp(self, account_id: str) -> None:
         pipe = self.redis.pipeline(transaction=True)

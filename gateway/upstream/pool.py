@@ -347,6 +347,7 @@ class NodePool:
         if remaining <= 0.001:
             raise UpstreamError(f"{self.network.name}: deadline reached", timeout=True)
         node.in_flight += 1
+        started = time.monotonic()
         try:
             if node.client is not None:
                 payload = await _lean_attempt(
@@ -374,6 +375,7 @@ class NodePool:
         node.consecutive_failures = 0
         if node.metrics is not None:
             node.metrics.ok.inc()
+            node.metrics.latency.observe(time.monotonic() - started)
         return payload, node
 
     @staticmethod

@@ -64,6 +64,24 @@ async def create_key(page: Any, base: str) -> str:
     return str(await page.get_by_test_id("new-key").inner_text()).strip()
 
 
+def form(page: Any, action: str) -> Any:
+    """One of the Security page's forms: several of them ask for "Current password"."""
+    return page.locator(f"form[action='{SECURITY}{action}']")
+
+
+async def turn_on(page: Any, password: str) -> None:
+    start = form(page, "/two-step/start")
+    await start.get_by_label("Current password").fill(password)
+    await start.get_by_role("button", name="Turn on two-step log-in").click()
+
+
+async def confirm(page: Any, code: str, password: str) -> None:
+    box = form(page, "/two-step/confirm")
+    await box.get_by_label("Code", exact=True).fill(code)
+    await box.get_by_label("Current password").fill(password)
+    await box.get_by_role("button", name="Confirm").click()
+
+
 async def test_security_page_flows(browser: Any, live_url: str, screenshots: Path) -> None:
     context = await browser.new_context(viewport={"width": 1200, "height": 800})
     page = await context.new_page()
@@ -86,8 +104,12 @@ async def test_security_page_flows(browser: Any, live_url: str, screenshots: Pat
     assert "This session" in await current.inner_text()
     assert await current.get_by_test_id("session-ip").inner_text() == "127.0.0.0/24"
 
-    # Two-step log-in: QR code and secret, then a code confirms it.
-    await page.get_by_role("button", name="Turn on two-step log-in").click()
+    # Two-step log-in: the password first (a session cookie alone is not enough),
+    # then the QR code and secret, then a code and the password confirm it.
+    await turn_on(page, "not my password")
+    assert "password is wrong" in await page.get_by_test_id("error").inner_text()
+    assert await page.get_by_test_id("totp-secret").count() == 0
+    await turn_on(page, PASSWORD)
     await page.get_by_test_id("totp-qr").locator("svg").wait_for()
     secret = (await page.get_by_test_id("totp-secret").inner_text()).strip()
     await shot(
@@ -96,11 +118,11 @@ async def test_security_page_flows(browser: Any, live_url: str, screenshots: Pat
         "security",
         mask=[page.get_by_test_id("totp-qr").locator("svg"), page.get_by_test_id("totp-secret")],
     )
-    await page.get_by_label("Code", exact=True).fill("000000")
-    await page.get_by_role("button", name="Confirm").click()
+    await confirm(page, "000000", PASSWORD)
     assert "did not match" in await page.get_by_test_id("error").inner_text()
-    await page.get_by_label("Code", exact=True).fill(pyotp.TOTP(secret).now())
-    await page.get_by_role("button", name="Confirm").click()
+    await confirm(page, pyotp.TOTP(secret).now(), "not my password")
+    assert "password is wrong" in await page.get_by_test_id("error").inner_text()
+    await confirm(page, pyotp.TOTP(secret).now(), PASSWORD)
     codes = await page.get_by_test_id("recovery-codes").locator("li").all_inner_texts()
     assert len(codes) == 10
     await page.reload()  # a reload re-sends nothing and shows the codes no more
@@ -108,13 +130,14 @@ async def test_security_page_flows(browser: Any, live_url: str, screenshots: Pat
     assert "on" in await page.get_by_test_id("two-step-status").inner_text()
 
     # Change password: the other browser is logged out, this one stays.
-    await page.get_by_label("Current password").fill("not my password")
-    await page.get_by_label("New password").fill(NEW_PASSWORD)
-    await page.get_by_role("button", name="Change password").click()
+    change = form(page, "/password")
+    await change.get_by_label("Current password").fill("not my password")
+    await change.get_by_label("New password").fill(NEW_PASSWORD)
+    await change.get_by_role("button", name="Change password").click()
     assert "wrong" in await page.get_by_test_id("error").inner_text()
-    await page.get_by_label("Current password").fill(PASSWORD)
-    await page.get_by_label("New password").fill(NEW_PASSWORD)
-    await page.get_by_role("button", name="Change password").click()
+    await change.get_by_label("Current password").fill(PASSWORD)
+    await change.get_by_label("New password").fill(NEW_PASSWORD)
+    await change.get_by_role("button", name="Change password").click()
     await page.wait_for_url(re.compile(r"done=password"))
     assert await page.get_by_test_id("session-row").count() == 1
     await elsewhere.reload()
@@ -136,11 +159,19 @@ async def test_security_page_flows(browser: Any, live_url: str, screenshots: Pat
     assert "/dashboard/login" in elsewhere.url
     await elsewhere_ctx.close()
 
+    # New recovery codes need the password too, and replace the old ones.
+    fresh = form(page, "/two-step/recovery-codes")
+    await fresh.get_by_label("Current password").fill(NEW_PASSWORD)
+    await fresh.get_by_role("button", name="New recovery codes").click()
+    new_codes = await page.get_by_test_id("recovery-codes").locator("li").all_inner_texts()
+    assert len(new_codes) == 10 and not set(new_codes) & set(codes)
+
     # Delete the account: password, DELETE, and a recovery code as the second step.
-    await page.get_by_label("Password", exact=True).fill(NEW_PASSWORD)
-    await page.get_by_label("Code", exact=True).fill(codes[0])
-    await page.get_by_label("Type DELETE to confirm").fill("DELETE")
-    await page.get_by_role("button", name="Delete account").click()
+    delete = form(page, "/delete")
+    await delete.get_by_label("Current password").fill(NEW_PASSWORD)
+    await delete.get_by_label("Code", exact=True).fill(new_codes[0])
+    await delete.get_by_label("Type DELETE to confirm").fill("DELETE")
+    await delete.get_by_role("button", name="Delete account").click()
     assert "1 key revoked" in await page.get_by_test_id("message").inner_text()
     assert await rpc(live_url, key) == 401
     await log_in(page, live_url, email, NEW_PASSWORD)
@@ -155,16 +186,16 @@ async def test_security_page_without_javascript(browser: Any, live_url: str) -> 
     key = await create_key(page, live_url)
     await page.goto(f"{live_url}{SECURITY}")
 
-    await page.get_by_label("Current password").fill(PASSWORD)
-    await page.get_by_label("New password").fill(NEW_PASSWORD)
-    await page.get_by_role("button", name="Change password").click()
+    change = form(page, "/password")
+    await change.get_by_label("Current password").fill(PASSWORD)
+    await change.get_by_label("New password").fill(NEW_PASSWORD)
+    await change.get_by_role("button", name="Change password").click()
     assert "password was changed" in await page.get_by_test_id("message").inner_text()
 
-    await page.get_by_role("button", name="Turn on two-step log-in").click()
+    await turn_on(page, NEW_PASSWORD)
     secret = (await page.get_by_test_id("totp-secret").inner_text()).strip()
     assert await page.get_by_test_id("totp-qr").locator("svg path").count() >= 1
-    await page.get_by_label("Code", exact=True).fill(pyotp.TOTP(secret).now())
-    await page.get_by_role("button", name="Confirm").click()
+    await confirm(page, pyotp.TOTP(secret).now(), NEW_PASSWORD)
     assert await page.get_by_test_id("recovery-codes").locator("li").count() == 10
 
     await page.get_by_role("button", name="Log out", exact=True).first.click()
@@ -175,18 +206,20 @@ async def test_security_page_without_javascript(browser: Any, live_url: str) -> 
     await page.wait_for_url(re.compile(r"/dashboard/keys"))
 
     await page.goto(f"{live_url}{SECURITY}")
-    await page.get_by_label("Password", exact=True).fill(NEW_PASSWORD)
-    await page.get_by_label("Code", exact=True).fill("000000")
-    await page.get_by_label("Type DELETE to confirm").fill("DELETE")
-    await page.get_by_role("button", name="Delete account").click()
+    delete = form(page, "/delete")
+    await delete.get_by_label("Current password").fill(NEW_PASSWORD)
+    await delete.get_by_label("Code", exact=True).fill("000000")
+    await delete.get_by_label("Type DELETE to confirm").fill("DELETE")
+    await delete.get_by_role("button", name="Delete account").click()
     assert "code is wrong" in await page.get_by_test_id("error").inner_text()
     assert await rpc(live_url, key) == 200
-    await page.get_by_role("button", name="Turn off two-step log-in").wait_for()
-    await page.get_by_label("Your password").fill(NEW_PASSWORD)
-    await page.get_by_role("button", name="Turn off two-step log-in").click()
-    await page.get_by_label("Password", exact=True).fill(NEW_PASSWORD)
-    await page.get_by_label("Type DELETE to confirm").fill("DELETE")
-    await page.get_by_role("button", name="Delete account").click()
+    off = form(page, "/two-step/off")
+    await off.get_by_role("button", name="Turn off two-step log-in").wait_for()
+    await off.get_by_label("Current password").fill(NEW_PASSWORD)
+    await off.get_by_role("button", name="Turn off two-step log-in").click()
+    await delete.get_by_label("Current password").fill(NEW_PASSWORD)
+    await delete.get_by_label("Type DELETE to confirm").fill("DELETE")
+    await delete.get_by_role("button", name="Delete account").click()
     assert "Account deleted" in await page.locator("h1").inner_text()
     assert await rpc(live_url, key) == 401
     await context.close()

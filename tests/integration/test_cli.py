@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -139,3 +143,133 @@ def test_config_option_before_or_after_the_command(cli: Cli, tmp_path: Any) -> N
     ):
         code, _, err = cli(*args)
         assert code == 2 and "limits.max_batch" in err
+
+
+# -- issue 20: abbreviations, --version, config check, accounts list, bad URLs -------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("serve", "--worker", "2"), "unrecognized arguments: --worker 2"),
+        (("--conf", "x.toml", "keys", "list"), "invalid choice: 'x.toml'"),
+        (("keys", "list", "--acc", "a@example.com"), "the following arguments are required"),
+        (("keys", "rotate", "key_x", "--gra", "1h"), "unrecognized arguments: --gra 1h"),
+    ],
+)
+def test_abbreviated_options_are_refused(
+    args: tuple[str, ...], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: ``serve --worker 2`` started two workers (argparse prefix matching)."""
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"gateway {version('rpc-gateway')}"
+
+
+@pytest.mark.parametrize(
+    "url", ["htp://x", "http://127.0.0.1:6379", "redis://:pw-in-url@host:notaport/0", "redis://"]
+)
+def test_bad_redis_url_is_one_line(cli: Cli, monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    """Before: ``GATEWAY_REDIS_URL=htp://x gateway keys list`` printed a 25-line traceback."""
+    monkeypatch.setenv("GATEWAY_REDIS_URL", url)
+    code, out, err = cli("keys", "list", "--account", "a@example.com")
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("gateway: config error: redis.url (from GATEWAY_REDIS_URL): ")
+    assert "pw-in-url" not in err
+
+
+def test_config_check_lists_every_mistake_with_its_path(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        "bogus = 1\n"
+        '[server]\nport = "x"\nmetrics_listen = "nope"\ntrusted_proxies = ["1.2.3.4/99"]\n'
+        "[limits]\nmax_batch = -1\n"
+        '[networks.bsc]\nupstreams = ["ftp://x"]\n'
+        "[cache]\nmax_entry_bytes = 999999999999\n"
+    )
+    monkeypatch.setenv("GATEWAY_REDIS_URL", "htp://x")
+    monkeypatch.setenv("GATEWAY_UPSTREAM_OPBNB", "not a url")
+    code, out, err = cli("config", "check", str(bad))
+    assert code == 2 and out == ""
+    found = sorted(line.split(": ")[2] for line in err.strip().splitlines())
+    assert found == sorted(
+        [
+            "bogus",
+            "server.port",
+            "server.metrics_listen",
+            "server.trusted_proxies[0]",
+            "limits.max_batch",
+            "networks.bsc.upstreams[0]",
+            "networks.opbnb.upstreams[0]",
+            "cache.max_entry_bytes",
+            "redis.url (from GATEWAY_REDIS_URL)",
+        ]
+    ), err
+    code, out, _ = cli("config", "check", str(bad), "--json")
+    report = orjson.loads(out)
+    assert code == 2 and report["ok"] is False and len(report["errors"]) == 9
+
+
+@pytest.mark.parametrize(
+    "shipped", ["gateway.example.toml", "deploy/gateway.toml", "deploy/k8s/base/gateway.toml"]
+)
+def test_config_check_passes_every_shipped_config(cli: Cli, shipped: str) -> None:
+    code, out, err = cli("config", "check", str(ROOT / shipped))
+    assert (code, err) == (0, "")
+    assert out.startswith(f"{ROOT / shipped}: ok (")
+
+
+def test_config_check_of_a_missing_or_broken_file(cli: Cli, tmp_path: Path) -> None:
+    code, _, err = cli("config", "check", str(tmp_path / "nope.toml"))
+    assert code == 2 and err.strip().endswith("config file not found")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[server\n")
+    code, _, err = cli("config", "check", str(broken))
+    assert code == 2 and "not valid TOML" in err and len(err.strip().splitlines()) == 1
+
+
+def test_accounts_list(cli: Cli) -> None:
+    code, out, _ = cli("accounts", "list")
+    assert (code, out.strip()) == (0, "no accounts")
+    for email in ("first@example.com", "second@example.com"):
+        assert cli("accounts", "create", email, stdin="a long password\n")[0] == 0
+    assert cli("keys", "create", "--account", "second@example.com")[0] == 0
+    code, out, _ = cli("accounts", "list", "--json")
+    rows = orjson.loads(out)
+    assert code == 0
+    assert [(r["email"], r["keys"], r["plan"]) for r in rows] == [
+        ("first@example.com", 0, "free"),
+        ("second@example.com", 1, "free"),
+    ]
+    code, out, _ = cli("accounts", "list")
+    assert "second@example.com" in out.splitlines()[1] and "1 key " in out
+
+
+def test_bench_without_its_extra_says_how_to_install_it() -> None:
+    """Before: a ModuleNotFoundError traceback."""
+    blocked = "import sys; sys.modules['tqdm'] = None; import runpy; "
+    result = subprocess.run(
+        [sys.executable, "-c", blocked + "runpy.run_module('bench', run_name='__main__')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "pip install 'rpc-gateway[bench]'" in result.stderr
+    assert "tqdm is not installed" in result.stderr

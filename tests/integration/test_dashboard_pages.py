@@ -135,6 +135,10 @@ async def test_endpoints_page_lists_both_networks(
     assert doc.testid("endpoint-url-bsc") == f"{base}/bsc"
     assert doc.testid("endpoint-url-opbnb") == f"{base}/opbnb"
     assert doc.testid("endpoint-path-bsc") == f"{base}/bsc/<API_KEY>"
+    assert doc.testid("endpoint-ws-bsc") == f"ws://{client.host}:{client.port}/bsc/<API_KEY>"
+    assert doc.testid("endpoint-ws-opbnb") == f"ws://{client.host}:{client.port}/opbnb/<API_KEY>"
+    titles = {h.text.strip() for h in doc.tags("h3")}
+    assert {"web3.py", "ethers (v6)", "viem"} <= titles
     codes = "\n".join(c.text for c in doc.tags("code"))
     for snippet in (
         "$RPC_KEY",
@@ -143,6 +147,10 @@ async def test_endpoints_page_lists_both_networks(
         "process.env.RPC_KEY",
         "Web3.HTTPProvider",
         "JsonRpcProvider",
+        "createPublicClient",
+        'import { bsc } from "viem/chains"',
+        'import { opBNB } from "viem/chains"',
+        f"webSocket(`ws://{client.host}:{client.port}/bsc/${{process.env.RPC_KEY}}`)",
         "BNB Smart Chain",
         "opBNB",
     ):
@@ -158,6 +166,18 @@ async def test_endpoints_use_public_url(
     await user.signup()
     doc = await user.get("/dashboard/endpoints")
     assert doc.testid("endpoint-url-opbnb") == "https://rpc.example.com/opbnb"
+    assert doc.testid("endpoint-ws-opbnb") == "wss://rpc.example.com/opbnb/<API_KEY>"
+
+
+async def test_endpoints_without_websocket_show_no_ws_url(
+    make_config: MakeConfig, aiohttp_client: AiohttpClient
+) -> None:
+    client = await aiohttp_client(TestServer(create_app(make_config({"ws": {"enabled": False}}))))
+    user = User(client, new_email())
+    await user.signup()
+    doc = await user.get("/dashboard/endpoints")
+    assert not doc.find_all(data_testid="endpoint-ws-bsc")
+    assert "webSocket(" not in "\n".join(c.text for c in doc.tags("code"))
 
 
 async def test_pages_need_login(client: Client) -> None:

@@ -69,11 +69,12 @@ def code_after(secret: str, steps: int) -> str:
 async def turn_on_two_step(user: User) -> tuple[str, list[str]]:
     """(secret, recovery codes) after going through the page's forms."""
     await user.get(PAGE)
-    resp = await user.post(PAGE + "/two-step/start", follow=True)
+    resp = await user.post(PAGE + "/two-step/start", {"current_password": PASSWORD}, follow=True)
     assert resp.status == 200
     doc = parse(await resp.text())
     secret = doc.testid("totp-secret")
-    resp = await user.post(PAGE + "/two-step/confirm", {"code": pyotp.TOTP(secret).now()})
+    form = {"code": pyotp.TOTP(secret).now(), "current_password": PASSWORD}
+    resp = await user.post(PAGE + "/two-step/confirm", form)
     assert resp.status == 200, await resp.text()
     doc = parse(await resp.text())
     codes = [li.text.strip() for li in doc.find(data_testid="recovery-codes").tags("li")]
@@ -98,7 +99,7 @@ async def test_security_page_has_the_contract_labels(
     assert ("Security", PAGE) in {(a.text.strip(), a.attrs["href"]) for a in nav.tags("a")}
     doc = await user.get(PAGE)
     found = labels(doc)
-    for text in ("Current password", "New password", "Password", "Type DELETE to confirm"):
+    for text in ("Current password", "New password", "Type DELETE to confirm"):
         assert text in found, text
         assert doc.find(id=found[text]).tag == "input"
     assert {
@@ -278,7 +279,7 @@ async def test_turn_on_two_step_log_in(
 ) -> None:
     user = await new_user(aiohttp_client, client)
     await user.get(PAGE)
-    resp = await user.post(PAGE + "/two-step/start")
+    resp = await user.post(PAGE + "/two-step/start", {"current_password": PASSWORD})
     assert resp.status == 303
     doc = await user.get(PAGE)
     secret = doc.testid("totp-secret")
@@ -288,9 +289,11 @@ async def test_turn_on_two_step_log_in(
     assert "Code" in labels(doc) and "Confirm" in buttons(doc)
     assert not doc.find_all(data_testid="recovery-codes")
 
-    resp = await user.post(PAGE + "/two-step/confirm", {"code": "000000"})
+    form = {"code": "000000", "current_password": PASSWORD}
+    resp = await user.post(PAGE + "/two-step/confirm", form)
     assert resp.status == 400
-    resp = await user.post(PAGE + "/two-step/confirm", {"code": pyotp.TOTP(secret).now()})
+    form["code"] = pyotp.TOTP(secret).now()
+    resp = await user.post(PAGE + "/two-step/confirm", form)
     assert resp.status == 200
     doc = parse(await resp.text())
     codes = [li.text.strip() for li in doc.find(data_testid="recovery-codes").tags("li")]
@@ -382,6 +385,64 @@ async def test_code_page_without_a_password_goes_back(client: Client) -> None:
     assert resp.status == 303 and resp.headers["Location"] == "/dashboard/login"
 
 
+async def test_turning_two_step_on_needs_the_password(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
+    """A stolen session cookie alone can neither start nor confirm two-step log-in
+    (issue 18 item 5): the attacker's authenticator is never bound to the account."""
+    user = await new_user(aiohttp_client, client)
+    doc = await user.get(PAGE)
+    start = doc.find(action=PAGE + "/two-step/start")
+    assert {i.attrs.get("name") for i in start.tags("input")} >= {"current_password"}
+    for form in ({}, {"current_password": "wrong password"}, {"password": PASSWORD}):
+        resp = await user.post(PAGE + "/two-step/start", form)
+        assert resp.status == 400, form
+        doc = parse(await resp.text())
+        assert doc.testid("error") == "The current password is wrong."
+        assert not doc.find_all(data_testid="totp-secret")
+    assert not (await user.get(PAGE)).find_all(data_testid="totp-secret")
+
+    resp = await user.post(PAGE + "/two-step/start", {"current_password": PASSWORD})
+    assert resp.status == 303
+    secret = (await user.get(PAGE)).testid("totp-secret")
+    code = pyotp.TOTP(secret).now()
+    for form in ({"code": code}, {"code": code, "current_password": "wrong password"}):
+        resp = await user.post(PAGE + "/two-step/confirm", form)
+        assert resp.status == 400, form
+        assert not parse(await resp.text()).find_all(data_testid="recovery-codes")
+    doc = await user.get(PAGE)  # still waiting for a confirmation, not on
+    assert doc.testid("totp-secret") == secret and not doc.find_all(data_testid="two-step-status")
+    # The owner still logs in with the password alone.
+    assert (await User(await aiohttp_client(client.server), user.email).login()).status == 303
+
+
+@pytest.mark.slow
+async def test_new_recovery_codes_need_the_password(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
+    user = await new_user(aiohttp_client, client)
+    _, old = await turn_on_two_step(user)
+    doc = await user.get(PAGE)
+    assert "New recovery codes" in buttons(doc)
+    for form in ({}, {"current_password": "wrong password"}):
+        resp = await user.post(PAGE + "/two-step/recovery-codes", form)
+        assert resp.status == 400, form
+        assert not parse(await resp.text()).find_all(data_testid="recovery-codes")
+    resp = await user.post(PAGE + "/two-step/recovery-codes", {"current_password": PASSWORD})
+    assert resp.status == 200
+    doc = parse(await resp.text())
+    new = [li.text.strip() for li in doc.find(data_testid="recovery-codes").tags("li")]
+    assert len(new) == 10 and not set(new) & set(old)
+    assert not (await user.get(PAGE)).find_all(data_testid="recovery-codes")  # shown once
+    # The old codes are gone; a new one logs in once.
+    for code, status in ((old[0], 401), (new[0], 303)):
+        other = User(await aiohttp_client(client.server), user.email)
+        assert (await other.login()).status == 303
+        await other.get("/dashboard/login/code")
+        resp = await other.post("/dashboard/login/code", {"code": code})
+        assert resp.status == status, code
+
+
 @pytest.mark.slow
 async def test_turn_off_two_step_needs_the_password(
     client: Client, aiohttp_client: AiohttpClient
@@ -389,10 +450,13 @@ async def test_turn_off_two_step_needs_the_password(
     user = await new_user(aiohttp_client, client)
     await turn_on_two_step(user)
     doc = await user.get(PAGE)
-    assert "Your password" in labels(doc)
-    resp = await user.post(PAGE + "/two-step/off", {"password": "wrong password"})
-    assert resp.status == 400
-    resp = await user.post(PAGE + "/two-step/off", {"password": PASSWORD})
+    assert "Current password" in labels(doc)
+    for form in ({}, {"password": PASSWORD}, {"current_password": "wrong password"}):
+        resp = await user.post(PAGE + "/two-step/off", form)
+        assert resp.status == 400, form
+        assert parse(await resp.text()).testid("error") == "The current password is wrong."
+    assert "on" in (await user.get(PAGE)).testid("two-step-status")
+    resp = await user.post(PAGE + "/two-step/off", {"current_password": PASSWORD})
     assert resp.status == 303
     doc = await user.get(resp.headers["Location"])
     assert "off" in doc.testid("two-step-status")
@@ -416,15 +480,16 @@ async def test_delete_account_revokes_keys_and_keeps_usage_anonymous(
     await user.get(PAGE)
 
     bad = [
-        ({"password": PASSWORD, "confirm": "delete"}, "Type DELETE"),
-        ({"password": "wrong password", "confirm": "DELETE"}, "password is wrong"),
+        ({"current_password": PASSWORD, "confirm": "delete"}, "Type DELETE"),
+        ({"current_password": "wrong password", "confirm": "DELETE"}, "password is wrong"),
+        ({"password": PASSWORD, "confirm": "DELETE"}, "password is wrong"),
     ]
     for form, needle in bad:
         resp = await user.post(PAGE + "/delete", form)
         assert resp.status == 400 and needle in parse(await resp.text()).testid("error")
     assert all([await rpc_status(client, k) == 200 for k, _ in keys])
 
-    resp = await user.post(PAGE + "/delete", {"password": PASSWORD, "confirm": "DELETE"})
+    resp = await user.post(PAGE + "/delete", {"current_password": PASSWORD, "confirm": "DELETE"})
     assert resp.status == 200
     assert "3 keys revoked" in parse(await resp.text()).testid("message")
     for key, _ in keys:  # every process hears of the revocation within a second
@@ -467,7 +532,7 @@ async def test_delete_with_two_step_needs_a_code(
     secret, _ = await turn_on_two_step(user)
     doc = await user.get(PAGE)
     assert "Code" in labels(doc)
-    form = {"password": PASSWORD, "confirm": "DELETE", "code": "000000"}
+    form = {"current_password": PASSWORD, "confirm": "DELETE", "code": "000000"}
     resp = await user.post(PAGE + "/delete", form)
     assert resp.status == 400 and "code is wrong" in parse(await resp.text()).testid("error")
     assert await rpc_status(client, key) == 200
@@ -496,10 +561,11 @@ async def test_every_security_form_refuses_a_missing_or_wrong_csrf_token(
         "/password": {"current_password": PASSWORD, "new_password": NEW_PASSWORD},
         "/sessions/end-others": {},
         f"/sessions/{ref}/end": {},
-        "/two-step/start": {},
-        "/two-step/confirm": {"code": "123456"},
-        "/two-step/off": {"password": PASSWORD},
-        "/delete": {"password": PASSWORD, "confirm": "DELETE"},
+        "/two-step/start": {"current_password": PASSWORD},
+        "/two-step/confirm": {"code": "123456", "current_password": PASSWORD},
+        "/two-step/off": {"current_password": PASSWORD},
+        "/two-step/recovery-codes": {"current_password": PASSWORD},
+        "/delete": {"current_password": PASSWORD, "confirm": "DELETE"},
     }
     actions = {f.attrs["action"] for f in doc.tags("form") if f.attrs.get("method") == "post"}
     assert {PAGE + p for p in forms} >= actions - {"/dashboard/logout"}
@@ -602,6 +668,7 @@ async def test_odd_codes_answer_cleanly(client: Client, aiohttp_client: AiohttpC
     # Wrong codes count like wrong passwords: the email is throttled now.
     assert (await other.login()).status == 429
     await user.get(PAGE)
-    form = {"password": PASSWORD, "confirm": "DELETE", "code": "١٢٣٤٥٦"}
+    form = {"current_password": PASSWORD, "confirm": "DELETE", "code": "١٢٣٤٥٦"}
     assert (await user.post(PAGE + "/delete", form)).status == 400
-    assert (await user.post(PAGE + "/two-step/confirm", {"code": "١٢٣٤٥٦"})).status == 400
+    form = {"code": "١٢٣٤٥٦", "current_password": PASSWORD}
+    assert (await user.post(PAGE + "/two-step/confirm", form)).status == 400

@@ -1,11 +1,15 @@
 """deploy/k8s/ checked without a cluster, and compose.yaml by a real schema tool.
 
-No Kubernetes API server runs here, so this reads the manifests the way the
-API server would reject them at the shape level: every file parses, carries
-``apiVersion``/``kind``/``metadata.name``, the selectors match the pod
-labels, probes point at routes the real app serves, container ports match the
-ConfigMap's ``gateway.toml`` (loaded by the real config loader), and the
-termination grace period outlasts the preStop sleep plus the drain.
+No Kubernetes API server runs here. ``kubectl kustomize`` renders the example
+overlay exactly as ``kubectl apply -k deploy/k8s/overlays/example`` would send
+it, and ``kubernetes-validate --strict`` checks every object against the
+OpenAPI schemas of a current Kubernetes (the package ships them, so this
+works offline). The rendered objects are then read for what a schema cannot
+see: selectors match the pod labels, probes point at routes the real app
+serves, container ports match ``gateway.toml`` (loaded by the real config
+loader), the grace period outlasts the preStop sleep plus the drain, the
+metrics port stays out of the Service, the Secret never replaces one made by
+hand, and the memory request follows the worker memory formula.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +30,49 @@ from gateway.config import Config, config_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
-REQUIRED = {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
+OVERLAY = K8S / "overlays" / "example"
+REQUIRED = {
+    "ConfigMap",
+    "Secret",
+    "Deployment",
+    "Service",
+    "PodDisruptionBudget",
+    "HorizontalPodAutoscaler",
+}
+# Kubernetes versions the manifests must pass: the oldest minor still in
+# upstream support when this was written, and the newest the installed
+# kubernetes-validate ships (its default).
+K8S_VERSIONS = ("1.35.0", None)
+# docs/DEPLOYING.md "Memory a worker needs": cache.max_bytes x networks x 1.25 + baseline.
+BASELINE_MIB = 128
+
+
+def _tool(name: str) -> str:
+    """A console script of this venv (kubernetes-validate), or fail: it is a test extra."""
+    exe = shutil.which(name) or str(Path(sys.executable).with_name(name))
+    if not Path(exe).exists():
+        pytest.fail(f"{name} is not installed: pip install '.[test]'")
+    return exe
+
+
+@cache
+def _rendered() -> str:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip(
+            "kubectl is not installed (Debian: apt-get install kubectl), so the "
+            "kustomize overlay cannot be rendered"
+        )
+    result = subprocess.run(
+        [kubectl, "kustomize", str(OVERLAY)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def _docs() -> list[dict[str, Any]]:
-    docs = []
-    for path in sorted(K8S.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            assert isinstance(doc, dict), f"{path.name}: not a mapping"
-            docs.append(doc)
+    docs = [d for d in yaml.safe_load_all(_rendered()) if d is not None]
+    assert all(isinstance(d, dict) for d in docs)
     return docs
 
 
@@ -42,32 +82,78 @@ def _by_kind(kind: str) -> dict[str, Any]:
     return found[0]
 
 
-def _config() -> Config:
-    import tomllib
+def _toml() -> dict[str, Any]:
+    raw: dict[str, Any] = tomllib.loads(_by_kind("ConfigMap")["data"]["gateway.toml"])
+    return raw
 
-    text = _by_kind("ConfigMap")["data"]["gateway.toml"]
-    return config_from_dict(tomllib.loads(text), env={})
+
+def _config() -> Config:
+    return config_from_dict(_toml(), env={})
+
+
+def _pod() -> dict[str, Any]:
+    pod: dict[str, Any] = _by_kind("Deployment")["spec"]["template"]
+    return pod
 
 
 def _container() -> dict[str, Any]:
-    spec = _by_kind("Deployment")["spec"]["template"]["spec"]
-    containers = spec["containers"]
+    containers = _pod()["spec"]["containers"]
     assert len(containers) == 1
     container: dict[str, Any] = containers[0]
     return container
 
 
-def test_every_manifest_has_the_basic_shape() -> None:
+def _mib(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * factor
+    return float(quantity) / 2**20
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS, ids=lambda v: v or "newest")
+def test_the_overlay_passes_kubernetes_validate_strict(tmp_path: Path, version: str | None) -> None:
+    out = tmp_path / "rendered.yaml"
+    out.write_text(_rendered())
+    cmd = [_tool("kubernetes-validate"), "--strict", "--quiet"]
+    cmd += ["-k", version] if version else []
+    result = subprocess.run([*cmd, str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert {d["kind"] for d in _docs()} == REQUIRED
+
+    # The same tool on a manifest with one unknown field fails: it really checks.
     docs = _docs()
-    assert {d["kind"] for d in docs} >= REQUIRED
-    for doc in docs:
-        assert isinstance(doc.get("apiVersion"), str) and doc["apiVersion"]
-        assert doc["metadata"]["name"] == "rpc-gateway" or doc["kind"] == "Secret"
+    next(d for d in docs if d["kind"] == "Deployment")["spec"]["replicaz"] = 3
+    out.write_text(yaml.safe_dump_all(docs))
+    result = subprocess.run([*cmd, str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "replicaz" in result.stdout + result.stderr
+
+
+def test_nothing_real_is_overwritten_and_the_image_is_named() -> None:
+    secret = _by_kind("Secret")
+    name = secret["metadata"]["name"]
+    assert name.startswith("rpc-gateway-redis-") and name != "rpc-gateway-redis"
+    env = {e["name"]: e for e in _container()["env"]}
+    assert env["GATEWAY_REDIS_URL"]["valueFrom"]["secretKeyRef"]["name"] == name
+    assert "url" not in _toml().get("redis", {}), "the Redis URL belongs in the Secret"
+    image = _container()["image"]
+    registry, _, rest = image.partition("/")
+    assert "." in registry and ":" in rest, f"{image}: no registry or tag"
+    config = _by_kind("ConfigMap")["metadata"]["name"]
+    volumes = {v["name"]: v for v in _pod()["spec"]["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == config != "rpc-gateway"  # hashed: rolls
+
+
+def test_the_base_is_not_applied_alone() -> None:
+    """The folders that hold manifests are the base and the overlay, nothing loose."""
+    assert not list(K8S.glob("*.yaml")), "a loose manifest would be applied by -f deploy/k8s/"
+    assert (K8S / "base" / "kustomization.yaml").is_file()
+    assert not list((K8S / "base").glob("secret*")), "the base holds no Secret"
 
 
 def test_selectors_match_the_pod_labels() -> None:
     deployment = _by_kind("Deployment")
-    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    labels = _pod()["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert _by_kind("Service")["spec"]["selector"].items() <= labels.items()
     assert _by_kind("PodDisruptionBudget")["spec"]["selector"]["matchLabels"].items() <= (
@@ -92,36 +178,42 @@ def test_probes_point_at_routes_the_app_serves() -> None:
         assert get["port"] in ports
 
 
-def test_ports_match_the_config() -> None:
+def test_ports_match_the_config_and_metrics_stay_out_of_the_service() -> None:
     cfg = _config()
     ports = {p["name"]: p["containerPort"] for p in _container()["ports"]}
     assert ports["rpc"] == cfg.server.port
     host, _, port = cfg.server.metrics_listen.rpartition(":")
     assert ports["metrics"] == int(port)
     assert host == "0.0.0.0", "metrics must be reachable by the in-cluster scraper"
-    service_ports = {p["name"]: p["targetPort"] for p in _by_kind("Service")["spec"]["ports"]}
-    assert set(service_ports.values()) <= set(ports)
+    annotations = _pod()["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == port
+    service = _by_kind("Service")["spec"]["ports"]
+    assert [p["targetPort"] for p in service] == ["rpc"]
+    assert int(port) not in {p["port"] for p in service}
 
 
 def test_grace_period_outlasts_prestop_and_drain() -> None:
     cfg = _config()
-    spec = _by_kind("Deployment")["spec"]["template"]["spec"]
     sleep = int(_container()["lifecycle"]["preStop"]["exec"]["command"][-1])
-    assert spec["terminationGracePeriodSeconds"] > sleep + cfg.server.drain_timeout_s
+    assert _pod()["spec"]["terminationGracePeriodSeconds"] > sleep + cfg.server.drain_timeout_s
 
 
-def test_the_redis_url_comes_from_a_secret_not_the_configmap() -> None:
-    env = {e["name"]: e for e in _container()["env"]}
-    assert "secretKeyRef" in env["GATEWAY_REDIS_URL"]["valueFrom"]
-    assert "url" not in _config_redis_table()
+def test_memory_follows_the_worker_formula() -> None:
+    cfg = _config()
+    need = cfg.cache.max_bytes / 2**20 * len(cfg.networks) * 1.25 + BASELINE_MIB
+    need *= cfg.server.workers
+    resources = _container()["resources"]
+    assert _mib(resources["requests"]["memory"]) >= need
+    assert _mib(resources["limits"]["memory"]) >= _mib(resources["requests"]["memory"])
 
 
-def _config_redis_table() -> dict[str, Any]:
-    import tomllib
-
-    raw = tomllib.loads(_by_kind("ConfigMap")["data"]["gateway.toml"])
-    table: dict[str, Any] = raw.get("redis", {})
-    return table
+def test_the_documented_command_is_the_overlay() -> None:
+    for doc in (K8S / "README.md", ROOT / "docs" / "DEPLOYING.md"):
+        text = doc.read_text()
+        assert "kubectl apply -k deploy/k8s/overlays/example" in text, doc
+        assert "kubectl apply -f deploy/k8s" not in text, doc
+        assert 'prometheus.io/port: "8545"' not in text, doc
 
 
 def test_compose_passes_the_compose_spec_schema() -> None:

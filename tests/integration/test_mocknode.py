@@ -88,9 +88,12 @@ async def test_methods_answer_chain_data(
     assert block["number"] == hex(500) and block["transactions"] == []
     assert (await rpc(session, bsc, "eth_getBlockByNumber", "0x1f5", False))["result"] is None
     assert (await rpc(session, bsc, "eth_getLogs", {}))["result"] == []
-    for method in ("eth_getBalance", "eth_call", "eth_gasPrice", "eth_estimateGas"):
+    for method in ("eth_getBalance", "eth_call", "eth_gasPrice"):
         assert (await rpc(session, bsc, method))["result"].startswith("0x")
-    assert (await rpc(session, bsc, "eth_getTransactionCount"))["result"] == "0x1"
+    transfer = {"to": "0x" + "22" * 20, "value": "0x1"}
+    assert (await rpc(session, bsc, "eth_estimateGas", transfer))["result"] == hex(21_000)
+    nonce = await rpc(session, bsc, "eth_getTransactionCount", "0x" + "11" * 20, "latest")
+    assert nonce["result"] == "0x0"
     assert "chain-56" in (await rpc(session, bsc, "web3_clientVersion"))["result"]
     tx1 = (await rpc(session, bsc, "eth_sendRawTransaction", "0xf86c01"))["result"]
     tx2 = (await rpc(session, bsc, "eth_sendRawTransaction", "0xf86c01"))["result"]

@@ -22,7 +22,7 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config, ConfigError, config_from_dict
 from gateway.ops.metrics import Metrics
-from gateway.ops.metricsport import MetricsListener
+from gateway.ops.metricsport import MetricsListener, SupervisorMetricsListener
 from gateway.redis.embedded import free_port
 from gateway.server.protocol import GatewayRunner
 from tests.helpers.config import MakeConfig
@@ -211,6 +211,36 @@ async def test_one_holder_at_a_time_and_another_takes_over() -> None:
             assert resp.status == 200
     finally:
         await second.close()
+
+
+def test_supervisor_listener_warns_once_for_a_foreign_holder_then_binds(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``serve --workers``: a port someone else holds is one warning, not one per tick."""
+    holder = socket.socket()
+    holder.bind((HOST, 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    listener = SupervisorMetricsListener(f"{HOST}:{port}", str(tmp_path), retry_s=0.0)
+    try:
+        with caplog.at_level("WARNING", logger="gateway.metrics"):
+            for tick in range(5):
+                listener.poll(now=float(tick))
+        assert listener.port is None
+        warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and f"{HOST}:{port}" in warnings[0].getMessage()
+        holder.close()
+        listener.poll(now=10.0)
+        assert listener.port == port
+        with socket.create_connection((HOST, port), timeout=5) as conn:
+            conn.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200") and b"text/plain" in answer
+    finally:
+        holder.close()
+        listener.close()
 
 
 async def test_empty_metrics_listen_opens_nothing(make_config: MakeConfig) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from gateway.demo.mocknode import MockNode
@@ -60,10 +61,11 @@ def _alive(pid: int) -> bool:
 
 
 def _config(path: Path, prefix: str, bsc_url: str, opbnb_url: str, **server: Any) -> Path:
+    server = {"metrics_listen": "", **server}
     lines = "".join(f"{k} = {v!r}\n" for k, v in server.items())
     path.write_text(
         scenario("unlimited", prefix=prefix, bsc=bsc_url, opbnb=opbnb_url)
-        + 'metrics_listen = ""\nrestart_backoff_s = 0.2\nrestart_backoff_max_s = 2.0\n'
+        + "restart_backoff_s = 0.2\nrestart_backoff_max_s = 2.0\n"
         + lines
     )
     return path
@@ -338,3 +340,63 @@ async def test_banner_only_once_listening(tmp_path: Path, start: Callable[..., A
     gw = await start(workers=2)  # the fixture waits for the banner
     with socket.create_connection((HOST, gw.port), timeout=2):
         pass  # when the banner is out, the port answers
+
+
+def _listeners(port: int) -> set[int]:
+    """Pids holding a listening TCP socket on ``port`` (read from /proc, as ``ss -lp`` does)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    inodes.add(f"socket:[{fields[9]}]")
+    owners = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            links = {os.readlink(fd) for fd in (proc / "fd").iterdir()}
+        except OSError:
+            continue
+        if links & inodes:
+            owners.add(int(proc.name))
+    return owners
+
+
+async def _requests_counted(session: aiohttp.ClientSession, url: str) -> float:
+    async with session.get(url) as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "gateway_requests_total"
+    )
+
+
+@pytest.mark.slow
+async def test_one_metrics_listener_for_every_worker(
+    start: Callable[..., Any], api_key: str, session_factory: Callable[[], aiohttp.ClientSession]
+) -> None:
+    """Before: every worker but one logged "metrics address ... is in use" at start
+    (and again after each restart). Now the supervisor holds the one listener and
+    serves every worker's samples; a worker's death leaves no gap."""
+    metrics_port = free_port()
+    gw = await start(workers=3, metrics_listen=f"{HOST}:{metrics_port}")
+    url = f"http://{HOST}:{metrics_port}/metrics"
+    assert _listeners(metrics_port) == {gw.proc.pid}
+    async with session_factory() as session:
+        assert [await _call(session, gw, api_key) for _ in range(30)] == [200] * 30
+        assert await _requests_counted(session, url) == 30  # merged over the workers
+        victim = gw.workers()[0]
+        os.kill(victim, signal.SIGKILL)
+        await eventually(functools.partial(_dead, victim), 10, "the victim to die")
+        assert await _requests_counted(session, url) == 30  # no gap; its counts stay
+        await eventually(lambda: len(gw.workers()) == 3, 30, "the worker back")
+        async with session.get(f"http://{HOST}:{metrics_port}/bsc") as resp:
+            assert resp.status == 404  # nothing but /metrics there
+    assert _listeners(metrics_port) == {gw.proc.pid}
+    out = gw.output()
+    assert "in use" not in out and "unavailable" not in out, out[-3000:]
