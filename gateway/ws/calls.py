@@ -14,14 +14,13 @@ concurrent frames cannot pass a cap together.
 from __future__ import annotations
 
 import re
-import secrets
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from gateway.rpc import protocol as rpc
 from gateway.rpc.local import WS, CallError, LocalContext, LocalMethods
-from gateway.ws.fanout import NodeRefused, UpSub
+from gateway.ws.fanout import NodeRefused, UpSub, new_client_id
 from gateway.ws.session import Session
 
 if TYPE_CHECKING:
@@ -90,11 +89,6 @@ def subscribe_params(params: Any) -> tuple[str, list[Any], bytes] | str:
     return kind, [kind, out], canon
 
 
-def new_subscription_id() -> str:
-    """A client's subscription id: 128 random bits in hex, like geth's."""
-    return "0x" + secrets.token_hex(16)
-
-
 def _cap_error(reason: str) -> CallError:
     return CallError(rpc.RATE_LIMITED.code, rpc.RATE_LIMITED.message, {"reason": reason})
 
@@ -156,12 +150,16 @@ class SubscriptionMethods:
         except BaseException:
             self._unreserve(sess, ukey)
             raise
-        sid = new_subscription_id()
-        ctx.after(lambda sent: self._attach(sess, up, sid, ukey, sent))
-        return sid
+        # The feed's shared id, unless this socket has it already (then its own).
+        cid = up.cid
+        if cid in sess.pending_cids or cid.decode()[1:-1] in sess.subs:
+            cid = new_client_id()
+        sess.pending_cids.add(cid)
+        ctx.after(lambda sent: self._attach(sess, up, cid, ukey, sent))
+        return cid.decode()[1:-1]
 
     def _attach(
-        self, sess: Session, up: UpSub, sid: str, ukey: tuple[str, str, bytes], sent: bool
+        self, sess: Session, up: UpSub, cid: bytes, ukey: tuple[str, str, bytes], sent: bool
     ) -> None:
         """The answer naming ``sid`` is out (or not): the listener joins (or gives up).
 
@@ -169,13 +167,13 @@ class SubscriptionMethods:
         that names its subscription.
         """
         self._unreserve(sess, ukey)
+        sess.pending_cids.discard(cid)
         up.reserved -= 1
-        cid = b'"' + sid.encode() + b'"'
         if not sent or up.dead or sess.closing is not None:
-            up.feed.release(up, cid)
+            up.feed.release(up, cid, sess)
             return
-        up.listeners[cid] = sess
-        sess.subs[sid] = up
+        up.listeners.setdefault(sess, []).append(cid)
+        sess.subs[cid.decode()[1:-1]] = up
         self.svc.metrics.subscriptions.labels(up.kind).inc()
 
     @staticmethod
@@ -199,5 +197,5 @@ class SubscriptionMethods:
         up = sess.subs.pop(sid, None)
         if up is not None:
             self.svc.metrics.subscriptions.labels(up.kind).dec()
-            up.feed.release(up, b'"' + sid.encode() + b'"')
+            up.feed.release(up, b'"' + sid.encode() + b'"', sess)
         return up is not None

@@ -21,7 +21,7 @@ from gateway.config import PlanConfig
 
 
 class _Feed(Protocol):
-    def release(self, up: Any, cid: bytes) -> None: ...
+    def release(self, up: Any, cid: bytes, sess: Any) -> None: ...
 
 
 class Subscription(Protocol):
@@ -125,6 +125,7 @@ class Session:
         "key",
         "lease",
         "network",
+        "pending_cids",
         "queue_limit",
         "reserved",
         "stream_lock",
@@ -156,6 +157,7 @@ class Session:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.closing: str | None = None  # the disconnect reason once decided
         self.reserved = 0  # subscribe calls awaiting the node: they count towards the cap
+        self.pending_cids: set[bytes] = set()  # ids answered, listeners not yet attached
         # A large answer goes out as one fragmented message; other frames wait
         # (``held``) so none lands between its pieces (RFC 6455 §5.4).
         self.stream_lock = asyncio.Lock()
