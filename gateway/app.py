@@ -274,6 +274,7 @@ async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
     """
     insight = app.get(T.INSIGHT)
     for handler in app[HANDLERS]:
-        handler.pipeline.bind(app[T.LIMITER], app[T.POOLS][handler.network.name], app[T.ERRORS])
-        handler.bind(app[T.CLIENT_IP], insight)
+        pool = app[T.POOLS][handler.network.name]
+        handler.pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
+        handler.bind(app[T.CLIENT_IP])
     yield

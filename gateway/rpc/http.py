@@ -5,7 +5,7 @@ body (a body that is not what its ``Content-Encoding`` says is a 400
 JSON-RPC error, never a 500), the key from the path or the Bearer header,
 CORS on every answer, 204 for notifications, and a large answer streamed
 with ``resp.write`` waiting for the socket to drain (``rpc.relay``).
-Metrics and request insight are recorded once per request.
+Metrics and request insight are recorded once per request (``Pipeline.record``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from gateway.rpc.clientip import ClientIP
 from gateway.rpc.pipeline import Caller, Pipeline
 from gateway.rpc.relay import Relay
 from gateway.rpc.replies import Answer, error_answer
-from gateway.store.insight import InsightSink, reply_code
 from gateway.typedefs import KEY_ID, RPC_METHOD
 from gateway.upstream.pool import UpstreamError
 
@@ -45,16 +44,14 @@ class RpcHttp:
     """Serves one network's prefix over HTTP; one instance per network."""
 
     client_ip: ClientIP
-    insight: InsightSink | None = None  # set at startup when insight is on
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
         self.network = pipeline.network
         self.max_body = pipeline.cfg.limits.max_body_bytes
 
-    def bind(self, client_ip: ClientIP, insight: InsightSink | None) -> None:
+    def bind(self, client_ip: ClientIP) -> None:
         self.client_ip = client_ip  # the app's one: same trusted proxies as the dashboard
-        self.insight = insight
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
@@ -84,8 +81,8 @@ class RpcHttp:
             response = _reply(error_answer(rpc.INTERNAL_ERROR))
         elapsed = time.perf_counter() - started
         self.pipeline.net_metrics.answered(method, response.status, elapsed)
-        if self.insight is not None and answer is not None and answer.known_key:
-            self._record_insight(caller, answer, response, elapsed)
+        if answer is not None and caller is not None:
+            self.pipeline.record(caller, answer, response.status, elapsed)
         return response
 
     def _caller(self, request: web.Request) -> Caller:
@@ -94,21 +91,6 @@ class RpcHttp:
             return Caller(None)
         ip = self.client_ip(request)
         return Caller(key_hash(key), request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip))
-
-    def _record_insight(
-        self, caller: Caller | None, answer: Answer, response: web.StreamResponse, elapsed: float
-    ) -> None:
-        """One answered call of an existing key into this worker's insight sums (no I/O)."""
-        assert self.insight is not None and caller is not None and caller.khash is not None
-        status = response.status
-        body = answer.body if answer.relay is None else None
-        code = 0
-        if body and (status >= 400 or answer.is_error or len(body) <= 512):
-            code = reply_code(body)
-        failed = code != 0 or status >= 400
-        self.insight.record(
-            caller.khash, answer.method, code, status, elapsed * 1000, caller.ip if failed else ""
-        )
 
     def _check_http(self, request: web.Request) -> web.Response | None:
         """The preflight, a path with no key, 405 / 415 / 413 (declared length)."""

@@ -33,6 +33,7 @@ from gateway.rpc.local import TRANSPORTS, Caller, LocalMethods
 from gateway.rpc.locals import run_locals
 from gateway.rpc.reads import Reads
 from gateway.store.errors import ErrorCounter
+from gateway.store.insight import InsightSink, reply_code
 from gateway.upstream.pool import NodePool
 
 __all__ = ["Caller", "Pipeline"]
@@ -65,6 +66,7 @@ class Pipeline:
     limiter: Limiter
     reads: Reads
     errors: ErrorCounter
+    insight: InsightSink | None = None  # set at startup when insight is on
 
     def __init__(
         self,
@@ -95,8 +97,15 @@ class Pipeline:
         self._local_version = -1
         self._methods: dict[str, frozenset[str]] = {}
 
-    def bind(self, limiter: Limiter, pool: NodePool, errors: ErrorCounter) -> None:
+    def bind(
+        self,
+        limiter: Limiter,
+        pool: NodePool,
+        errors: ErrorCounter,
+        insight: InsightSink | None = None,
+    ) -> None:
         """Attach the resources made by the app's cleanup contexts (at startup)."""
+        self.insight = insight
         self.limiter = limiter
         self.pool = pool
         self.errors = errors
@@ -220,6 +229,19 @@ class Pipeline:
             raise
         answer.followups = followups
         return answer
+
+    def record(self, caller: Caller, answer: R.Answer, status: int, elapsed: float) -> None:
+        """One answered request of an existing key into this worker's insight sums (no I/O)."""
+        if self.insight is None or not answer.known_key or caller.khash is None:
+            return
+        body = answer.body
+        code = 0
+        if body and (status >= 400 or answer.is_error or len(body) <= 512):
+            code = reply_code(body)
+        failed = code != 0 or status >= 400
+        self.insight.record(
+            caller.khash, answer.method, code, status, elapsed * 1000, caller.ip if failed else ""
+        )
 
     def limit_headers(self, decision: Decision) -> dict[str, str]:
         """IETF RateLimit headers (draft-ietf-httpapi-ratelimit-headers-07 form)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -169,6 +170,7 @@ class WsRoute:
             sess.push(rpc.error_body(rpc.INTERNAL_ERROR))
 
     async def _answer(self, sess: Session, caller: Caller, data: bytes) -> None:
+        started = time.perf_counter()
         answer = await self.pipeline.run(data, caller)
         sent = False
         try:
@@ -178,6 +180,9 @@ class WsRoute:
                 sent = sess.push(answer.body)
         finally:  # cancelled (socket gone) or failed: local methods give back what they hold
             answer.settle(sent)
+        elapsed = time.perf_counter() - started  # counted like an HTTP request
+        self.pipeline.net_metrics.answered(answer.method, answer.status, elapsed)
+        self.pipeline.record(caller, answer, answer.status, elapsed)
         if answer.status == 401:  # the key was revoked or expired since the upgrade
             await sess.close(CLOSE_REVOKED, "key revoked or expired", "revoked")
 
