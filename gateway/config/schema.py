@@ -64,9 +64,10 @@ class LimitsConfig:
     max_logs_range: int = 10_000
     # A node's answer above this is refused (502); larger ones are streamed.
     max_response_bytes: int = 256 * 1024 * 1024
-    # A large answer in a shape that cannot be relayed in pieces (its id is
-    # neither in its head nor its last member) is read whole up to this, and
-    # refused (502) above it: relaying holds bounded memory (SPEC §7).
+    # An answer that cannot be relayed in pieces (a batch's, which is parsed to
+    # put each id back, or one whose id is neither in its head nor its last
+    # member) is read whole up to this and refused (502) above it: relaying
+    # holds bounded memory (SPEC §7).
     max_buffered_answer_bytes: int = 16 * 1024 * 1024
 
 

@@ -17,7 +17,7 @@ from gateway.intel.methods import READS
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
 from gateway.rpc.reads import Reads
-from gateway.rpc.relay import STREAM_OVER, Relay
+from gateway.rpc.relay import STREAM_OVER, Relay, read_bounded
 from gateway.store.errors import ErrorCounter
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import NodePool, UpstreamError
@@ -89,15 +89,17 @@ async def forward_calls(
         reply, node = await pipe.pool.forward_from(
             out,
             idempotent=not any(c.method in NON_IDEMPOTENT for c in forward),
-            stream_over=None if req.is_batch else STREAM_OVER,
+            stream_over=STREAM_OVER,
             hedge=all(c.method in READS for c in forward),
         )
+        if not any(c.answered for c in calls):
+            if isinstance(reply, NodeStream):
+                reply.close()
+            return R.Answer(b"", 204, headers)
+        if req.is_batch and isinstance(reply, NodeStream):  # parsed whole: bounded
+            reply = await read_bounded(reply, pipe.cfg.limits.max_buffered_answer_bytes)
     except UpstreamError as exc:
         return R.upstream_failed(_failed(pipe, khash, exc), req, headers)
-    if not any(c.answered for c in calls):
-        if isinstance(reply, NodeStream):
-            reply.close()
-        return R.Answer(b"", 204, headers)
     if isinstance(reply, NodeStream):
         relay = Relay(reply, gid, calls[0].id, pipe.cfg.limits.max_buffered_answer_bytes)
         return R.Answer(b"", 200, headers, relay=relay)

@@ -16,9 +16,10 @@ shapes are relayed in pieces:
   Nethermind writes it): the id moves to the head, and the last bytes are
   held back until the end to check and drop the node's id.
 
-Any other shape is read whole up to ``limits.max_buffered_answer_bytes``
-and restored the slow way; past it, 502: an answer the gateway cannot
-relay within its bound is refused, never buffered without limit.
+Any other shape, and a batch's answer (it is parsed to put each id
+back), is read whole up to ``limits.max_buffered_answer_bytes`` and
+restored the slow way; past it, 502: an answer the gateway cannot relay
+within its bound is refused, never buffered without limit.
 """
 
 from __future__ import annotations
@@ -110,17 +111,7 @@ class Relay:
         return head + first[cut:]
 
     async def _read_bounded(self, have: int) -> bytes:
-        parts = []
-        while chunk := await self.stream.read():
-            have += len(chunk)
-            if have > self.buffer_limit:
-                raise UpstreamError(
-                    "answer in a shape that cannot be relayed in pieces is over "
-                    "limits.max_buffered_answer_bytes",
-                    too_large=True,
-                )
-            parts.append(chunk)
-        return b"".join(parts)
+        return await read_bounded(self.stream, self.buffer_limit, have)
 
     async def rest(self) -> AsyncIterator[bytes]:
         """The remaining pieces, each at most what the node sent at once."""
@@ -145,6 +136,28 @@ class Relay:
     def close(self) -> None:
         """No-op once read to the end; drops a half-read node answer."""
         self.stream.close()
+
+
+async def read_bounded(stream: NodeStream, limit: int, have: int = 0) -> bytes:
+    """The rest of an answer that must be held whole (a batch, an odd layout), up to ``limit``.
+
+    Past it, ``UpstreamError`` (502): an answer the gateway cannot relay in
+    pieces is refused rather than held without bound.
+    """
+    parts = []
+    try:
+        while chunk := await stream.read():
+            have += len(chunk)
+            if have > limit:
+                raise UpstreamError(
+                    "answer that cannot be relayed in pieces is over "
+                    "limits.max_buffered_answer_bytes",
+                    too_large=True,
+                )
+            parts.append(chunk)
+    finally:
+        stream.close()  # no-op once read to the end
+    return b"".join(parts)
 
 
 def _loose_head(first: bytes) -> tuple[int, int | None, bytes] | None:

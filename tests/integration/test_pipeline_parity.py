@@ -208,3 +208,21 @@ async def test_eth_blocknumber_never_goes_back_on_either_transport(
         answers = [await _over_ws(http, url, body), (await _over_http(http, url, body))[1]]
     assert first == b'{"jsonrpc":"2.0","id":8,"result":"%s"}' % hex(node.head + 5).encode()
     assert answers == [first, first]
+
+
+async def test_a_batch_answer_over_the_buffer_bound_is_refused_on_both(
+    make_config: MakeConfig, mock_nodes: dict[str, MockNode], keys: dict[str, str]
+) -> None:
+    """A batch's answer is parsed whole to put its ids back: held only up to the bound."""
+    mock_nodes["bsc"].options = MockNodeOptions(chain_id=56, block_time_s=0, result_bytes=BIG)
+    cfg = make_config({"limits": {"max_buffered_answer_bytes": 2 * STREAM_OVER}})
+    body = b"[" + _call("eth_call", [{"to": "0x" + "2" * 40}, "latest"], b"5") + b"]"
+    async with served(cfg) as srv, aiohttp.ClientSession() as http:
+        url = f"{srv.url}/bsc/{keys['key']}"
+        status, over_http = await _over_http(http, url, body)
+        over_ws = await _over_ws(http, url, body)
+    assert status == 502
+    assert over_http == over_ws
+    assert orjson.loads(over_http) == [
+        {"jsonrpc": "2.0", "id": 5, "error": {"code": -32603, "message": "Upstream unavailable"}}
+    ]
