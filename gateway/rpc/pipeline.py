@@ -29,7 +29,7 @@ from gateway.rpc import replies as R
 from gateway.rpc.forward import forward_calls, forward_read
 from gateway.rpc.guard import LogsGuard
 from gateway.rpc.ids import keep_raw_ids
-from gateway.rpc.local import TRANSPORTS, Caller, LocalMethods
+from gateway.rpc.local import TRANSPORTS, After, Caller, LocalMethods
 from gateway.rpc.locals import run_locals
 from gateway.rpc.reads import Reads
 from gateway.store.errors import ErrorCounter
@@ -38,6 +38,7 @@ from gateway.upstream.pool import NodePool
 
 __all__ = ["Caller", "Pipeline"]
 
+_NONE: tuple[After, ...] = ()  # no local follow-ups
 _MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON decoder
 
 _STATUS_ERROR = {
@@ -211,7 +212,9 @@ class Pipeline:
             return R.error_answer(kind, None, reason, headers)
         self.guard.after(req)
         followups = (
-            await run_locals(self.local, self.reads, caller, req) if self.local.version else []
+            await run_locals(self.local, self.reads, caller, req)
+            if self.local.names(caller.transport)
+            else _NONE
         )
         try:
             calls = req.calls
@@ -227,7 +230,8 @@ class Pipeline:
             for fn in followups:
                 fn(False)
             raise
-        answer.followups = followups
+        if followups:
+            answer.followups = followups
         return answer
 
     def record(self, caller: Caller, answer: R.Answer, status: int, elapsed: float) -> None:

@@ -8,6 +8,7 @@ whether the key was refused). Every error answer is built by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -71,11 +72,14 @@ class Answer:
         self.key_id = ""
         self.known_key = False
         self.is_error = False
-        self.followups: list[After] = []
+        self.followups: Sequence[After] = ()
 
     def settle(self, sent: bool) -> None:
         """Run the local methods' follow-ups (once): the answer was written, or was not."""
-        followups, self.followups = self.followups, []
+        followups = self.followups
+        if not followups:
+            return
+        self.followups = ()
         for fn in followups:
             fn(sent)
 
