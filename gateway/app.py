@@ -39,7 +39,8 @@ from gateway.redis.clients import admin_connect, connect, pubsub_connect
 from gateway.redis.embedded import ensure_embedded
 from gateway.redis.mux import MuxRedis
 from gateway.rpc.clientip import ClientIP
-from gateway.rpc.handler import RpcHandler
+from gateway.rpc.http import RpcHttp
+from gateway.rpc.pipeline import Pipeline
 from gateway.store.accounts import Store
 from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
@@ -49,8 +50,8 @@ from gateway.upstream.pool import NodePool
 from gateway.ws.setup import add_ws_route, setup_ws
 
 # Only this module reads the handlers, so their key lives here: in typedefs it
-# made a (type-only) cycle typedefs -> rpc.handler -> typedefs.
-HANDLERS: web.AppKey[list[RpcHandler]] = web.AppKey("handlers")
+# made a (type-only) cycle typedefs -> rpc -> typedefs.
+HANDLERS: web.AppKey[list[RpcHttp]] = web.AppKey("handlers")
 
 
 def create_app(config: Config | None = None) -> web.Application:
@@ -78,7 +79,8 @@ def create_app(config: Config | None = None) -> web.Application:
         setup_logging()  # gunicorn configures only its own loggers
         app.cleanup_ctx.append(metrics_listener_ctx)
     slots = asyncio.Semaphore(cfg.limits.max_in_flight)
-    handlers = [RpcHandler(cfg, net, app[T.METRICS], slots) for net in cfg.networks]
+    # One pipeline per network, fed by both transports (HTTP here, WebSocket in setup_ws).
+    handlers = [RpcHttp(Pipeline(cfg, net, app[T.METRICS], slots)) for net in cfg.networks]
     for handler in handlers:
         for path in (handler.network.prefix, handler.network.prefix + "/{key}"):
             if cfg.ws.enabled:  # GET + Upgrade opens a WebSocket (same resource as "*")
@@ -274,11 +276,7 @@ async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
     """
     insight = app.get(T.INSIGHT)
     for handler in app[HANDLERS]:
-        handler.bind(
-            app[T.LIMITER],
-            app[T.POOLS][handler.network.name],
-            app[T.ERRORS],
-            app[T.CLIENT_IP],
-        )
-        handler.insight = insight
+        pool = app[T.POOLS][handler.network.name]
+        handler.pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
+        handler.bind(app[T.CLIENT_IP])
     yield

@@ -64,6 +64,11 @@ class LimitsConfig:
     max_logs_range: int = 10_000
     # A node's answer above this is refused (502); larger ones are streamed.
     max_response_bytes: int = 256 * 1024 * 1024
+    # An answer that cannot be relayed in pieces (a batch's, which is parsed to
+    # put each id back, or one whose id is neither in its head nor its last
+    # member) is read whole up to this and refused (502) above it: relaying
+    # holds bounded memory (SPEC §7).
+    max_buffered_answer_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +240,10 @@ class WsConfig:
     # crashed process's leases lapse after it (gateway/ws/leases.py).
     socket_lease_s: float = 60.0
     max_subscriptions_per_socket: int = 100  # a plan's ws_max_subscriptions overrides
+    # Distinct upstream subscriptions (kind + filter) one key may hold open in
+    # this process, over all its sockets, and one network may hold at a node.
+    max_upstream_subscriptions_per_key: int = 200
+    max_upstream_subscriptions_per_network: int = 5_000
     max_in_flight_per_socket: int = 32  # calls worked on at once; further frames wait unread
     # A client that stops reading is dropped once this many bytes wait for it
     # (on top of the kernel's and the transport's own buffers).

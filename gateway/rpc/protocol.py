@@ -42,6 +42,8 @@ BODY_TOO_LARGE: Final = ErrorKind(-32600, "Invalid Request", 413)
 UNSUPPORTED_MEDIA_TYPE: Final = ErrorKind(-32600, "Invalid Request", 415)
 METHOD_NOT_ALLOWED: Final = ErrorKind(-32600, "Invalid Request", 405)
 REQUEST_TIMEOUT: Final = ErrorKind(-32600, "Invalid Request", 408)
+# A body that is not what its Content-Encoding says (aiohttp cannot decode it).
+BAD_BODY: Final = ErrorKind(-32600, "Invalid Request", 400)
 UPSTREAM_UNAVAILABLE: Final = ErrorKind(-32603, "Upstream unavailable", 502)
 UPSTREAM_TIMEOUT: Final = ErrorKind(-32603, "Upstream timeout", 504)
 SERVICE_UNAVAILABLE: Final = ErrorKind(-32603, "Service unavailable", 503)

@@ -1,22 +1,30 @@
-"""JSON-RPC over the socket, without I/O: parse a frame, check subscribe params,
-build the canonical upstream body and put the client's ids back.
+"""``eth_subscribe`` / ``eth_unsubscribe``: the WebSocket-only local methods.
 
-What a node receives is built here from validated members only
-(``jsonrpc``, ``method``, ``params`` and an id the gateway picks), as on
-HTTP (SPEC §3): no other member of the client's object travels.
+Every other call on a socket goes through the one pipeline
+(``gateway.rpc.pipeline``) exactly as over HTTP; these two are registered
+there as local methods of the ``ws`` transport (``SubscriptionMethods``),
+so they are validated, admitted and metered like any call.
+
+Caps (SPEC §9, issue 18 item 3): a subscribe call takes its slot on the
+socket (``Session.reserved``) and its place among the key's and the
+network's distinct upstream subscriptions *before* it awaits the node, so
+concurrent frames cannot pass a cap together.
 """
 
 from __future__ import annotations
 
 import re
-import secrets
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from gateway.rpc import protocol as rpc
+from gateway.rpc.local import WS, CallError, LocalContext, LocalMethods
+from gateway.ws.fanout import NodeRefused, UpSub, new_client_id
+from gateway.ws.session import Session
+
+if TYPE_CHECKING:
+    from gateway.ws.service import WsService
 
 INVALID_PARAMS: Final = rpc.ErrorKind(-32602, "Invalid params", 200)
 SUBSCRIBE = "eth_subscribe"
@@ -26,34 +34,6 @@ KINDS: Final = frozenset({"newHeads", "logs", "newPendingTransactions"})
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
 _TOPIC = re.compile(r"0x[0-9a-fA-F]{64}\Z")
-
-
-@dataclass(slots=True)
-class Frame:
-    """One parsed frame: its calls, or a request-level error."""
-
-    calls: list[rpc.Call]
-    is_batch: bool
-    error: tuple[rpc.ErrorKind, str | None] | None = None
-
-
-def parse_frame(data: bytes, methods: Collection[str], max_batch: int, max_depth: int) -> Frame:
-    try:
-        parsed: Any = rpc.loads(data)
-        if rpc.has_float(parsed):
-            parsed = rpc.loads_exact(data)
-    except rpc.ParseError:
-        return Frame([], False, (rpc.PARSE_ERROR, None))
-    if data.count(b"[") + data.count(b"{") > max_depth and rpc.json_too_deep(parsed, max_depth):
-        return Frame([], False, (rpc.INVALID_REQUEST, f"JSON nested deeper than {max_depth}"))
-    if type(parsed) is list:
-        if not parsed:
-            return Frame([], True, (rpc.INVALID_REQUEST, "empty batch"))
-        if len(parsed) > max_batch:
-            reason = f"batch of {len(parsed)} calls exceeds the limit of {max_batch}"
-            return Frame([], True, (rpc.INVALID_REQUEST, reason))
-        return Frame([rpc.validate_call(obj, methods) for obj in parsed], True)
-    return Frame([rpc.validate_call(parsed, methods)], False)
 
 
 def subscribe_params(params: Any) -> tuple[str, list[Any], bytes] | str:
@@ -109,55 +89,113 @@ def subscribe_params(params: Any) -> tuple[str, list[Any], bytes] | str:
     return kind, [kind, out], canon
 
 
-def new_subscription_id() -> str:
-    """A client's subscription id: 128 random bits in hex, like geth's."""
-    return "0x" + secrets.token_hex(16)
+def _cap_error(reason: str) -> CallError:
+    return CallError(rpc.RATE_LIMITED.code, rpc.RATE_LIMITED.message, {"reason": reason})
 
 
-def upstream_body(calls: Sequence[rpc.Call], is_batch: bool) -> bytes:
-    """The canonical request: gateway ids 0..n-1, validated members only."""
-    objs = []
-    for i, call in enumerate(calls):
-        params = call.params
-        objs.append(
-            {
-                "jsonrpc": "2.0",
-                "id": i,
-                "method": call.method,
-                "params": [] if params is None else params,
-            }
-        )
-    return orjson.dumps(objs if is_batch else objs[0])
+def _node_error(error: Any) -> CallError:
+    """The node's own refusal of a subscription, in its words."""
+    if type(error) is dict and type(error.get("code")) is int:
+        return CallError(error["code"], str(error.get("message", "")), error.get("data"))
+    return CallError(rpc.UPSTREAM_UNAVAILABLE.code, rpc.UPSTREAM_UNAVAILABLE.message)
 
 
-def restore(reply: bytes, calls: Sequence[rpc.Call]) -> list[Any] | None:
-    """The node's answers in call order, client ids back; None if not JSON-RPC.
+class SubscriptionMethods:
+    """One network's subscribe / unsubscribe handlers, over the process's feeds."""
 
-    Numbers a float would round (big integers) are re-read exactly first.
-    """
-    try:
-        fast = rpc.loads(reply)
-        # Ids are ours (small ints) and read from the fast parse; a float
-        # elsewhere means a big number orjson rounded: take the values exactly.
-        exact = rpc.loads_exact(reply) if rpc.has_float(fast) else fast
-    except rpc.ParseError:
-        return None
-    if type(fast) is dict:
-        fast, exact = [fast], [exact]
-    if type(fast) is not list:
-        return None
-    by_id: dict[int, Any] = {}
-    for item, value in zip(fast, exact, strict=True):
-        if type(item) is dict and type(item.get("id")) is int:
-            by_id[item["id"]] = value
-    out: list[Any] = []
-    for i, call in enumerate(calls):
-        item = by_id.get(i)
-        if item is None or ("result" not in item and "error" not in item):
-            out.append(rpc.error_obj(rpc.UPSTREAM_UNAVAILABLE, call.id, "no answer from node"))
-            continue
-        if "error" in item:
-            out.append({"jsonrpc": "2.0", "id": call.id, "error": item["error"]})
+    def __init__(self, svc: WsService, network: str) -> None:
+        self.svc = svc
+        self.network = network
+
+    def register(self, local: LocalMethods) -> None:
+        local.add(SUBSCRIBE, self.subscribe, (WS,))
+        local.add(UNSUBSCRIBE, self.unsubscribe, (WS,))
+
+    async def subscribe(self, call: rpc.Call, ctx: LocalContext) -> Any:
+        sess: Session = ctx.caller.session
+        if not call.has_id:
+            return None  # a subscription nobody can name would only leak
+        parsed = subscribe_params(call.params)
+        if isinstance(parsed, str):
+            raise CallError(INVALID_PARAMS.code, INVALID_PARAMS.message, parsed)
+        kind, params, canon = parsed
+        svc, wcfg = self.svc, self.svc.wcfg
+        cap = svc.subscription_cap(sess.key.plan)
+        if len(sess.subs) + sess.reserved >= cap:
+            raise _cap_error(f"at most {cap} subscriptions per socket")
+        feed = svc.feeds[self.network]
+        ukey = (self.network, kind, canon)
+        key = sess.key
+        per_key = wcfg.max_upstream_subscriptions_per_key
+        if key.upstream_count(ukey) > per_key:
+            raise _cap_error(f"at most {per_key} distinct subscriptions per key")
+        per_net = wcfg.max_upstream_subscriptions_per_network
+        if (kind, canon) not in feed.subs and len(feed.subs) >= per_net:
+            raise _cap_error(f"at most {per_net} distinct subscriptions on this network")
+        # Taken before the first await: concurrent frames see each other.
+        sess.reserved += 1
+        key.reserving[ukey] = key.reserving.get(ukey, 0) + 1
+        try:
+            up = await feed.reserve(kind, params, canon)
+        except NodeRefused as exc:
+            self._unreserve(sess, ukey)
+            raise _node_error(exc.error) from None
+        except (TimeoutError, ConnectionError):
+            self._unreserve(sess, ukey)
+            raise CallError(
+                rpc.UPSTREAM_TIMEOUT.code,
+                rpc.UPSTREAM_TIMEOUT.message,
+                "no node accepted the subscription",
+            ) from None
+        except BaseException:
+            self._unreserve(sess, ukey)
+            raise
+        # The feed's shared id, unless this socket has it already (then its own).
+        cid = up.cid
+        if cid in sess.pending_cids or cid.decode()[1:-1] in sess.subs:
+            cid = new_client_id()
+        sess.pending_cids.add(cid)
+        ctx.after(lambda sent: self._attach(sess, up, cid, ukey, sent))
+        return cid.decode()[1:-1]
+
+    def _attach(
+        self, sess: Session, up: UpSub, cid: bytes, ukey: tuple[str, str, bytes], sent: bool
+    ) -> None:
+        """The answer naming ``sid`` is out (or not): the listener joins (or gives up).
+
+        Listeners join only now, so no notification can precede the answer
+        that names its subscription.
+        """
+        self._unreserve(sess, ukey)
+        sess.pending_cids.discard(cid)
+        up.reserved -= 1
+        if not sent or up.dead or sess.closing is not None:
+            up.feed.release(up, cid, sess)
+            return
+        up.listeners.setdefault(sess, []).append(cid)
+        sess.subs[cid.decode()[1:-1]] = up
+        self.svc.metrics.subscriptions.labels(up.kind).inc()
+
+    @staticmethod
+    def _unreserve(sess: Session, ukey: tuple[str, str, bytes]) -> None:
+        sess.reserved -= 1
+        key = sess.key
+        left = key.reserving.get(ukey, 0) - 1
+        if left > 0:
+            key.reserving[ukey] = left
         else:
-            out.append({"jsonrpc": "2.0", "id": call.id, "result": item["result"]})
-    return out
+            key.reserving.pop(ukey, None)
+
+    async def unsubscribe(self, call: rpc.Call, ctx: LocalContext) -> Any:
+        sess: Session = ctx.caller.session
+        params = call.params
+        sid = params[0] if type(params) is list and len(params) == 1 else None
+        if type(sid) is not str:
+            raise CallError(
+                INVALID_PARAMS.code, INVALID_PARAMS.message, "params must be [subscription id]"
+            )
+        up = sess.subs.pop(sid, None)
+        if up is not None:
+            self.svc.metrics.subscriptions.labels(up.kind).dec()
+            up.feed.release(up, b'"' + sid.encode() + b'"', sess)
+        return up is not None

@@ -1,10 +1,14 @@
 """Shared upstream subscriptions for one network, fanned out to client sockets.
 
 One ``UpSub`` per distinct (kind, canonical filter): a thousand sockets on
-``newHeads`` are one ``eth_subscribe`` at the node. Each client sees its own
-subscription id: the node's notification bytes are split once around the
-node's id, and every client gets ``head + its id + tail`` (the node's exact
-shape, nothing re-encoded).
+``newHeads`` are one ``eth_subscribe`` at the node. The sockets sharing it
+share one subscription id too, chosen by the gateway when the ``UpSub`` is
+made (SPEC §9; never the node's, so it survives a failover): the node's
+notification bytes are split once around the node's id and framed once
+with the shared id, and the same bytes are written to every socket (the
+node's exact shape, nothing re-encoded). A socket that subscribes to the
+same feed twice gets its own id for the second one, so each of its
+subscriptions can be ended alone.
 
 The ``Feed`` keeps one socket to one node of the network. When it drops,
 the feed connects to the next node (healthy ones first), subscribes again
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -72,6 +77,7 @@ class UpSub:
     __slots__ = (
         "backlog",
         "canon",
+        "cid",
         "covered",
         "dead",
         "feed",
@@ -92,7 +98,9 @@ class UpSub:
         self.canon = canon
         self.reserved = 0  # clients whose subscribe answer is on its way
         self.params = params  # what the node is sent: [kind, filter?]
-        self.listeners: dict[bytes, Session] = {}  # b'"<client id>"' -> socket
+        self.cid = new_client_id()  # the id every socket sharing this feed is given
+        # socket -> its client ids on this feed (normally just ``cid``)
+        self.listeners: dict[Session, list[bytes]] = {}
         self.uid: str | None = None  # the node's id for it, while subscribed
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.ready.add_done_callback(_retrieved)  # a refusal nobody waited for is not an error
@@ -107,24 +115,28 @@ class UpSub:
     def fan(self, head: bytes, tail: bytes) -> None:
         """Give every listener ``head + its id + tail`` (or drop and count).
 
-        Client ids all have one length, so the frame header and ``head`` are
-        joined once; each socket costs one concatenation and one write.
+        The frame with the shared id is built once and the same bytes go to
+        every socket; only a socket's second subscription to this feed (its
+        own id) costs a concatenation. Client ids all have one length.
         """
         if not self.listeners:
             return
         counters = self.feed.counters
         now = time.monotonic()
         prefix = frame_header(len(head) + _CID_LEN + len(tail)) + head
-        for cid, sess in self.listeners.items():
+        shared_cid = self.cid
+        shared = prefix + shared_cid + tail
+        for sess, cids in self.listeners.items():
             key = sess.key
             if key.throttled_until > now:
-                counters.dropped_budget += 1
+                counters.dropped_budget += len(cids)
                 continue
-            if sess.push_framed(prefix + cid + tail):
-                key.pending += 1
-                counters.sent += 1
-            else:
-                counters.dropped_slow += 1
+            for cid in cids:
+                if sess.push_framed(shared if cid == shared_cid else prefix + cid + tail):
+                    key.pending += 1
+                    counters.sent += 1
+                else:
+                    counters.dropped_slow += 1
 
     def fan_raw(self, raw: bytes, uid: str) -> None:
         quoted = b'"' + uid.encode() + b'"'
@@ -332,13 +344,18 @@ class Feed:
             raise NodeRefused(exc.error) from None
         except BaseException:
             up.reserved -= 1
-            self.release(up, b"")
+            self.release(up, b"", None)
             raise
         return up
 
-    def release(self, up: UpSub, cid: bytes) -> None:
+    def release(self, up: UpSub, cid: bytes, sess: Session | None) -> None:
         """Detach one client subscription; the last one out unsubscribes upstream."""
-        up.listeners.pop(cid, None)
+        cids = up.listeners.get(sess) if sess is not None else None
+        if cids is not None:
+            with contextlib.suppress(ValueError):
+                cids.remove(cid)
+            if not cids:
+                del up.listeners[sess]  # type: ignore[arg-type]
         if up.listeners or up.reserved or up.dead:
             return
         up.dead = True
@@ -506,6 +523,11 @@ class Feed:
                 await task
         if self.link is not None:
             await self.link.close()
+
+
+def new_client_id() -> bytes:
+    """A client subscription id, quoted: 128 random bits in hex, like geth's."""
+    return b'"0x' + secrets.token_hex(16).encode() + b'"'
 
 
 def _retrieved(fut: asyncio.Future[None]) -> None:

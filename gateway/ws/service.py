@@ -106,7 +106,7 @@ class WsService:
         key.sessions.discard(sess)
         for cid, up in list(sess.subs.items()):
             self.metrics.subscriptions.labels(up.kind).dec()
-            up.feed.release(up, b'"' + cid.encode() + b'"')
+            up.feed.release(up, b'"' + cid.encode() + b'"', sess)
         sess.subs.clear()
         if not key.sessions and key.expiry is not None:
             key.expiry.cancel()

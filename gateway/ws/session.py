@@ -21,7 +21,7 @@ from gateway.config import PlanConfig
 
 
 class _Feed(Protocol):
-    def release(self, up: Any, cid: bytes) -> None: ...
+    def release(self, up: Any, cid: bytes, sess: Any) -> None: ...
 
 
 class Subscription(Protocol):
@@ -36,6 +36,9 @@ class Subscription(Protocol):
 
     @property
     def feed(self) -> _Feed: ...
+
+    @property
+    def canon(self) -> bytes: ...
 
 
 log = logging.getLogger("gateway.ws")
@@ -55,12 +58,14 @@ class KeyState:
 
     __slots__ = (
         "expiry",
+        "ip",
         "ip_bits",
         "key_id",
         "khash",
         "origin",
         "pending",
         "plan",
+        "reserving",
         "sessions",
         "throttled_until",
     )
@@ -75,15 +80,32 @@ class KeyState:
         self.pending = 0
         self.throttled_until = 0.0
         self.expiry: asyncio.TimerHandle | None = None
+        self.ip = ""  # the client address of the latest socket (request insight)
+        # (network, kind, filter) -> subscribe calls of this key awaiting the node
+        self.reserving: dict[tuple[str, str, bytes], int] = {}
+
+    def upstream_count(self, extra: tuple[str, str, bytes]) -> int:
+        """Distinct upstream subscriptions this key holds or awaits, counting ``extra``."""
+        held = {(s.network, up.kind, up.canon) for s in self.sessions for up in s.subs.values()}
+        held.update(self.reserving)
+        held.add(extra)
+        return len(held)
 
 
-def frame_header(size: int) -> bytes:
-    """RFC 6455 header of one unmasked, final text frame of ``size`` bytes."""
+def frame_header(size: int, first: int = 0x81) -> bytes:
+    """RFC 6455 header of one unmasked frame of ``size`` bytes.
+
+    ``first`` is the FIN bit and opcode: 0x81 a whole text message; 0x01 the
+    first piece of a fragmented one, 0x00 a middle piece, 0x80 the last.
+    """
     if size < 126:
-        return bytes((0x81, size))
+        return bytes((first, size))
     if size < 65536:
-        return struct.pack("!BBH", 0x81, 126, size)
-    return struct.pack("!BBQ", 0x81, 127, size)
+        return struct.pack("!BBH", first, 126, size)
+    return struct.pack("!BBQ", first, 127, size)
+
+
+_DRAIN_POLL_S = 0.005  # the transport has no "drained" event to wait on: poll it
 
 
 class Session:
@@ -97,10 +119,17 @@ class Session:
 
     __slots__ = (
         "closing",
+        "drain_timeout_s",
+        "held",
+        "held_bytes",
         "key",
         "lease",
         "network",
+        "pending_cids",
         "queue_limit",
+        "reserved",
+        "stream_lock",
+        "streaming",
         "subs",
         "tasks",
         "transport",
@@ -115,6 +144,7 @@ class Session:
         transport: asyncio.BaseTransport | None,
         queue_limit: int,
         lease: str = "",
+        drain_timeout_s: float = 30.0,
     ) -> None:
         self.ws = ws
         self.key = key
@@ -126,6 +156,15 @@ class Session:
         self.subs: dict[str, Subscription] = {}  # client subscription id -> shared upstream one
         self.tasks: set[asyncio.Task[Any]] = set()
         self.closing: str | None = None  # the disconnect reason once decided
+        self.reserved = 0  # subscribe calls awaiting the node: they count towards the cap
+        self.pending_cids: set[bytes] = set()  # ids answered, listeners not yet attached
+        # A large answer goes out as one fragmented message; other frames wait
+        # (``held``) so none lands between its pieces (RFC 6455 §5.4).
+        self.stream_lock = asyncio.Lock()
+        self.streaming = False
+        self.held: list[bytes] = []
+        self.held_bytes = 0
+        self.drain_timeout_s = drain_timeout_s
 
     @property
     def queued(self) -> int:
@@ -142,6 +181,13 @@ class Session:
         t = self.transport
         if self.closing is not None or t is None or t.is_closing():
             return False
+        if self.streaming:
+            self.held.append(data)
+            self.held_bytes += len(data)
+            if self.held_bytes > self.queue_limit:
+                self.abort("slow")
+                return False
+            return True
         # Judged on what is still waiting, not on this frame: one answer larger
         # than the bound (a big eth_getLogs) is fine; a client that leaves
         # the bound's worth unread is not.
@@ -150,6 +196,38 @@ class Session:
             return False
         t.write(data)
         return True
+
+    async def write_piece(self, data: bytes, first: int) -> bool:
+        """One piece of a fragmented message, then wait until the client took most of it.
+
+        Memory stays bounded by the send queue whatever the answer's size: the
+        next piece is read from the node only once this one drained below
+        the bound. A client that does not take it within the drain timeout
+        is dropped (False).
+        """
+        t = self.transport
+        if self.closing is not None or t is None or t.is_closing():
+            return False
+        t.write(frame_header(len(data), first) + data)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_timeout_s
+        while not t.is_closing() and t.get_write_buffer_size() > self.queue_limit // 2:
+            if loop.time() > deadline:
+                self.abort("slow")
+                return False
+            await asyncio.sleep(_DRAIN_POLL_S)
+        return not t.is_closing()
+
+    def begin_stream(self) -> None:
+        self.streaming = True
+
+    def end_stream(self) -> None:
+        """The fragmented message is complete: the frames that waited go out now."""
+        self.streaming = False
+        held, self.held, self.held_bytes = self.held, [], 0
+        for data in held:
+            if not self.push_framed(data):
+                break
 
     def abort(self, reason: str) -> None:
         """Drop the connection now, without a close handshake (its buffer is freed)."""

@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.rpc.handler import RpcHandler
+from gateway.rpc.http import RpcHttp
+from gateway.ws.calls import SubscriptionMethods
 from gateway.ws.service import WS, WsService
 from gateway.ws.upgrade import WsRoute
 
 
-def add_ws_route(app: web.Application, handler: RpcHandler, path: str) -> None:
+def add_ws_route(app: web.Application, handler: RpcHttp, path: str) -> None:
     """GET on an RPC path: upgrades go to the socket, other GETs to HTTP (405).
 
     Call it right before the HTTP handler's ``*`` route for the same path:
@@ -23,12 +24,18 @@ def add_ws_route(app: web.Application, handler: RpcHandler, path: str) -> None:
     app.router.add_get(path, WsRoute(handler).handle, allow_head=False)
 
 
-def setup_ws(app: web.Application, handlers: Sequence[RpcHandler]) -> None:
-    """Create the service (``WS``), its cleanup context and its drain hook."""
+def setup_ws(app: web.Application, handlers: Sequence[RpcHttp]) -> None:
+    """Create the service (``WS``), its cleanup context and its drain hook.
+
+    ``eth_subscribe`` / ``eth_unsubscribe`` become local methods of each
+    network's pipeline, for the ``ws`` transport only.
+    """
     cfg = app[T.CONFIG]
     if not cfg.ws.enabled:
         return
     svc = WsService(cfg, app[T.METRICS])
     app[WS] = svc
+    for handler in handlers:
+        SubscriptionMethods(svc, handler.network.name).register(handler.pipeline.local)
     app.cleanup_ctx.append(svc.ctx)
     app.on_shutdown.append(svc.drain)

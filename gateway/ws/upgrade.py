@@ -3,10 +3,16 @@
 The key is checked before the handshake (path or Bearer header, the same
 rules as HTTP): a bad key gets 401 and the -32001 body with ``"id": null``
 and no socket opens. The check is ``admit`` with no calls (0 compute units:
-it is the key lookup and allowlists, not a call). Every frame then is a
-JSON-RPC request or batch, admitted exactly as an HTTP body would be (one
-admission call per frame), and answered on the socket; an error answers
-that call and leaves the socket open.
+it is the key lookup and allowlists, not a call).
+
+A thin adapter: every frame (single or batch, text or binary) goes through
+the network's one pipeline (``gateway.rpc.pipeline``), exactly as an HTTP
+body would, and its answer is written back; an error answers that call
+and leaves the socket open. ``eth_subscribe`` / ``eth_unsubscribe`` are
+local methods of the ``ws`` transport (``ws.calls``). A large answer goes
+out as one fragmented text message written piece by piece as the client
+reads it (``Session.write_piece``), so a client that never reads holds a
+bounded amount of memory and is dropped.
 """
 
 from __future__ import annotations
@@ -14,23 +20,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from aiohttp import WSMsgType, hdrs, web
 from redis.exceptions import RedisError
 
 from gateway import typedefs as T
-from gateway.config import NetworkConfig
 from gateway.limits.limiter import Decision, LimiterUnavailable, Status, ip_bits
 from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
-from gateway.rpc.handler import NON_IDEMPOTENT, RpcHandler
+from gateway.rpc.http import RpcHttp
+from gateway.rpc.pipeline import Caller
+from gateway.rpc.relay import Relay
 from gateway.upstream.pool import UpstreamError
-from gateway.ws import calls as C
-from gateway.ws.fanout import NodeRefused, UpSub
 from gateway.ws.leases import LeaseUnavailable, new_token
 from gateway.ws.service import WS, WsService
 from gateway.ws.session import CLOSE_REVOKED, KeyState, Session
@@ -44,16 +49,18 @@ _REFUSED = {
     Status.RATE_LIMITED: rpc.RATE_LIMITED,
     Status.QUOTA_EXCEEDED: rpc.RATE_LIMITED,
     Status.TOO_EXPENSIVE: rpc.RATE_LIMITED,
+    Status.KEY_RATE_CAPPED: rpc.RATE_LIMITED,
+    Status.KEY_DAILY_CAPPED: rpc.RATE_LIMITED,
 }
 
 
 class WsRoute:
     """One network's GET route: WebSocket upgrades here, anything else to HTTP."""
 
-    def __init__(self, http: RpcHandler) -> None:
+    def __init__(self, http: RpcHttp) -> None:
         self.http = http
-        self.network: NetworkConfig = http.network
-        self.methods = http.network.methods | C.LOCAL_METHODS
+        self.pipeline = http.pipeline
+        self.network = http.network
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         upgrade = request.headers.get(hdrs.UPGRADE, "")
@@ -80,7 +87,7 @@ class WsRoute:
         try:
             decision = await svc.limiter.admit(khash, 0, {}, origin, bits)
         except LimiterUnavailable:
-            if not self.http.fail_open:
+            if not self.pipeline.fail_open:
                 return _refuse(rpc.SERVICE_UNAVAILABLE, 503)
             decision = Decision(Status.ADMITTED, "")
         if decision.status is not Status.ADMITTED:
@@ -89,12 +96,13 @@ class WsRoute:
         request[T.KEY_ID] = decision.key_id
         plan = svc.plan(decision.plan)
         state = svc.key_state(khash, decision.key_id, plan, origin, bits)
+        state.ip = request.config_dict[T.CLIENT_IP](request)
         cap = svc.socket_cap(plan)
         lease = new_token()
         try:
             leased = await svc.leases.acquire(khash, lease, cap)
         except LeaseUnavailable:
-            if not self.http.fail_open:
+            if not self.pipeline.fail_open:
                 return _refuse(rpc.SERVICE_UNAVAILABLE, 503)
             leased, lease = len(state.sessions) < cap, ""  # this process's count only
         if not leased:
@@ -125,8 +133,15 @@ class WsRoute:
             return _refuse(rpc.INVALID_REQUEST, 400, "not a valid WebSocket handshake")
         await ws.prepare(request)
         sess = Session(
-            ws, state, self.network.name, request.transport, wcfg.send_queue_bytes, lease
+            ws,
+            state,
+            self.network.name,
+            request.transport,
+            wcfg.send_queue_bytes,
+            lease,
+            svc.cfg.server.write_timeout_s,
         )
+        caller = Caller(khash, state.origin, state.ip, state.ip_bits, "ws", sess)
         svc.register(sess, expires)
         limit = asyncio.Semaphore(wcfg.max_in_flight_per_socket)
         try:
@@ -136,7 +151,7 @@ class WsRoute:
                     if svc.draining or sess.closing is not None:
                         continue  # shutting down: in-flight calls finish, new ones wait
                     await limit.acquire()
-                    task = asyncio.create_task(self._frame(svc, sess, data))
+                    task = asyncio.create_task(self._frame(sess, caller, data))
                     sess.tasks.add(task)
                     task.add_done_callback(_done(sess, limit))
                 elif msg.type is WSMsgType.ERROR:
@@ -148,145 +163,70 @@ class WsRoute:
         return ws
 
     # -- one frame -----------------------------------------------------------
-    async def _frame(self, svc: WsService, sess: Session, data: bytes) -> None:
+    async def _frame(self, sess: Session, caller: Caller, data: bytes) -> None:
         try:
-            await self._answer(svc, sess, data)
+            await self._answer(sess, caller, data)
         except Exception:  # one bad frame never ends the socket
             log.exception("ws frame failed network=%s", self.network.name)
             sess.push(rpc.error_body(rpc.INTERNAL_ERROR))
 
-    async def _answer(self, svc: WsService, sess: Session, data: bytes) -> None:
-        http = self.http
-        frame = C.parse_frame(data, self.methods, http.max_batch, http.max_depth)
-        calls = frame.calls
-        counts: dict[str, int] = {}
-        for call in calls:
-            if call.error is None:
-                counts[call.method] = counts.get(call.method, 0) + 1
-        key = sess.key
+    async def _answer(self, sess: Session, caller: Caller, data: bytes) -> None:
+        started = time.perf_counter()
+        answer = await self.pipeline.run(data, caller)
+        sent = False
         try:
-            decision = await svc.limiter.admit(
-                key.khash, max(1, len(calls)), counts, key.origin, key.ip_bits
-            )
-        except LimiterUnavailable:
-            if not http.fail_open:
-                self._all_failed(sess, frame, rpc.SERVICE_UNAVAILABLE, None)
-                return
-            decision = Decision(Status.ADMITTED, "")
-        if decision.status is not Status.ADMITTED:
-            kind = _REFUSED[decision.status]
-            info: Any = None
-            if kind is rpc.RATE_LIMITED:
-                info = {"retry_after_ms": max(1, decision.retry_ms)}
-            self._all_failed(sess, frame, kind, info)
-            if decision.status is Status.UNAUTHORIZED:
-                await sess.close(CLOSE_REVOKED, "key revoked or expired", "revoked")
-            return
-        if frame.error is not None:
-            kind, reason = frame.error
-            sess.push(rpc.error_body(kind, None, reason))
-            return
+            if answer.relay is not None:
+                sent = await self._stream(sess, caller, answer.relay)
+            elif answer.body:
+                sent = sess.push(answer.body)
+        finally:  # cancelled (socket gone) or failed: local methods give back what they hold
+            answer.settle(sent)
+        elapsed = time.perf_counter() - started  # counted like an HTTP request
+        self.pipeline.net_metrics.answered(answer.method, answer.status, elapsed)
+        self.pipeline.record(caller, answer, answer.status, elapsed)
+        if answer.status == 401:  # the key was revoked or expired since the upgrade
+            await sess.close(CLOSE_REVOKED, "key revoked or expired", "revoked")
 
-        answers: list[Any] = [None] * len(calls)
-        attach: list[tuple[UpSub, bytes, str]] = []
+    async def _stream(self, sess: Session, caller: Caller, relay: Relay) -> bool:
+        """A large answer as one fragmented text message, each piece once the last drained."""
+        errors, khash = self.pipeline.errors, caller.khash or ""
         try:
-            forward: list[int] = []
-            for i, call in enumerate(calls):
-                if call.error is not None:
-                    if call.answered:
-                        answers[i] = rpc.call_error_obj(call)
-                elif call.method == C.SUBSCRIBE:
-                    if call.has_id:  # a subscription nobody can name would only leak
-                        answers[i] = await self._subscribe(svc, sess, call, attach)
-                elif call.method == C.UNSUBSCRIBE:
-                    answers[i] = self._unsubscribe(svc, sess, call)
-                else:
-                    forward.append(i)
-            if forward:
-                await self._forward(calls, forward, answers)
-            out = [a for i, a in enumerate(answers) if a is not None and calls[i].has_id]
-            if out:
-                sess.push(orjson.dumps(out if frame.is_batch else out[0]))
-            # Listeners join only now, so no notification can precede the
-            # answer that names its subscription.
-            while attach:
-                up, cid, sid = attach.pop()
-                up.reserved -= 1
-                if up.dead or sess.closing is not None:
-                    up.feed.release(up, cid)
-                    continue
-                up.listeners[cid] = sess
-                sess.subs[sid] = up
-                svc.metrics.subscriptions.labels(up.kind).inc()
-        finally:  # cancelled (socket gone) or failed: give the reservations back
-            for up, cid, _ in attach:
-                up.reserved -= 1
-                up.feed.release(up, cid)
-
-    async def _subscribe(
-        self, svc: WsService, sess: Session, call: rpc.Call, attach: list[tuple[UpSub, bytes, str]]
-    ) -> Any:
-        parsed = C.subscribe_params(call.params)
-        if isinstance(parsed, str):
-            return rpc.error_obj(C.INVALID_PARAMS, call.id, parsed)
-        kind, params, canon = parsed
-        cap = svc.subscription_cap(sess.key.plan)
-        if len(sess.subs) + len(attach) >= cap:
-            return rpc.error_obj(
-                rpc.RATE_LIMITED, call.id, {"reason": f"at most {cap} subscriptions per socket"}
-            )
-        feed = svc.feeds[self.network.name]
-        try:
-            up = await feed.reserve(kind, params, canon)
-        except NodeRefused as exc:
-            return {"jsonrpc": "2.0", "id": call.id, "error": exc.error}
-        except (TimeoutError, ConnectionError):
-            return rpc.error_obj(rpc.UPSTREAM_TIMEOUT, call.id, "no node accepted the subscription")
-        sid = C.new_subscription_id()
-        attach.append((up, b'"' + sid.encode() + b'"', sid))
-        return {"jsonrpc": "2.0", "id": call.id, "result": sid}
-
-    def _unsubscribe(self, svc: WsService, sess: Session, call: rpc.Call) -> Any:
-        params = call.params
-        sid = params[0] if type(params) is list and len(params) == 1 else None
-        if type(sid) is not str:
-            return rpc.error_obj(C.INVALID_PARAMS, call.id, "params must be [subscription id]")
-        up = sess.subs.pop(sid, None)
-        if up is not None:
-            svc.metrics.subscriptions.labels(up.kind).dec()
-            up.feed.release(up, b'"' + sid.encode() + b'"')
-        return {"jsonrpc": "2.0", "id": call.id, "result": up is not None}
-
-    async def _forward(self, calls: list[rpc.Call], forward: list[int], answers: list[Any]) -> None:
-        chosen = [calls[i] for i in forward]
-        body = C.upstream_body(chosen, len(chosen) > 1)
-        idempotent = not any(c.method in NON_IDEMPOTENT for c in chosen)
-        try:
-            reply = await self.http.pool.forward(body, idempotent=idempotent)
-        except UpstreamError as exc:
-            kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
-            for i in forward:
-                answers[i] = rpc.error_obj(kind, calls[i].id)
-            return
-        assert isinstance(reply, bytes)  # no stream_over: every answer comes buffered
-        restored = C.restore(reply, chosen)
-        for n, i in enumerate(forward):
-            answers[i] = (
-                restored[n]
-                if restored is not None
-                else rpc.error_obj(
-                    rpc.UPSTREAM_UNAVAILABLE, calls[i].id, "node answer not JSON-RPC"
-                )
-            )
-
-    @staticmethod
-    def _all_failed(sess: Session, frame: C.Frame, kind: rpc.ErrorKind, info: Any) -> None:
-        if frame.error is not None or not frame.calls:
-            sess.push(rpc.error_body(kind, None, info))
-            return
-        items = [rpc.error_obj(kind, c.id, info) for c in frame.calls if c.answered]
-        if items:
-            sess.push(orjson.dumps(items if frame.is_batch else items[0]))
+            async with sess.stream_lock:
+                try:
+                    first = await relay.start()
+                except (UpstreamError, rpc.BadAnswer) as exc:
+                    errors.add(khash)
+                    kind = (
+                        rpc.UPSTREAM_TIMEOUT
+                        if isinstance(exc, UpstreamError) and exc.timeout
+                        else rpc.UPSTREAM_UNAVAILABLE
+                    )
+                    return sess.push(rpc.error_body(kind, relay.client_id))
+                if relay.is_error:
+                    errors.add(khash)
+                if relay.whole:
+                    return sess.push(first)
+                sess.begin_stream()
+                try:
+                    ok = await sess.write_piece(first, 0x01)
+                    del first
+                    if ok:
+                        async for chunk in relay.rest():
+                            if not await sess.write_piece(chunk, 0x00):
+                                return False
+                        ok = await sess.write_piece(b"", 0x80)
+                    return ok
+                except (UpstreamError, rpc.BadAnswer) as exc:
+                    errors.add(khash)
+                    log.warning(
+                        "node failed mid-answer network=%s error=%s", self.network.name, exc
+                    )
+                    sess.abort("upstream")  # half a message cannot be taken back
+                    return False
+                finally:
+                    sess.end_stream()
+        finally:
+            relay.close()
 
 
 def _done(sess: Session, limit: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:

@@ -22,7 +22,7 @@ from aiohttp import web
 from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
-from gateway.rpc.handler import STREAM_OVER
+from gateway.rpc.relay import STREAM_OVER
 from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.procs import stop, wait_ready

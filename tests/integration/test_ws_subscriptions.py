@@ -1,4 +1,4 @@
-"""eth_subscribe / eth_unsubscribe: shared upstream subscriptions, own ids, exact shape."""
+"""eth_subscribe / eth_unsubscribe: shared upstream subscriptions and ids, exact shape."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _upstream(stack: WsStack, kind: str) -> int:
     return sum(n.subscriptions(kind) for n in stack.nodes["bsc"])
 
 
-async def test_many_clients_share_one_upstream_subscription_with_their_own_ids(
+async def test_many_clients_share_one_upstream_subscription_and_its_id(
     stack: WsStack, http: aiohttp.ClientSession, api_key: str
 ) -> None:
     chain = stack.chains["bsc"]
@@ -42,7 +42,7 @@ async def test_many_clients_share_one_upstream_subscription_with_their_own_ids(
         assert answer["id"] == 42
         assert isinstance(answer["result"], str) and answer["result"].startswith("0x")
         ids.append(answer["result"])
-    assert len(set(ids)) == 5
+    assert len(set(ids)) == 1  # one feed, one id: each notification framed once (SPEC §9)
     assert _upstream(stack, "newHeads") == 1
     chain.mine()
     block = chain.block(chain.head)
@@ -241,3 +241,30 @@ async def test_a_subscribe_notification_creates_nothing(
         await ws.send_bytes(b'{"jsonrpc":"2.0","method":"eth_subscribe","params":["newHeads"]}')
         assert (await rpc(ws, {"jsonrpc": "2.0", "id": 2, "method": "eth_chainId"}))["id"] == 2
         assert not stack.app[WS].feeds["bsc"].subs
+
+
+async def test_a_socket_subscribing_twice_to_one_feed_gets_two_ids(
+    stack: WsStack, http: aiohttp.ClientSession, api_key: str
+) -> None:
+    """The shared id goes to the first; the second gets its own, so each ends alone."""
+    chain = stack.chains["bsc"]
+    async with (
+        http.ws_connect(f"{stack.ws}/bsc/{api_key}") as ws,
+        http.ws_connect(f"{stack.ws}/bsc/{api_key}") as other,
+    ):
+        shared = (await rpc(other, _sub("newHeads", id_=1)))["result"]
+        first = (await rpc(ws, _sub("newHeads", id_=1)))["result"]
+        second = (await rpc(ws, _sub("newHeads", id_=2)))["result"]
+        assert first == shared and second != first
+        chain.mine()
+        got = await notes(ws, 2)
+        assert sorted(n["params"]["subscription"] for n in got) == sorted([first, second])
+        assert got[0]["params"]["result"] == got[1]["params"]["result"]
+        unsub = {"jsonrpc": "2.0", "id": 3, "method": "eth_unsubscribe", "params": [first]}
+        assert (await rpc(ws, unsub))["result"] is True
+        chain.mine()
+        (note,) = await notes(ws, 1)
+        assert note["params"]["subscription"] == second
+        for note in await notes(other, 2):  # both blocks, on the shared id
+            assert note["params"]["subscription"] == shared
+        assert _upstream(stack, "newHeads") == 1

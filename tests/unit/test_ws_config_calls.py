@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import orjson
 import pytest
 
 from gateway.config import ConfigError, config_from_dict
-from gateway.rpc import protocol as rpc
 from gateway.ws import calls as C
 
 
@@ -76,36 +74,3 @@ def test_logs_filters_have_one_canonical_form() -> None:
 )
 def test_bad_subscribe_params_have_a_reason(params: list[object]) -> None:
     assert isinstance(C.subscribe_params(params), str)
-
-
-def test_upstream_body_is_canonical_and_restore_puts_ids_back() -> None:
-    calls = [
-        rpc.validate_call(
-            {"jsonrpc": "2.0", "id": "x", "method": "eth_chainId", "METHOD": "admin_x"},
-            {"eth_chainId", "eth_call"},
-        ),
-        rpc.validate_call(
-            {"jsonrpc": "2.0", "id": 9, "method": "eth_call", "params": [{}]}, {"eth_call"}
-        ),
-    ]
-    body = orjson.loads(C.upstream_body(calls, True))
-    assert body == [
-        {"jsonrpc": "2.0", "id": 0, "method": "eth_chainId", "params": []},
-        {"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": [{}]},
-    ]
-    reply = b'[{"jsonrpc":"2.0","id":1,"result":"0x1"},{"jsonrpc":"2.0","id":0,"error":{"code":3}}]'
-    assert C.restore(reply, calls) == [
-        {"jsonrpc": "2.0", "id": "x", "error": {"code": 3}},
-        {"jsonrpc": "2.0", "id": 9, "result": "0x1"},
-    ]
-    assert C.restore(b"not json", calls) is None
-    missing = C.restore(b'{"jsonrpc":"2.0","id":0,"result":"0x2"}', calls)
-    assert missing is not None and missing[1]["error"]["code"] == -32603
-
-
-def test_big_numbers_in_a_node_answer_keep_their_digits() -> None:
-    calls = [rpc.validate_call({"jsonrpc": "2.0", "id": 1, "method": "m"}, {"m"})]
-    big = b"123456789012345678901234567890"
-    restored = C.restore(b'{"jsonrpc":"2.0","id":0,"result":' + big + b"}", calls)
-    assert restored is not None
-    assert orjson.dumps(restored[0]) == b'{"jsonrpc":"2.0","id":1,"result":' + big + b"}"

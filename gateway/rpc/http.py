@@ -1,0 +1,214 @@
+"""The HTTP adapter: a POST body into the pipeline, its ``Answer`` out as a response.
+
+Only what is HTTP lives here: the preflight, 405 / 415 / 413, reading the
+body (a body that is not what its ``Content-Encoding`` says is a 400
+JSON-RPC error, never a 500), the key from the path or the Bearer header,
+CORS on every answer, 204 for notifications, and a large answer streamed
+with ``resp.write`` waiting for the socket to drain (``rpc.relay``).
+Metrics and request insight are recorded once per request (``Pipeline.record``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aiohttp import hdrs, web
+
+from gateway.limits.limiter import ip_bits
+from gateway.rpc import protocol as rpc
+from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
+from gateway.rpc.clientip import ClientIP
+from gateway.rpc.pipeline import Caller, Pipeline
+from gateway.rpc.relay import Relay
+from gateway.rpc.replies import Answer, error_answer
+from gateway.typedefs import KEY_ID, RPC_METHOD
+from gateway.upstream.pool import UpstreamError
+
+log = logging.getLogger("gateway.rpc")
+
+JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": "RateLimit, RateLimit-Policy, Retry-After",
+}
+PREFLIGHT_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type",
+    "Access-Control-Max-Age": "86400",
+}
+
+
+class RpcHttp:
+    """Serves one network's prefix over HTTP; one instance per network."""
+
+    client_ip: ClientIP
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.network = pipeline.network
+        self.max_body = pipeline.cfg.limits.max_body_bytes
+
+    def bind(self, client_ip: ClientIP) -> None:
+        self.client_ip = client_ip  # the app's one: same trusted proxies as the dashboard
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        method, caller, answer = "-", None, None
+        try:
+            refused = self._check_http(request)
+            if refused is not None:
+                return refused
+            body = await self._read(request)
+            if isinstance(body, web.Response):
+                return body
+            caller = self._caller(request)
+            answer = await self.pipeline.run(body, caller)
+            method = answer.method
+            request[RPC_METHOD] = method
+            request[KEY_ID] = answer.key_id
+            if answer.relay is not None:
+                assert caller.khash is not None  # only an admitted call is relayed
+                response = await self._relay(request, answer, answer.relay, caller.khash)
+            else:
+                response = _reply(answer)
+            answer.settle(True)
+        except Exception:  # never a traceback to the client
+            log.exception("internal error network=%s", self.network.name)
+            if answer is not None:
+                answer.settle(False)
+            response = _reply(error_answer(rpc.INTERNAL_ERROR))
+        elapsed = time.perf_counter() - started
+        self.pipeline.net_metrics.answered(method, response.status, elapsed)
+        if answer is not None and caller is not None:
+            self.pipeline.record(caller, answer, response.status, elapsed)
+        return response
+
+    def _caller(self, request: web.Request) -> Caller:
+        key = rpc_key(request)
+        if key is None:
+            return Caller(None)
+        ip = self.client_ip(request)
+        return Caller(key_hash(key), request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip))
+
+    def _check_http(self, request: web.Request) -> web.Response | None:
+        """The preflight, a path with no key, 405 / 415 / 413 (declared length)."""
+        method = request.method
+        if method == hdrs.METH_OPTIONS:
+            return web.Response(status=204, headers=PREFLIGHT_HEADERS)
+        if method != hdrs.METH_POST:
+            if "tail" in request.match_info:  # /bsc/, /bsc/KEY/extra: no key (a WS upgrade too)
+                return _reply(error_answer(rpc.UNAUTHORIZED))
+            return _reply(
+                error_answer(rpc.METHOD_NOT_ALLOWED, None, "use POST"),
+                {hdrs.ALLOW: "POST, OPTIONS"},
+            )
+        ctype = request.headers.get(hdrs.CONTENT_TYPE)
+        if ctype is not None:
+            mime = ctype.partition(";")[0].strip().lower()
+            if mime not in JSON_TYPES and not mime.endswith("+json"):
+                data = "Content-Type must be application/json"
+                return _reply(error_answer(rpc.UNSUPPORTED_MEDIA_TYPE, None, data))
+        length = request.content_length
+        if length is not None and length > self.max_body:
+            return self._too_large()
+        return None
+
+    async def _read(self, request: web.Request) -> bytes | web.Response:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._too_large()
+        except web.RequestPayloadError:  # not what its Content-Encoding says
+            data = "body does not match its Content-Encoding"
+            return _reply(error_answer(rpc.BAD_BODY, None, data))
+        except ConnectionError:  # client gone, or too slow (server.body_timeout_s)
+            return _reply(error_answer(rpc.REQUEST_TIMEOUT, None, "body incomplete"))
+        if len(body) > self.max_body:
+            return self._too_large()
+        return body
+
+    def _too_large(self) -> web.Response:
+        data = f"body exceeds {self.max_body} bytes"
+        return _reply(error_answer(rpc.BODY_TOO_LARGE, None, data))
+
+    async def _relay(
+        self, request: web.Request, answer: Answer, relay: Relay, khash: str
+    ) -> web.StreamResponse:
+        """Stream a large single answer with the client's id spliced into its head.
+
+        Memory stays bounded: the node is read only as fast as the client
+        takes the bytes (``resp.write`` waits for the socket to drain). Once
+        the head has gone out, a node that fails mid-answer can only be
+        reported by cutting the connection; a client that goes away (or is
+        dropped by ``server.write_timeout_s``) releases everything.
+        """
+        resp: web.StreamResponse | None = None
+        try:
+            first = await relay.start()
+            if relay.is_error:
+                answer.is_error = True
+                self.pipeline.errors.add(khash)
+            if relay.whole:
+                answer.body = first
+                return _reply(answer)
+            resp = web.StreamResponse(status=200, headers=answer.headers)
+            resp.headers.update(CORS_HEADERS)
+            resp.content_type = "application/json"
+            if relay.length is not None:
+                resp.content_length = relay.length
+            await resp.prepare(request)
+            await resp.write(first)
+            del first
+            async for chunk in relay.rest():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+        except (UpstreamError, rpc.BadAnswer) as exc:
+            self.pipeline.errors.add(khash)
+            if resp is None:  # nothing sent yet: a proper error answer
+                if isinstance(exc, rpc.BadAnswer):
+                    log.warning("bad node answer network=%s reason=%s", self.network.name, exc)
+                return _reply(error_answer(_kind(exc), relay.client_id, None, answer.headers))
+            log.warning("node failed mid-answer network=%s error=%s", self.network.name, exc)
+            if request.transport is not None:
+                request.transport.abort()
+            return resp
+        except ConnectionError:  # the client went away, or was dropped for not reading
+            return resp if resp is not None else web.Response(status=499)
+        finally:
+            relay.close()
+
+
+def _kind(exc: Exception) -> rpc.ErrorKind:
+    if isinstance(exc, UpstreamError) and exc.timeout:
+        return rpc.UPSTREAM_TIMEOUT
+    return rpc.UPSTREAM_UNAVAILABLE
+
+
+def _reply(answer: Answer, extra: dict[str, str] | None = None) -> web.Response:
+    if answer.status == 204:
+        resp = web.Response(status=204, headers=answer.headers)
+    else:
+        resp = web.Response(
+            body=answer.body,
+            status=answer.status,
+            content_type="application/json",
+            headers=answer.headers,
+        )
+    resp.headers.update(CORS_HEADERS)
+    if extra:
+        resp.headers.update(extra)
+    return resp
+
+
+def rpc_key(request: web.Request) -> str | None:
+    """The request's well-formed key, or None (missing, malformed, mismatched)."""
+    match = request.match_info
+    if "tail" in match:  # /bsc/ or /bsc/KEY/extra: never a key, whatever the header says
+        return None
+    key = extract_key(match.get("key", ""), request.headers.get(hdrs.AUTHORIZATION))
+    if key is BAD_KEY or not key or not well_formed(key):
+        return None
+    return key

@@ -1,0 +1,106 @@
+"""Methods the gateway answers itself ("local methods"), by name and transport.
+
+``eth_subscribe`` / ``eth_unsubscribe`` (WebSocket only) and the filter
+methods (``gateway.filters``, both transports) are registered here at
+start-up; the pipeline then treats them as offered on that transport,
+admits them like any call (the plan's weight for the name), and calls the
+handler instead of a node. A handler gets the validated call and a
+``LocalContext`` and returns the call's ``result`` or raises ``CallError``
+(a JSON-RPC error in the node's words). Work that must wait until the
+answer is on the wire (a subscription may only start notifying after the
+client has read its id) goes in ``ctx.after``; the adapter runs it with
+``sent=True`` once written, or ``sent=False`` when the answer never went out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from gateway.rpc.protocol import Call
+from gateway.rpc.reads import Reads
+
+HTTP: Final = "http"
+WS: Final = "ws"
+TRANSPORTS: Final = (HTTP, WS)
+
+
+class CallError(Exception):
+    """A local method's refusal: the JSON-RPC error object it answers with."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def obj(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            err["data"] = self.data
+        return err
+
+
+After = Callable[[bool], None]
+
+
+@dataclass(slots=True)
+class Caller:
+    """Who sends a body: made once per HTTP request, once per WebSocket.
+
+    ``khash`` is None for a missing or malformed key (answered 401);
+    ``ip`` is the client address for insight, ``ip_bits`` its form for the
+    allowlist check; ``session`` is the transport's own state (the socket),
+    for local methods that need it.
+    """
+
+    khash: str | None
+    origin: str = ""
+    ip: str = ""
+    ip_bits: str = ""
+    transport: str = HTTP
+    session: Any = None
+
+
+@dataclass(slots=True)
+class LocalContext:
+    """What a local handler may use: who calls, the key's plan, the network's reads.
+
+    ``reads`` answers a read through the cache, coalescing and routing by
+    block (``Reads.single``), as a forwarded call would be.
+    """
+
+    caller: Caller
+    plan: str
+    reads: Reads
+    followups: list[After] = field(default_factory=list)
+
+    def after(self, fn: After) -> None:
+        """Run ``fn(sent)`` once the answer holding this call was written (or was not)."""
+        self.followups.append(fn)
+
+
+LocalHandler = Callable[[Call, LocalContext], Awaitable[Any]]
+
+
+class LocalMethods:
+    """One network's registry; the pipeline reads it per call (a dict lookup)."""
+
+    def __init__(self) -> None:
+        self._by_transport: dict[str, dict[str, LocalHandler]] = {t: {} for t in TRANSPORTS}
+        self._names: dict[str, frozenset[str]] = {t: frozenset() for t in TRANSPORTS}
+        self.version = 0  # bumped on every change; the pipeline rebuilds its method sets
+
+    def add(self, name: str, handler: LocalHandler, transports: Iterable[str] = TRANSPORTS) -> None:
+        for transport in transports:
+            table = self._by_transport[transport]
+            table[name] = handler
+            self._names[transport] = frozenset(table)
+        self.version += 1
+
+    def names(self, transport: str) -> frozenset[str]:
+        return self._names[transport]
+
+    def get(self, name: str, transport: str) -> LocalHandler | None:
+        return self._by_transport[transport].get(name)

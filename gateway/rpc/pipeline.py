@@ -1,0 +1,286 @@
+"""The one call pipeline every transport feeds (SPEC §3): bytes in, an ``Answer`` out.
+
+validate -> admit (one Redis round trip: key, allowlists, quota, bucket,
+usage) -> ``eth_getLogs`` guard -> local methods | cache / coalesce / head
+clamp / route by block -> forward -> restore the client's ids -> a bounded
+relay for a large answer. HTTP single calls, HTTP batches and WebSocket
+frames (single and batch) all come through ``Pipeline.run``; the adapters
+(``rpc.http``, ``ws.upgrade``) only read bytes in and write bytes out.
+
+Nothing reaches a node before the key and the limit have passed, and what
+reaches it is rebuilt from the validated method and params with a
+gateway-chosen id (``protocol.encode_call``): Go nodes match JSON keys
+case-insensitively and take the last one, so the client's bytes could name
+any method. The client's id goes back byte for byte (``rpc.ids``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from gateway.config import Config, NetworkConfig
+from gateway.intel.methods import READS
+from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
+from gateway.ops.metrics import Metrics
+from gateway.rpc import protocol as rpc
+from gateway.rpc import replies as R
+from gateway.rpc.forward import forward_calls, forward_read
+from gateway.rpc.guard import LogsGuard
+from gateway.rpc.ids import keep_raw_ids
+from gateway.rpc.local import TRANSPORTS, After, Caller, LocalMethods
+from gateway.rpc.locals import run_locals
+from gateway.rpc.reads import Reads
+from gateway.store.errorcounts import ErrorCounter
+from gateway.store.insight import InsightSink, reply_code
+from gateway.upstream.pool import NodePool
+
+__all__ = ["Caller", "Pipeline"]
+
+_NONE: tuple[After, ...] = ()  # no local follow-ups
+_MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON decoder
+
+_STATUS_ERROR = {
+    Status.UNAUTHORIZED: rpc.UNAUTHORIZED,
+    Status.FORBIDDEN: rpc.FORBIDDEN,
+    Status.RATE_LIMITED: rpc.RATE_LIMITED,
+    Status.QUOTA_EXCEEDED: rpc.RATE_LIMITED,
+    Status.TOO_EXPENSIVE: rpc.RATE_LIMITED,
+    Status.KEY_RATE_CAPPED: rpc.RATE_LIMITED,
+    Status.KEY_DAILY_CAPPED: rpc.RATE_LIMITED,
+}
+# error.data.reason of a 429 that is not the plain token bucket: it names the
+# limit that was reached, so a key holder can tell the owner's own key caps
+# (Infura-style "key limits") from the plan's.
+_REFUSAL_REASON = {
+    Status.QUOTA_EXCEEDED: "daily quota reached",
+    Status.TOO_EXPENSIVE: "request costs more compute units than the plan's burst",
+    Status.KEY_RATE_CAPPED: "the key's own requests-per-second cap reached (set by its owner)",
+    Status.KEY_DAILY_CAPPED: "the key's own daily compute-unit cap reached (set by its owner)",
+}
+
+
+class Pipeline:
+    """One network's steps; one instance per network, shared by its transports."""
+
+    limiter: Limiter
+    reads: Reads
+    errors: ErrorCounter
+    insight: InsightSink | None = None  # set at startup when insight is on
+
+    def __init__(
+        self,
+        cfg: Config,
+        network: NetworkConfig,
+        metrics: Metrics,
+        slots: asyncio.Semaphore | None = None,
+        local: LocalMethods | None = None,
+    ) -> None:
+        self.network = network
+        self.cfg = cfg
+        # Shared by every network's pipeline: at most limits.max_in_flight calls
+        # are worked on at once per worker; the rest wait in arrival order, so
+        # CPU per call does not balloon with concurrency. A request takes a slot
+        # only once its whole body is read and its key has the right shape.
+        self.slots = slots or asyncio.Semaphore(cfg.limits.max_in_flight)
+        self.local = local if local is not None else LocalMethods()
+        self.metrics = metrics
+        self.net_metrics = metrics.network(network.name)
+        self.fail_open = cfg.redis.fail_open
+        self.max_batch = cfg.limits.max_batch
+        self.max_depth = cfg.limits.max_json_depth
+        self.guard = LogsGuard(cfg)
+        self._policies = {
+            p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
+        }
+        self._gid = 1  # the next id a node sees; the client's id never leaves the gateway
+        self._local_version = -1
+        self._methods: dict[str, frozenset[str]] = {}
+
+    def bind(
+        self,
+        limiter: Limiter,
+        pool: NodePool,
+        errors: ErrorCounter,
+        insight: InsightSink | None = None,
+    ) -> None:
+        """Attach the resources made by the app's cleanup contexts (at startup)."""
+        self.insight = insight
+        self.limiter = limiter
+        self.pool = pool
+        self.errors = errors
+        self.guard.heads = pool.intel.heads
+        self.reads = Reads(pool, self.next_gids, self.cfg.limits.max_buffered_answer_bytes)
+
+    def next_gids(self, n: int) -> int:
+        """The first of ``n`` consecutive gateway ids for the calls a node will see."""
+        gid = self._gid
+        self._gid = gid + n if gid < _MAX_GID else 1
+        return gid
+
+    def methods(self, transport: str) -> frozenset[str]:
+        """The network's methods plus the local methods of ``transport``."""
+        local = self.local
+        if local.version != self._local_version:
+            self._methods = {t: self.network.methods | local.names(t) for t in TRANSPORTS}
+            self._local_version = local.version
+        return self._methods[transport]
+
+    # -- the steps -------------------------------------------------------------
+    async def run(self, body: bytes, caller: Caller) -> R.Answer:
+        """Validate, admit, guard, answer: every transport's one entry."""
+        req = self.parse(body, caller.transport)
+        khash = caller.khash
+        if khash is None:
+            return R.request_error(rpc.UNAUTHORIZED, req)
+        method = _label(req)
+        self.guard.before(req, khash)
+        async with self.slots:  # only now: the body is whole and the key well formed
+            admitted = await self._admit(caller, khash, req)
+            if isinstance(admitted, R.Answer):
+                answer = admitted
+            else:
+                answer = await self._answer(caller, khash, req, self.limit_headers(admitted))
+            answer.key_id = admitted.key_id
+            answer.known_key = bool(admitted.key_id)
+        answer.method = method
+        return answer
+
+    def parse(self, body: bytes, transport: str = "http") -> R.ParsedRequest:
+        """Parse before the key check, so that even auth errors can echo the ids."""
+        try:
+            parsed: Any = rpc.parse_body(body)
+        except rpc.ParseError:
+            return R.ParsedRequest([], False, (rpc.PARSE_ERROR, None))
+        if body.count(b"[") + body.count(b"{") > self.max_depth and rpc.json_too_deep(
+            parsed, self.max_depth
+        ):  # the count is a cheap upper bound of the depth
+            reason = f"JSON nested deeper than {self.max_depth}"
+            return R.ParsedRequest([], False, (rpc.INVALID_REQUEST, reason))
+        methods = self.methods(transport)
+        if type(parsed) is not list:
+            req = R.ParsedRequest([rpc.validate_call(parsed, methods)], False)
+        elif not parsed:
+            return R.ParsedRequest([], True, (rpc.INVALID_REQUEST, "empty batch"))
+        elif len(parsed) > self.max_batch:
+            reason = f"batch of {len(parsed)} calls exceeds the limit of {self.max_batch}"
+            return R.ParsedRequest([], True, (rpc.INVALID_REQUEST, reason))
+        else:
+            req = R.ParsedRequest([rpc.validate_call(obj, methods) for obj in parsed], True)
+        if b"\\" in body:  # an escaped string id would be re-spelled: keep the sent bytes
+            keep_raw_ids(body, parsed, req.calls, req.is_batch)
+        return req
+
+    async def _admit(self, caller: Caller, khash: str, req: R.ParsedRequest) -> Decision | R.Answer:
+        """One Redis round trip: key, state, allowlists, quota, bucket, usage.
+
+        Only validated methods are counted, weighed and checked against the
+        key's method allowlist; every keyed request costs at least one
+        compute unit, even one we answer ourselves (a guard refusal among
+        them). Returns the decision of an admitted request, else the refusal.
+        """
+        counts: dict[str, int] = {}
+        for call in req.calls:
+            if call.error is None:
+                counts[call.method] = counts.get(call.method, 0) + 1
+        try:
+            decision = await self.limiter.admit(
+                khash, max(1, len(req.calls)), counts, caller.origin, caller.ip_bits
+            )
+        except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
+            mode = "open" if self.fail_open else "closed"
+            self.metrics.redis_errors.labels(mode).inc()
+            if not self.fail_open:
+                return R.request_error(rpc.SERVICE_UNAVAILABLE, req)
+            decision = Decision(Status.ADMITTED, "")
+        req.plan = decision.plan
+        if decision.status is not Status.ADMITTED:
+            refused = self._refused(decision, req)
+            refused.key_id = decision.key_id
+            refused.known_key = bool(decision.key_id)
+            return refused
+        self.guard.learned(khash, decision.plan)
+        return decision
+
+    async def _answer(
+        self, caller: Caller, khash: str, req: R.ParsedRequest, headers: dict[str, str]
+    ) -> R.Answer:
+        """After admission: the request's error, or its calls answered."""
+        if req.error is not None:
+            kind, reason = req.error
+            return R.error_answer(kind, None, reason, headers)
+        self.guard.after(req)
+        followups = (
+            await run_locals(self.local, self.reads, caller, req)
+            if self.local.names(caller.transport)
+            else _NONE
+        )
+        try:
+            calls = req.calls
+            if not req.is_batch and calls and calls[0].error is None and calls[0].local is None:
+                call = calls[0]
+                if call.has_id and call.method in READS:
+                    answer = await forward_read(self, khash, req, headers)
+                else:
+                    answer = await forward_calls(self, khash, req, headers)
+            else:
+                answer = await forward_calls(self, khash, req, headers)
+        except BaseException:
+            for fn in followups:
+                fn(False)
+            raise
+        if followups:
+            answer.followups = followups
+        return answer
+
+    def record(self, caller: Caller, answer: R.Answer, status: int, elapsed: float) -> None:
+        """One answered request of an existing key into this worker's insight sums (no I/O)."""
+        if self.insight is None or not answer.known_key or caller.khash is None:
+            return
+        body = answer.body
+        code = 0
+        if body and (status >= 400 or answer.is_error or len(body) <= 512):
+            code = reply_code(body)
+        failed = code != 0 or status >= 400
+        self.insight.record(
+            caller.khash, answer.method, code, status, elapsed * 1000, caller.ip if failed else ""
+        )
+
+    def limit_headers(self, decision: Decision) -> dict[str, str]:
+        """IETF RateLimit headers (draft-ietf-httpapi-ratelimit-headers-07 form)."""
+        policy = self._policies.get(decision.plan)
+        if policy is None:
+            return {}
+        return {
+            "RateLimit-Policy": policy,
+            "RateLimit": f"limit={decision.limit}, remaining={decision.remaining}, "
+            f"reset={decision.reset_s}",
+        }
+
+    def _refused(self, decision: Decision, req: R.ParsedRequest) -> R.Answer:
+        kind = _STATUS_ERROR[decision.status]
+        if kind is not rpc.RATE_LIMITED:
+            return R.request_error(kind, req)
+        self.net_metrics.rate_limited()
+        retry_ms = max(1, decision.retry_ms)
+        data: dict[str, Any] = {"retry_after_ms": retry_ms}
+        reason = _REFUSAL_REASON.get(decision.status)
+        if reason is not None:
+            data["reason"] = reason
+        if decision.status is Status.TOO_EXPENSIVE:
+            retry_ms = data["retry_after_ms"] = 1000
+        headers = self.limit_headers(decision)
+        headers["Retry-After"] = str(-(-retry_ms // 1000))
+        return R.request_error(kind, req, headers, data)
+
+
+def _label(req: R.ParsedRequest) -> str:
+    """The metrics label: the one method the request calls, "batch", or "-"."""
+    calls = req.calls
+    if len(calls) == 1:
+        return calls[0].method if calls[0].error is None else "-"
+    methods = {c.method for c in calls if c.error is None}
+    if len(methods) == 1:
+        return methods.pop()
+    return "batch" if methods else "-"

@@ -1,0 +1,134 @@
+"""What leaves the pipeline: an ``Answer`` (bytes, status, headers, or a relay).
+
+No transport here: the HTTP adapter turns an ``Answer`` into a response
+(adding CORS), the WebSocket adapter into frames (status only tells it
+whether the key was refused). Every error answer is built by
+``protocol.error_body`` / ``error_obj`` from the one catalogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from gateway.rpc import protocol as rpc
+from gateway.rpc.local import After
+from gateway.rpc.relay import Relay
+
+
+class ParsedRequest:
+    """What the pipeline learned from a body: its calls, or why it has none."""
+
+    __slots__ = ("calls", "error", "guarded", "is_batch", "plan")
+
+    def __init__(
+        self,
+        calls: list[rpc.Call],
+        is_batch: bool,
+        error: tuple[rpc.ErrorKind, str | None] | None = None,
+    ) -> None:
+        self.calls = calls
+        self.is_batch = is_batch
+        self.error = error
+        self.plan = ""  # the key's plan, once admitted (its eth_getLogs range limit)
+        self.guarded: int | None = None  # the range limit judged before admission
+
+
+class Answer:
+    """One request's answer. ``body`` is empty for 204 (only notifications).
+
+    ``relay``: a large single answer to stream (the body is then empty);
+    ``method``: the metrics label; ``key_id``: the key's id once admission
+    knew it; ``known_key``: an existing key (its calls count in insight);
+    ``is_error``: a node error inside a 200 (insight reads its code).
+    """
+
+    __slots__ = (
+        "body",
+        "followups",
+        "headers",
+        "is_error",
+        "key_id",
+        "known_key",
+        "method",
+        "relay",
+        "status",
+    )
+
+    def __init__(
+        self,
+        body: bytes,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        relay: Relay | None = None,
+    ) -> None:
+        self.body = body
+        self.status = status
+        self.headers = headers if headers is not None else {}
+        self.relay = relay
+        self.method = "-"
+        self.key_id = ""
+        self.known_key = False
+        self.is_error = False
+        self.followups: Sequence[After] = ()
+
+    def settle(self, sent: bool) -> None:
+        """Run the local methods' follow-ups (once): the answer was written, or was not."""
+        followups = self.followups
+        if not followups:
+            return
+        self.followups = ()
+        for fn in followups:
+            fn(sent)
+
+
+def error_answer(
+    kind: rpc.ErrorKind, id_: Any = None, data: Any = None, headers: dict[str, str] | None = None
+) -> Answer:
+    """The one way an error leaves the pipeline: its body and HTTP status from the catalogue."""
+    return Answer(rpc.error_body(kind, id_, data), kind.http_status, headers)
+
+
+def request_error(
+    kind: rpc.ErrorKind,
+    req: ParsedRequest,
+    headers: dict[str, str] | None = None,
+    data: Any = None,
+) -> Answer:
+    """A request-level failure: one error per call of a batch, each with its id."""
+    calls = req.calls
+    if req.error is not None or not calls:
+        return error_answer(kind, None, data, headers)
+    if not req.is_batch:
+        return error_answer(kind, calls[0].id, data, headers)
+    items = [rpc.error_obj(kind, c.id, data) for c in calls]
+    return Answer(orjson.dumps(items), kind.http_status, headers)
+
+
+def local_answer(req: ParsedRequest, headers: dict[str, str]) -> Answer:
+    """Answers made without a node: our errors, local methods, cached answers in a batch."""
+    items: list[Any] = [
+        orjson.Fragment(c.local) if c.local is not None else rpc.call_error_obj(c)
+        for c in req.calls
+        if c.answered
+    ]
+    if not items:
+        return Answer(b"", 204, headers)
+    return Answer(orjson.dumps(items if req.is_batch else items[0]), 200, headers)
+
+
+def upstream_failed(kind: rpc.ErrorKind, req: ParsedRequest, headers: dict[str, str]) -> Answer:
+    if not req.is_batch:
+        return error_answer(kind, req.calls[0].id, None, headers)
+    items = [
+        orjson.Fragment(c.local)
+        if c.local is not None
+        else rpc.call_error_obj(c)
+        if c.error is not None
+        else rpc.error_obj(kind, c.id)
+        for c in req.calls
+        if c.answered
+    ]
+    return Answer(orjson.dumps(items), kind.http_status, headers)
