@@ -36,8 +36,14 @@ from gateway.upstream.transport import JSON_HEADERS
 
 log = logging.getLogger("gateway.upstream")
 
-# The head probe plus eth_chainId (id 4): one round trip checks both.
-CHECK_BODY: Final = PROBE_BODY[:-1] + b',{"jsonrpc":"2.0","id":4,"method":"eth_chainId"}]'
+# The head probe plus eth_chainId: one round trip checks both. The chain
+# check's id is a string no client call carries (the gateway's own ids are
+# integers), so the mock nodes can leave it out of their call counts.
+CHAIN_CHECK_ID: Final = "gateway-chain-check"
+CHECK_BODY: Final = (
+    PROBE_BODY[:-1]
+    + b',{"jsonrpc":"2.0","id":"%s","method":"eth_chainId"}]' % CHAIN_CHECK_ID.encode()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +56,13 @@ class CheckResult:
 
 
 def parse_chain_id(reply: bytes) -> int | None:
-    """The ``eth_chainId`` answer (id 4) in a ``CHECK_BODY`` reply; None if absent or junk."""
+    """The ``eth_chainId`` answer in a ``CHECK_BODY`` reply; None if absent or junk."""
     try:
         answers = orjson.loads(reply)
     except orjson.JSONDecodeError:
         return None
     for item in answers if type(answers) is list else [answers]:
-        if type(item) is dict and item.get("id") == 4:
+        if type(item) is dict and item.get("id") == CHAIN_CHECK_ID:
             value = item.get("result")
             if type(value) is str and value[:2] in ("0x", "0X") and len(value) <= 18:
                 try:

@@ -103,10 +103,10 @@ class HeadFollower:
                 reason = error_fields(exc, self.node.ws_url)
             except SubscriptionRefused as exc:
                 reason = ("SubscriptionRefused", str(exc))
-            if self.live:
-                delay = self.cfg.ws_reconnect_min_s  # it worked for a while: start over
+            if self.live:  # it worked for a while: start over, and have the node probed now
+                delay = self.cfg.ws_reconnect_min_s
+                self.on_lost(self.node)
             self._set_live(False)
-            self.on_lost(self.node)
             self._failed(reason, delay)
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2, self.cfg.ws_reconnect_max_s)
@@ -166,7 +166,7 @@ class HeadFollower:
             return
         node = self.node
         log.warning(
-            "upstream newHeads lost network=%s node=%s url=%s error=%s: %s "
+            "upstream newHeads failed network=%s node=%s url=%s error=%s: %s "
             "retry_in_s=%.1f suppressed=%d (the probe keeps the head meanwhile)",
             self.network,
             node.name,

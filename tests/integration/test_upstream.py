@@ -22,7 +22,7 @@ from tests.helpers.waiting import eventually
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"net_version","params":[]}'
 PROBE_ANSWER = (
     b'[{"jsonrpc":"2.0","id":1,"result":{"number":"0x10","hash":"0xaa"}},'
-    b'{"jsonrpc":"2.0","id":4,"result":"0x38"}]'
+    b'{"jsonrpc":"2.0","id":"gateway-chain-check","result":"0x38"}]'
 )
 SEND = b'{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x01"]}'
 
