@@ -83,14 +83,16 @@ class NetworkIntel:
         decreasing) until the head moves again.
         """
         moved = self.heads.observe(node, report)
-        cache = self.cache
-        if moved and cache is not None:
-            head = self.heads.head
-            cache.on_head(head)
-            if self.serving:
-                for key in _BLOCK_NUMBER_KEYS:
-                    cache.put(key, HEAD, head, b'"%s"' % hex(head.number).encode())
+        if moved and self.cache is not None:
+            self.cache.on_head(self.heads.head)
+            self._seed_block_number()
         return moved
+
+    def _seed_block_number(self) -> None:
+        cache, head = self.cache, self.heads.head
+        if cache is not None and self.serving and head.known:
+            for key in _BLOCK_NUMBER_KEYS:
+                cache.put(key, HEAD, head, b'"%s"' % hex(head.number).encode())
 
     def set_serving(self, serving: bool) -> None:
         """Whether any node is in service; without one, head-dependent entries go at once.
@@ -98,9 +100,11 @@ class NetworkIntel:
         Immutable answers (``FOREVER``, and by-hash answers at or below the
         finalized block) stay: they are true whatever the nodes do now.
         """
-        self.serving = serving
+        was, self.serving = self.serving, serving
         if not serving and self.cache is not None:
             self.cache.on_head(_NO_HEAD)
+        elif serving and not was:
+            self._seed_block_number()
 
 
 # A tag no real head has: ``on_head`` with it drops every head-keyed entry.

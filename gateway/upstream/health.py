@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 import orjson
@@ -123,8 +123,11 @@ class Health:
             was = node.in_service()
             if res.report is None:
                 node.healthy = False
-                node.last_error = "{}: {}".format(*(res.error or ("?", "no answer")))
-                self._fail(node, "probe", f"error={node.last_error}")
+                cls, message = res.error or ("NoAnswer", "no answer")
+                node.last_error = f"{cls}: {message}"
+                self._fail(
+                    node, "probe", f"error={node.last_error}", error_class=cls, error=message
+                )
             else:
                 node.healthy = True
                 node.chain_id = res.chain_id
@@ -132,7 +135,13 @@ class Health:
                 if not node.verified:
                     got = "none" if res.chain_id is None else str(res.chain_id)
                     node.last_error = f"chain id {got}, expected {want}"
-                    self._fail(node, "chain", f"chain_id={got} expected={want}")
+                    self._fail(
+                        node,
+                        "chain",
+                        f"chain_id={got} expected={want}",
+                        chain_id=res.chain_id,
+                        expected_chain_id=want,
+                    )
                 else:
                     node.last_error = ""
             if node.metrics is not None and res.report is not None:
@@ -162,13 +171,15 @@ class Health:
         if self.intel_metrics is not None:
             self.intel_metrics.sync(intel)
 
-    def _fail(self, node: Node, kind: str, detail: str) -> None:
+    def _fail(self, node: Node, kind: str, detail: str, **fields: Any) -> None:
         suppressed = self.lines.failed((node.name, kind))
         if suppressed is not None:
             what = "upstream on the wrong chain" if kind == "chain" else "upstream probe failed"
-            self._line(logging.WARNING, what, node, f"{detail} suppressed={suppressed}")
+            detail = f"{detail} suppressed={suppressed}"
+            self._line(logging.WARNING, what, node, detail, suppressed=suppressed, **fields)
 
-    def _line(self, level: int, what: str, node: Node, detail: str) -> None:
+    def _line(self, level: int, what: str, node: Node, detail: str, **fields: Any) -> None:
+        """One line with its fields also as ``extra`` (JSON log lines carry them as keys)."""
         log.log(
             level,
             "%s network=%s node=%s url=%s %s",
@@ -177,5 +188,10 @@ class Health:
             node.name,
             node.display,
             detail,
-            extra={"network": self.network.name, "node": node.name, "target": node.display},
+            extra={
+                "network": self.network.name,
+                "node": node.name,
+                "target": node.display,
+                **fields,
+            },
         )

@@ -121,7 +121,7 @@ class HeadFollower:
                 autoclose=True,
             )
         try:
-            async with asyncio.timeout(self.cfg.probe_timeout_s) as deadline:
+            async with asyncio.timeout(self.cfg.probe_timeout_s):
                 await ws.send_str(_SUBSCRIBE)
                 while True:  # the answer to eth_subscribe (a header may not come first)
                     msg = await ws.receive()
@@ -130,7 +130,6 @@ class HeadFollower:
                     frame = orjson.loads(msg.data)
                     if type(frame) is dict and frame.get("id") == 1:
                         break
-            deadline.reschedule(None)
             if type(frame.get("result")) is not str:
                 raise SubscriptionRefused(f"eth_subscribe answered {str(frame.get('error'))[:200]}")
             self._set_live(True)
