@@ -75,17 +75,21 @@ class NetworkIntel:
             coalescer=Coalescer() if c.coalesce else None,
         )
 
-    def observe_head(self, node: str, report: HeadReport) -> bool:
+    def observe_head(self, node: str, report: HeadReport, *, pushed: bool = False) -> bool:
         """A node's probe (or newHeads) report; drops head-keyed cache entries on a move.
 
-        On a move ``eth_blockNumber`` is stored at the new head, so it is
-        answered from the head itself (never a node's older number, never
-        decreasing) until the head moves again.
+        ``pushed``: the report came from a ``newHeads`` subscription, so the
+        head is as fresh as the node. Then, on a move, ``eth_blockNumber`` is
+        stored at the new head and answered from the head itself (never a
+        node's older number, never decreasing) until the head moves again.
+        A polled head may be a probe interval old: there ``eth_blockNumber``
+        keeps asking a node (and is clamped to the head, never decreasing).
         """
         moved = self.heads.observe(node, report)
         if moved and self.cache is not None:
             self.cache.on_head(self.heads.head)
-            self._seed_block_number()
+            if pushed:
+                self._seed_block_number()
         return moved
 
     def _seed_block_number(self) -> None:
@@ -100,11 +104,9 @@ class NetworkIntel:
         Immutable answers (``FOREVER``, and by-hash answers at or below the
         finalized block) stay: they are true whatever the nodes do now.
         """
-        was, self.serving = self.serving, serving
+        self.serving = serving
         if not serving and self.cache is not None:
             self.cache.on_head(_NO_HEAD)
-        elif serving and not was:
-            self._seed_block_number()
 
 
 # A tag no real head has: ``on_head`` with it drops every head-keyed entry.

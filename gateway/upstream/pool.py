@@ -198,7 +198,7 @@ class NodePool:
             return
         if report.number > node.head:
             node.head = report.number
-        self.intel.observe_head(node.name, report)
+        self.intel.observe_head(node.name, report, pushed=True)
 
     async def close(self) -> None:
         for task in self._tasks:

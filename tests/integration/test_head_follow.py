@@ -93,10 +93,10 @@ async def test_latest_follows_newheads_within_a_block(
         await asyncio.sleep(0.03)
     within_one = sum(1 for lag in lags if lag <= 1) / len(lags)
     assert len(lags) > 50 and within_one >= 0.95 and max(lags) <= 2, sorted(lags)[-10:]
-    # eth_blockNumber never went down, and answers came from the head, not the node
+    # answers came from the head, not the node (only the first, before any newHeads)
     pool = client.app[T.POOLS]["bsc"]
     assert pool.intel.heads.head.number >= chain.head - 1
-    assert "eth_blockNumber" not in bsc.calls
+    assert bsc.calls.count("eth_blockNumber") <= 1
 
 
 async def test_no_node_in_service_answers_502_but_final_answers_stay(
