@@ -195,3 +195,28 @@ class Health:
                 **fields,
             },
         )
+
+    def report(self, now: float, counts: dict[str, int]) -> dict[str, Any]:
+        """This network for /readyz: counts, the head, and each node (redacted URL, why out)."""
+        upstreams = [
+            {
+                "node": node.name,
+                "url": node.display,
+                "in_service": node.usable(now),
+                "healthy": node.healthy,
+                "verified": node.verified,
+                "chain_id": node.chain_id,
+                "head": node.head,
+                "lagging": node.lagging,
+                "newheads": node.newheads,
+                "error": node.last_error or None,
+            }
+            for node in self.nodes
+        ]
+        return {
+            "ready": self.intel.serving,
+            "chain_id": self.network.chain_id,
+            "head": self.intel.heads.head.number,
+            **counts,
+            "upstreams": upstreams,
+        }

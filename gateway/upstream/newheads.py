@@ -21,6 +21,7 @@ that works says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from typing import Any, Final
 import aiohttp
 import orjson
 
-from gateway.config import UpstreamConfig
+from gateway.config import NetworkConfig, UpstreamConfig
 from gateway.config.redact import redact_url
 from gateway.intel.head import HeadReport
 from gateway.redis.failurelog import RateLimitedLog, error_fields
@@ -39,6 +40,20 @@ log = logging.getLogger("gateway.upstream")
 
 _SUBSCRIBE: Final = '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'
 _MAX_FRAME: Final = 1 << 20  # a header is ~1 KB; a node sending more is not one to trust
+
+
+def ws_urls(network: NetworkConfig) -> list[str]:
+    """Each node's newHeads URL ("" = none): by position when the lists match, else by address.
+
+    A ``ws_upstreams`` entry that pairs with no HTTP upstream moves no head
+    (a head must come from a node the probe verifies).
+    """
+    http, ws = network.upstreams, network.ws_upstreams
+    if len(ws) == len(http):
+        return list(ws)
+    derived = {"ws" + url[len("http") :]: url for url in http if url.startswith("http")}
+    by_http = {derived[url]: url for url in ws if url in derived}
+    return [by_http.get(url, "") for url in http]
 
 
 class SubscriptionRefused(Exception):
@@ -155,7 +170,7 @@ class HeadFollower:
                     self.shown,
                     extra={"network": self.network, "node": node.name, "target": self.shown},
                 )
-        self.live = live
+        self.live = node.newheads = live
         if node.metrics is not None:
             node.metrics.ws_heads.set(1 if live else 0)
 
@@ -182,3 +197,25 @@ class HeadFollower:
                 "error": reason[1],
             },
         )
+
+
+class HeadFeeds:
+    """The followers of one network's nodes, as background tasks until ``close``."""
+
+    def __init__(self) -> None:
+        self.followers: list[HeadFollower] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, followers: list[HeadFollower]) -> None:
+        for follower in followers:
+            self.followers.append(follower)
+            name = f"newheads-{follower.node.name}"
+            self._tasks.append(asyncio.create_task(follower.run(), name=name))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()

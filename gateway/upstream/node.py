@@ -31,6 +31,7 @@ class Node:
         "last_error",
         "metrics",
         "name",
+        "newheads",
         "transport",
         "url",
         "verified",
@@ -55,6 +56,7 @@ class Node:
         self.in_flight = 0  # calls and requests counted in metrics, not here
         self.metrics = metrics
         self.transport: Transport | None = None
+        self.newheads = False  # its newHeads subscription is live right now
 
     def in_service(self) -> bool:
         """Answered its last probe on the right chain (the cooldown aside)."""

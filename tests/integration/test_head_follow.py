@@ -215,7 +215,7 @@ async def test_probe_failure_lines_name_the_upstream_and_the_recovery(
     await eventually(lambda: not pool.serving(), 3.0)
     await asyncio.sleep(0.5)  # several failed probes: one line (rate-limited)
     bsc.down = False
-    await eventually(lambda: pool.serving() and bsc.subscriptions("newHeads") == 1, 8.0)
+    await eventually(lambda: pool.serving() and pool.nodes[0].newheads, 8.0)
     text = caplog.text
     failed = [
         r.getMessage()
