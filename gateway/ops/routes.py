@@ -53,7 +53,7 @@ async def _redis_state(app: web.Application) -> dict[str, Any]:
             await app[T.REDIS].ping()
     except Exception as exc:  # any failure means "not ready", never a 500
         cls, message = error_fields(exc, url)
-        state.update(ready=False, error=f"{cls}: {message}")
+        state.update(ready=False, error_class=cls, error=message)
     return state
 
 
@@ -65,7 +65,7 @@ async def readyz(request: web.Request) -> web.Response:
     networks = {name: pool.report() for name, pool in app[T.POOLS].items()}
     problems: list[str] = []
     if not redis["ready"]:
-        problems.append(f"redis: {redis['error']}")
+        problems.append(f"redis: {redis['error_class']}")
     for name, net in networks.items():
         if not net["ready"]:
             problems.append(f"{name}: no upstream node in service")
