@@ -163,10 +163,8 @@ class Health:
                 detail = f"head={node.head} best={best}"
                 self._line(logging.WARNING, "upstream lagging", node, detail)
             node.lagging = lagging
-            if node.metrics is not None:
-                node.metrics.healthy.set(1 if node.in_service() and not lagging else 0)
-                if node.in_service():
-                    node.metrics.head.set(node.head)
+            if node.metrics is not None and node.in_service():
+                node.metrics.head.set(node.head)
         intel.set_serving(any(n.in_service() for n in self.nodes))
         if self.intel_metrics is not None:
             self.intel_metrics.sync(intel)

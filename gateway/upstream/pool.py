@@ -413,6 +413,8 @@ class NodePool:
             if node.down_until and now >= node.down_until and node.in_service():
                 node.down_until = 0.0
                 node.consecutive_failures = 0
+            if node.metrics is not None:  # 1: in rotation and fresh
+                node.metrics.healthy.set(1 if node.usable(now) and not node.lagging else 0)
 
     async def probe_forever(self) -> None:
         """Probe each ``probe_interval_s``, or at once when a head subscription was lost."""

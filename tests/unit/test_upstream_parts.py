@@ -12,6 +12,7 @@ from gateway.config import DEFAULT_METHODS, ConfigError, NetworkConfig, config_f
 from gateway.config.redact import redact_url, scrub
 from gateway.ops.logsetup import formatter
 from gateway.redis.failurelog import FailureLog, RateLimitedLog, redis_failure
+from gateway.server.workers import config_to_raw
 from gateway.upstream.health import CHECK_BODY, parse_chain_id
 from gateway.upstream.newheads import header_report, ws_urls
 
@@ -129,3 +130,11 @@ def test_config_ready_requires_and_log_format_are_checked() -> None:
     assert cfg.log.format == "json" and cfg.server.ready_requires == ("any_network",)
     with pytest.raises(ConfigError, match="ws_reconnect_min_s"):
         config_from_dict({"upstream": {"ws_reconnect_min_s": 5.0, "ws_reconnect_max_s": 1.0}})
+
+
+def test_workers_get_every_section_of_the_config() -> None:
+    """`serve --workers` hands the config over as TOML-shaped JSON: log, ws and admission too."""
+    cfg = config_from_dict(
+        {"log": {"format": "json"}, "ws": {"heartbeat_s": 5.0}, "admission": {"mode": "exact"}}
+    )
+    assert config_from_dict(json.loads(json.dumps(config_to_raw(cfg)))) == cfg
