@@ -489,8 +489,10 @@ async def test_in_flight_cap_queues_instead_of_failing(
     )
     assert [body["id"] for _, body in results] == list(range(12))
     assert all(resp.status == 200 for resp, _ in results)
-    node_client = app[T.POOLS]["bsc"].nodes[0].client
-    assert node_client is not None and node_client.open_connections <= 2
+    from gateway.upstream.transport import LeanTransport
+
+    transport = app[T.POOLS]["bsc"].nodes[0].transport
+    assert isinstance(transport, LeanTransport) and transport.client.open_connections <= 2
 
 
 async def test_notification_answer_carries_cors(client: Client, api_key: str) -> None:
