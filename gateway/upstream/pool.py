@@ -64,6 +64,8 @@ __all__ = ["Node", "NodePool", "UpstreamError"]
 
 log = logging.getLogger("gateway.upstream")
 
+_DOWN_PROBE_S = 0.5  # the probe interval while no node of the network is in service
+
 
 class NodePool:
     """The nodes of one network; ``forward`` is the only hot-path entry."""
@@ -417,12 +419,20 @@ class NodePool:
                 node.metrics.healthy.set(1 if node.usable(now) and not node.lagging else 0)
 
     async def probe_forever(self) -> None:
-        """Probe each ``probe_interval_s``, or at once when a head subscription was lost."""
+        """Probe each ``probe_interval_s``, or at once when a head subscription was lost.
+
+        While no node is in service the network answers nothing, so it is
+        probed every ``_DOWN_PROBE_S`` at most: back within half a second of
+        its nodes, not a whole interval later.
+        """
         task = asyncio.current_task()
         # stops once cancelled even if a client library swallowed the cancel
         while task is None or not task.cancelling():
+            interval = self.cfg.probe_interval_s
+            if not self.intel.serving:
+                interval = min(interval, _DOWN_PROBE_S)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.cfg.probe_interval_s):
+                async with asyncio.timeout(interval):
                     await self._probe_soon.wait()
             self._probe_soon.clear()
             try:
