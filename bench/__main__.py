@@ -218,6 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=64 * 1024 * 1024,
         help="the gateway's cache.max_bytes (the byte budget checked)",
     )
+    mx.add_argument(
+        "--block-time",
+        type=duration_arg("s"),
+        default=3.0,
+        help="the mock nodes' block time; the staleness of eth_blockNumber and latest "
+        "answers is reported against it (issue 19 measures at 500ms)",
+    )
     return parser
 
 

@@ -246,6 +246,7 @@ class StackOptions:
     extra_toml: str = ""
     probe_interval_s: float = 1.0
     metrics_port: int = 0  # 0: the gateway's default metrics listener
+    node_block_time_s: float = 3.0  # the mock nodes' head advances this often
 
 
 @dataclass
@@ -313,7 +314,7 @@ class Stack:
             "--jitter",
             f"{opts.node_jitter_ms}ms",
             "--block-time",
-            "3s",
+            f"{opts.node_block_time_s}s",
         ]
         node = ManagedProcess(
             f"mocknode-{chain_id}-{index}",

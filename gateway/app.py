@@ -31,7 +31,7 @@ from gateway.limits.limiter import (
     ScriptRunner,
 )
 from gateway.ops.accesslog import AccessLogger
-from gateway.ops.logsetup import setup_logging
+from gateway.ops.logsetup import setup_logging, use_format
 from gateway.ops.metrics import Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
 from gateway.ops.routes import setup_ops_routes
@@ -58,6 +58,7 @@ def create_app(config: Config | None = None) -> web.Application:
     """The whole gateway as one aiohttp application."""
     hosted = config is None  # gunicorn's runner, not ours (see the module docstring)
     cfg = config if config is not None else load_config()
+    use_format(cfg.log.format)  # log.format, on the handler setup_logging installed
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes, handler_args={"access_log_class": AccessLogger}
     )
@@ -76,7 +77,7 @@ def create_app(config: Config | None = None) -> web.Application:
     app.cleanup_ctx.append(_insight_ctx)
     app.cleanup_ctx.append(_handlers_ctx)  # last: every resource a handler uses exists
     if hosted:
-        setup_logging()  # gunicorn configures only its own loggers
+        setup_logging(cfg.log.format)  # gunicorn configures only its own loggers
         app.cleanup_ctx.append(metrics_listener_ctx)
     slots = asyncio.Semaphore(cfg.limits.max_in_flight)
     # One pipeline per network, fed by both transports (HTTP here, WebSocket in setup_ws).

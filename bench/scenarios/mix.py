@@ -120,6 +120,66 @@ def peak_rss_mib(pid: int) -> float:
     return peak / 1024
 
 
+async def staleness(gateway_url: str, node_urls: list[str]) -> dict[str, dict[int, int]]:
+    """Blocks behind the freshest node of each head answer, sampled during the load.
+
+    Every 50 ms one ``eth_blockNumber`` and one ``eth_getBlockByNumber("latest")``
+    go to the gateway; as each answer arrives every node of the network is
+    asked its ``eth_blockNumber`` directly, and the answer's lag is the
+    highest of those minus the answered number (issue 19's measure). Runs
+    until cancelled; returns {method: {lag: count}}.
+    """
+    lags: dict[str, dict[int, int]] = {"eth_blockNumber": {}, "latest": {}}
+    calls: tuple[tuple[str, str, list[Any]], ...] = (
+        ("eth_blockNumber", "eth_blockNumber", []),
+        ("latest", "eth_getBlockByNumber", ["latest", False]),
+    )
+
+    async def ask(session: aiohttp.ClientSession, url: str, method: str, params: Any) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        async with session.post(url, json=body) as resp:
+            return (await resp.json(content_type=None)).get("result")
+
+    with contextlib.suppress(asyncio.CancelledError):
+        async with aiohttp.ClientSession() as session:
+            while True:
+                for label, method, params in calls:
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                        result = await ask(session, gateway_url, method, params)
+                        heads = await asyncio.gather(
+                            *(ask(session, u, "eth_blockNumber", []) for u in node_urls)
+                        )
+                        if isinstance(result, dict):
+                            result = result.get("number")
+                        if isinstance(result, str) and heads:
+                            lag = max(int(h, 16) for h in heads) - int(result, 16)
+                            lags[label][lag] = lags[label].get(lag, 0) + 1
+                await asyncio.sleep(0.05)
+    return lags
+
+
+def staleness_figures(
+    lags: dict[str, dict[int, int]], block_time_s: float, after: list[Any]
+) -> dict[str, str]:
+    """The staleness distribution and issue 19's target (>= 95 % within 1 block, none > 2)."""
+    out: dict[str, str] = {}
+    ws = total(after, "gateway_upstream_ws_heads", network="bsc")
+    out["head source (bsc)"] = (
+        f"newHeads on {ws:.0f} node(s)" if ws else "polling (the mock nodes speak no WebSocket)"
+    )
+    for label, counts in lags.items():
+        n = sum(counts.values())
+        if not n:
+            out[f"staleness {label}"] = "no samples"
+            continue
+        within = sum(c for lag, c in counts.items() if lag <= 1) / n
+        dist = ", ".join(f"{lag}: {c}" for lag, c in sorted(counts.items()))
+        out[f"staleness {label} (blocks behind the node at {block_time_s:g}s blocks)"] = (
+            f"{{{dist}}}; {within:.1%} within 1 block, max {max(counts)} (target >= 95 %, max 2)"
+        )
+    return out
+
+
 @contextlib.asynccontextmanager
 async def _stack(args: argparse.Namespace, metrics_port: int) -> AsyncIterator[Env]:
     opts = StackOptions(
@@ -132,6 +192,7 @@ async def _stack(args: argparse.Namespace, metrics_port: int) -> AsyncIterator[E
         proxy=True,
         keep_dir=args.keep_stack_dir,
         metrics_port=metrics_port,
+        node_block_time_s=args.block_time,
     )
     log("starting a local stack (redis, mock nodes, gateway, bare proxy)")
     async with Stack.start(opts) as stack:
@@ -150,6 +211,7 @@ async def mix(args: argparse.Namespace) -> dict[str, Any]:
         keys = [k for k, _ in await env.keys(args.keys, BENCH_PLAN)]
         results: dict[str, LoadResult] = {}
         counts: dict[str, int] = {}
+        lags: dict[str, dict[int, int]] = {}
         for name, url, use_keys in (
             ("gateway", env.gateway_url, keys),
             ("proxy", stack.proxy.url, []),
@@ -171,9 +233,17 @@ async def mix(args: argparse.Namespace) -> dict[str, Any]:
                 timeout_s=args.timeout,
                 cpus=stack.cpus.others,
             )
+            sampler = None
+            if name == "gateway":
+                node_urls = [n.url for n in stack.nodes.get(args.network, [])]
+                gw_url = f"{env.gateway_url}{prefix_of(args)}/{keys[0]}"
+                sampler = asyncio.create_task(staleness(gw_url, node_urls))
             res, _ = await run_with_events(
                 spec, [], progress=not args.quiet, label=name, stack=stack
             )
+            if sampler is not None:
+                sampler.cancel()
+                lags = await sampler
             results[name] = res
             log(f"{name}: {res.completed / res.duration_s:,.0f} req/s, kinds {dict(res.kinds)}")
             if name == "gateway":
@@ -208,6 +278,7 @@ async def mix(args: argparse.Namespace) -> dict[str, Any]:
         cache_bytes = total(after, "gateway_cache_bytes", network="bsc")
         figures["cache bytes at the end (bsc)"] = f"{cache_bytes / 1024:,.0f} KiB"
         figures["gateway peak RSS"] = f"{rss:,.1f} MiB"
+        figures.update(staleness_figures(lags, args.block_time, after))
         gw, px = report["targets"]["gateway"], report["targets"]["proxy"]
         ratio = gw["throughput_rps"] / px["throughput_rps"] if px["throughput_rps"] else 0.0
         figures["throughput gateway / bare proxy"] = f"{ratio:.2f}x (target >= 2x)"

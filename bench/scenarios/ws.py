@@ -259,7 +259,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         open_s = time.monotonic() - started
         await asyncio.sleep(1.0)
         rss_after = _rss_kb(gw.pid)
-        upstream = nodes["bsc"].subscriptions("newHeads")
+        # less the gateway's own head subscription (upstream.ws_heads, one per node)
+        upstream = nodes["bsc"].subscriptions("newHeads") - 1
         cpu0, t0 = _cpu_s(gw.pid), time.monotonic()
         head0 = chains["bsc"].head
         chains["bsc"].block_time_s = 1.0 / args.rate

@@ -31,6 +31,7 @@ from gateway.config.schema import (
     HedgeConfig,
     InsightConfig,
     LimitsConfig,
+    LogConfig,
     NetworkConfig,
     PlanConfig,
     RedisConfig,
@@ -50,6 +51,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "insight": InsightConfig,
     "admission": AdmissionConfig,
     "ws": WsConfig,
+    "log": LogConfig,
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
@@ -84,9 +86,23 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         table = dict(_table(raw, name))
         if name == "redis" and env.get("GATEWAY_REDIS_URL"):
             table["url"] = env["GATEWAY_REDIS_URL"]
+        if name == "log" and env.get("GATEWAY_LOG_FORMAT"):
+            table["format"] = env["GATEWAY_LOG_FORMAT"]
+        if name == "server" and env.get("GATEWAY_READY_REQUIRES"):
+            table["ready_requires"] = [
+                r.strip() for r in env["GATEWAY_READY_REQUIRES"].split(",") if r.strip()
+            ]
         sections[name] = _build(cls, table, name)
 
     _check_redis_url(sections["redis"].url, from_env=bool(env.get("GATEWAY_REDIS_URL")))
+    if sections["log"].format not in ("text", "json"):
+        raise ConfigError('log.format: must be "text" or "json"')
+    upstream = sections["upstream"]
+    low, high = upstream.ws_reconnect_min_s, upstream.ws_reconnect_max_s
+    if low <= 0 or high < low:
+        raise ConfigError(
+            "upstream.ws_reconnect_min_s: must be above 0 and at most ws_reconnect_max_s"
+        )
     if sections["upstream"].client not in ("lean", "aiohttp"):
         raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
     admission = sections["admission"]
@@ -135,6 +151,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if len(set(prefixes)) != len(prefixes):
         raise ConfigError("networks: two networks share one path prefix")
 
+    _check_ready_requires(sections["server"].ready_requires, {n.name for n in networks})
+
     plans_raw = _over_defaults(raw, "plans", DEFAULT_PLANS)
     plans = tuple(_plan(name, table) for name, table in plans_raw.items())
 
@@ -142,6 +160,15 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if default_plan not in plans_raw:
         raise ConfigError(f"default_plan: no plan named {default_plan!r}")
     return Config(networks=networks, plans=plans, default_plan=default_plan, **sections)
+
+
+def _check_ready_requires(requires: tuple[str, ...], networks: set[str]) -> None:
+    for i, item in enumerate(requires):
+        if item not in ("redis", "any_network", "all_networks") and item not in networks:
+            raise ConfigError(
+                f"server.ready_requires[{i}]: {item!r} is not redis, any_network, "
+                "all_networks or a network's name"
+            )
 
 
 def _check_intel(cache: CacheConfig, hedge: HedgeConfig) -> None:

@@ -49,6 +49,10 @@ class ServerConfig:
     # collections 26 % of the CPU. Objects made at start-up are frozen out of
     # every collection; 0 keeps Python's defaults.
     gc_gen0_threshold: int = 50_000
+    # What /readyz needs for a 200 (docs/DEPLOYING.md "Readiness"): "redis",
+    # "any_network" (at least one network has a node in service),
+    # "all_networks", or a network's name (that network has one).
+    ready_requires: tuple[str, ...] = ("redis", "any_network")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,13 @@ class UpstreamConfig:
     probe_timeout_s: float = 2.0
     client: str = "lean"  # "lean" (gateway.upstream.nodeclient) or "aiohttp" (ClientSession)
     keepalive_s: float = 15.0  # idle pooled connections to a node are closed after this
+    # The network head follows each node's newHeads subscription (its
+    # ws_upstreams URL); polling (probe_interval_s) stays the fallback.
+    ws_heads: bool = True
+    ws_reconnect_min_s: float = 0.5  # a lost head subscription is retried after this,
+    ws_reconnect_max_s: float = 30.0  # doubled per failure in a row up to this
+    # Upstream failure lines: at most one per node and kind per this many seconds.
+    failure_log_interval_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +278,13 @@ class WsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Log lines: ``format = "text"`` (one line of key=value) or ``"json"`` (JSON lines)."""
+
+    format: str = "text"
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = ServerConfig()
     limits: LimitsConfig = LimitsConfig()
@@ -278,6 +296,7 @@ class Config:
     insight: InsightConfig = InsightConfig()
     admission: AdmissionConfig = AdmissionConfig()
     ws: WsConfig = WsConfig()
+    log: LogConfig = LogConfig()
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"

@@ -80,14 +80,6 @@ class Metrics:
             ["policy"],
             registry=r,
         )
-        self.upstream_latency = Histogram(
-            "gateway_upstream_latency_seconds",
-            "Time a successful upstream attempt took, by node (to the whole answer, "
-            "or to the headers of an answer relayed in pieces)",
-            ["network", "node"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
         self.upstream_healthy = Gauge(
             "gateway_upstream_healthy",
             "1 if the node is in rotation (every worker agrees)",
@@ -174,6 +166,28 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.upstream_latency = Histogram(
+            "gateway_upstream_latency_seconds",
+            "One attempt on one node, from send to its whole answer (or failure)",
+            ["network", "node"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.upstream_chain_mismatch = Gauge(
+            "gateway_upstream_chain_mismatch",
+            "1 if the node's eth_chainId differs from the network's chain_id "
+            "(out of rotation until it matches)",
+            ["network", "node"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.upstream_ws_heads = Gauge(
+            "gateway_upstream_ws_heads",
+            "1 while the node's newHeads subscription feeds the network head",
+            ["network", "node"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self._networks: dict[str, NetworkMetrics] = {}
 
     def network(self, name: str) -> NetworkMetrics:
@@ -227,7 +241,17 @@ class NetworkMetrics:
 class NodeMetrics:
     """One upstream node's children: attempt outcomes, latency, health and head."""
 
-    __slots__ = ("error", "head", "healthy", "latency", "ok", "retry", "timeout")
+    __slots__ = (
+        "chain_mismatch",
+        "error",
+        "head",
+        "healthy",
+        "latency",
+        "ok",
+        "retry",
+        "timeout",
+        "ws_heads",
+    )
 
     def __init__(self, metrics: Metrics, network: str, node: str) -> None:
         results = metrics.upstream_results
@@ -238,6 +262,8 @@ class NodeMetrics:
         self.healthy = metrics.upstream_healthy.labels(network, node)
         self.head = metrics.upstream_head.labels(network, node)
         self.latency = metrics.upstream_latency.labels(network, node)
+        self.chain_mismatch = metrics.upstream_chain_mismatch.labels(network, node)
+        self.ws_heads = metrics.upstream_ws_heads.labels(network, node)
 
 
 class NetworkIntelMetrics:

@@ -171,7 +171,7 @@ class MuxRedis:
         log_interval_s: float = 10.0,
     ) -> None:
         self._endpoint = Endpoint.from_url(url)
-        self._failed = FailureLog(log_interval_s)
+        self._failed = FailureLog(log_interval_s, address=url)
         self._timeout = timeout_s
         self._connect_timeout = connect_timeout_s
         self._retry_interval = retry_interval_s
@@ -294,6 +294,7 @@ class MuxRedis:
         self._proto = proto
         self._connecting.set_result(proto)
         self._connecting = None
+        self._failed.ok()  # a new connection after a logged failure: say it recovered
         return proto
 
     async def _open(self) -> _Protocol:

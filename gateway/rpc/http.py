@@ -23,7 +23,7 @@ from gateway.rpc.pipeline import Caller, Pipeline
 from gateway.rpc.relay import Relay
 from gateway.rpc.replies import Answer, error_answer
 from gateway.typedefs import KEY_ID, RPC_METHOD
-from gateway.upstream.pool import UpstreamError
+from gateway.upstream.errors import UpstreamError
 
 log = logging.getLogger("gateway.rpc")
 

@@ -31,7 +31,8 @@ from typing import Any
 import orjson
 
 from gateway.rpc import protocol as rpc
-from gateway.upstream.nodeclient import NodeStream, UpstreamError
+from gateway.upstream.errors import UpstreamError
+from gateway.upstream.nodeclient import NodeStream
 
 # Single answers longer than this (or of unknown length) are streamed, not
 # buffered; the common small answer keeps the one-buffer path.

@@ -105,6 +105,9 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
             "cache",
             "hedge",
             "insight",
+            "admission",
+            "ws",
+            "log",
         )
     }
     raw["networks"] = {n.name: table(n, ("name",)) for n in cfg.networks}

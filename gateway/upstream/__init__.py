@@ -1,4 +1,6 @@
-"""Talking to nodes: pool (pick, retry, health probes) and nodeclient (the lean HTTP/1.1 client).
+"""Talking to nodes: pool (pick, retry, hedge), node, transport (the lean client in
+nodeclient, or aiohttp), errors, health (probes that verify the chain) and newheads
+(the head from each node's subscription).
 
-May import: intel, ops.metrics, config.
+May import: intel, ops.metrics, config, redis (failurelog: rate-limited failure lines).
 """

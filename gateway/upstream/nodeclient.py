@@ -42,36 +42,10 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import HttpResponseParser
 
+from gateway.upstream.errors import UpstreamError
+
 # The payload buffer: reading the node pauses above twice this many unread bytes.
 _PARSER_LIMIT = 2**17
-
-
-class UpstreamError(Exception):
-    """A call to a node, or to a network's nodes, failed: the one upstream error type.
-
-    ``sent``: the node may have received the call (what the retry rules for
-    non-idempotent calls need); ``timeout``: 504 rather than 502;
-    ``too_large``: the answer ran past ``limits.max_response_bytes`` (no
-    other node would do better); ``node_fault``: counts towards taking the
-    node out; ``resend_ok``: the node refused it unread (HTTP 429).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        sent: bool = True,
-        timeout: bool = False,
-        too_large: bool = False,
-        node_fault: bool = True,
-        resend_ok: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.sent = sent
-        self.timeout = timeout
-        self.too_large = too_large
-        self.node_fault = node_fault
-        self.resend_ok = resend_ok
 
 
 class NodeStream:

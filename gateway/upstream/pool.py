@@ -1,15 +1,22 @@
-"""Upstream node pools: pooled sessions, health probes, retries, timeouts.
+"""Upstream node pools: routing, retries, hedging and the life of a network's nodes.
 
-One ``NodePool`` per network, one ``aiohttp.ClientSession`` per pool (a
-per-node connection limit, keep-alive, connect and total timeouts).
+One ``NodePool`` per network. The parts live beside it: ``node`` (what is
+known of one node), ``transport`` (how a call reaches it: the lean client or
+aiohttp), ``errors`` (the one error type and HTTP status mapping),
+``health`` (the probe that verifies the chain and marks nodes in or out of
+service) and ``newheads`` (the ``newHeads`` subscriptions that move the head).
+This module stays whole (over 300 lines, most of it this docstring and the
+hot path) because picking, the retry rules and one attempt share the node
+state, the deadline and the budget of a single call.
 
 Routing: each call goes to the best node by tier, then by fewest calls in
-flight, round robin among equals. Tier 0 is "in rotation and fresh"; tier 1
-"in rotation but lagging" (more than ``max_lag_blocks`` behind the best
-head the probe saw); tier 2 "out of rotation" (probe failed, or taken out
-after ``fail_threshold`` failures in a row for ``cooldown_s``), tried only
-when nothing better is left, so a pool whose every node looks down still
-tries instead of failing without asking anyone.
+flight, round robin among equals. Only nodes *in service* (last probe
+answered, chain id verified) are ever picked: tier 0 "fresh", tier 1
+"lagging" (more than ``max_lag_blocks`` behind the best node), tier 2
+"cooling down" (taken out after ``fail_threshold`` failures in a row for
+``cooldown_s``), tried only when nothing better is left. With no node in
+service at all, ``forward`` fails at once (502): the gateway answers
+nothing it cannot vouch for (SPEC §7).
 
 Retries: a failed call is retried on a *different* node (once every node
 was tried, e.g. one by a hedge, on any node but the one that failed last) while the deadline
@@ -25,23 +32,8 @@ Hedging: an allowlisted read (``intel.methods.READS``, asked with
 ``hedge=True``) whose node has not answered after that node's recent p95
 latency (clamped to ``[hedge].floor_s``/``ceiling_s``) is also sent to a
 second node; the first good answer wins, the other is cancelled. Hedges and
-retries draw from one budget (``retry_budget``), so a network slow
-everywhere gets at most that much extra load. Writes are never hedged.
-
-Health: a background probe asks every node for its latest, safe and
-finalized blocks (one batch, ``intel.head.PROBE_BODY``) each
-``probe_interval_s``; the answers feed the network's ``HeadTracker`` (one
-monotonic head per network) and per-node lag. A node whose probe fails leaves the rotation until a
-probe succeeds; a node taken out by failures comes back only after its
-cooldown *and* a successful probe. Bodies travel as bytes: the pool never
-parses what it forwards. Node URLs may hold a provider's secret, so logs and
-metrics name nodes ``<network>-<index>``, never by URL.
-
-Transport: ``upstream.client = "lean"`` (default) sends calls through
-``gateway.nodeclient`` (keep-alive connections + aiohttp's C response
-parser; ~35 µs of CPU per call against ~140 µs through a ClientSession, see
-docs/PERFORMANCE.md); ``"aiohttp"`` uses the pooled ``ClientSession``.
-Probes always use the session.
+retries draw from one budget (``retry_budget``). Writes are never hedged.
+Bodies travel as bytes: the pool never parses what it forwards.
 """
 
 from __future__ import annotations
@@ -51,59 +43,29 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 import aiohttp
 
 from gateway.config import Config, NetworkConfig, UpstreamConfig
-from gateway.intel.head import PROBE_BODY, HeadReport, parse_probe
+from gateway.intel.head import HeadReport
 from gateway.intel.hedge import Launch, run_hedged, timed
 from gateway.intel.network import NetworkIntel
-from gateway.ops.metrics import Metrics, NodeMetrics
-from gateway.upstream.nodeclient import NodeClient, NodeStream, UpstreamError
+from gateway.ops.metrics import Metrics
+from gateway.redis.failurelog import RateLimitedLog
+from gateway.upstream.errors import UpstreamError
+from gateway.upstream.health import Health
+from gateway.upstream.newheads import HeadFeeds, HeadFollower, ws_urls
+from gateway.upstream.node import Node
+from gateway.upstream.nodeclient import NodeClient, NodeStream
+from gateway.upstream.transport import AiohttpTransport, LeanTransport
 
-__all__ = ["Node", "NodePool", "UpstreamError"]  # UpstreamError: nodeclient's, shared
+# Node and UpstreamError live in their own modules; importers reach them here too.
+__all__ = ["Node", "NodePool", "UpstreamError"]
 
 log = logging.getLogger("gateway.upstream")
 
-_JSON_HEADERS: Final = {"Content-Type": "application/json"}
-# A node's 4xx answer that judges the request, not the node: relayed when JSON.
-_RELAYED_4XX: Final = frozenset({400, 413, 422})
-
-
-class Node:
-    """One upstream node and what the pool knows about it."""
-
-    __slots__ = (
-        "client",
-        "consecutive_failures",
-        "down_until",
-        "head",
-        "healthy",
-        "in_flight",
-        "lagging",
-        "metrics",
-        "name",
-        "url",
-    )
-
-    def __init__(self, url: str, name: str, metrics: NodeMetrics | None = None) -> None:
-        self.url = url
-        self.name = name
-        self.healthy = True  # last probe answered (optimistic until the first probe)
-        self.head = 0
-        self.lagging = False
-        self.consecutive_failures = 0
-        self.down_until = 0.0  # taken out until this monotonic time
-        self.in_flight = 0  # calls and requests counted in metrics, not here
-        self.metrics = metrics
-        self.client: NodeClient | None = None
-
-    def usable(self, now: float) -> bool:
-        return self.healthy and now >= self.down_until
-
-    def __repr__(self) -> str:  # never the URL: it may carry a provider key
-        return f"<Node {self.name} healthy={self.healthy} head={self.head}>"
+_DOWN_PROBE_S = 0.5  # the probe interval while no node of the network is in service
 
 
 class NodePool:
@@ -140,8 +102,9 @@ class NodePool:
                 url,
                 f"{network.name}-{i}",
                 metrics.node(network.name, f"{network.name}-{i}") if metrics else None,
+                ws_url=ws_url if cfg.ws_heads else "",
             )
-            for i, url in enumerate(network.upstreams)
+            for i, (url, ws_url) in enumerate(zip(network.upstreams, ws_urls(network), strict=True))
         ]
         self._next = 0
         whole = config if config is not None else Config(upstream=cfg)
@@ -150,25 +113,32 @@ class NodePool:
             whole, network.name, [n.name for n in self.nodes], redis=redis, clock=clock
         )
         self.intel_metrics = metrics.intel(network.name) if metrics else None
-        self._attempt_timeout = aiohttp.ClientTimeout(
-            total=self.attempt_timeout_s, sock_connect=connect_timeout_s
-        )
+        # One rate limiter for every failure line of this network's nodes.
+        self.lines = RateLimitedLog(cfg.failure_log_interval_s)
+        self.health = Health(network, cfg, self.nodes, self.intel, self.intel_metrics, self.lines)
         probe_s = cfg.probe_timeout_s or self.attempt_timeout_s
         self._probe_timeout = aiohttp.ClientTimeout(
             total=probe_s, sock_connect=min(connect_timeout_s, probe_s)
         )
+        self._probe_soon = asyncio.Event()
+        self.feeds = HeadFeeds()
         for node in self.nodes:
             if node.metrics is not None:
-                node.metrics.healthy.set(1)
+                node.metrics.healthy.set(0)  # nothing is in service before its first check
 
     async def start(self) -> None:
+        """Open the session and the transports, then check every node once.
+
+        The check comes before the first call: a node that has not answered
+        it (or answered another chain id) gets no client calls.
+        """
         connector = aiohttp.TCPConnector(
             limit=0,
             limit_per_host=self.cfg.connections_per_node,
             keepalive_timeout=self.cfg.keepalive_s,
             ttl_dns_cache=300,
         )
-        self.session = aiohttp.ClientSession(
+        self.session = session = aiohttp.ClientSession(
             connector=connector,
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
@@ -177,20 +147,55 @@ class NodePool:
                 total=self.total_timeout_s, sock_connect=self.connect_timeout_s
             ),
         )
-        if self.cfg.client == "lean":
-            for node in self.nodes:
-                node.client = NodeClient(
+        for node in self.nodes:
+            if self.cfg.client == "lean":
+                client = NodeClient(
                     node.url,
                     max_connections=self.cfg.connections_per_node,
                     connect_timeout_s=self.connect_timeout_s,
                     idle_timeout_s=self.cfg.keepalive_s,
                 )
+                node.transport = LeanTransport(node.name, client)
+            else:
+                node.transport = AiohttpTransport(
+                    node.name, node.url, session, self.connect_timeout_s
+                )
+        await self.probe_once()
+        self._follow_heads(session)
+
+    def _follow_heads(self, session: aiohttp.ClientSession) -> None:
+        """One ``newHeads`` follower per node with a WebSocket URL, until ``close``."""
+        self.feeds.start(
+            [
+                HeadFollower(
+                    self.network.name,
+                    node,
+                    session,
+                    self.cfg,
+                    on_head=self._on_ws_head,
+                    on_lost=lambda _node: self._probe_soon.set(),
+                    lines=self.lines,
+                    connect_timeout_s=self.connect_timeout_s,
+                )
+                for node in self.nodes
+                if node.ws_url
+            ]
+        )
+
+    def _on_ws_head(self, node: Node, report: HeadReport) -> None:
+        """A header from a node's subscription: taken only from a node in service."""
+        if not node.in_service():
+            return
+        if report.number > node.head:
+            node.head = report.number
+        self.intel.observe_head(node.name, report, pushed=True)
 
     async def close(self) -> None:
+        await self.feeds.close()
         for node in self.nodes:
-            if node.client is not None:
-                await node.client.close()
-                node.client = None
+            if node.transport is not None:
+                await node.transport.close()
+                node.transport = None
         if self.session is not None:
             await self.session.close()
             self.session = None
@@ -220,7 +225,9 @@ class NodePool:
             node = nodes[(start + i) % n]
             if exclude and node in exclude:
                 continue
-            if node.healthy and now >= node.down_until:
+            if not (node.healthy and node.verified):
+                continue  # out of service: never a client call
+            if now >= node.down_until:
                 rank = node.in_flight + (1 << 20 if node.lagging else 0)
             else:
                 rank = node.in_flight + (1 << 40)
@@ -241,6 +248,14 @@ class NodePool:
             "healthy": len(usable),
             "fresh": sum(1 for node in usable if not node.lagging),
         }
+
+    def serving(self) -> bool:
+        """Whether any node is in service (verified, answered its last probe)."""
+        return self.intel.serving
+
+    def report(self) -> dict[str, Any]:
+        """This network for /readyz (``Health.report``)."""
+        return self.health.report(self.clock(), self.summary())
 
     # -- forwarding ----------------------------------------------------------
     async def forward(
@@ -280,6 +295,10 @@ class NodePool:
         """
         assert self.session is not None, "NodePool.start() was not awaited"
         intel = self.intel
+        if not intel.serving:
+            raise UpstreamError(
+                f"{self.network.name}: no upstream node in service", sent=False, node_fault=False
+            )
         deadline = self.clock() + self.total_timeout_s
         tried: list[Node] = []
         flying: list[Node] = []  # nodes with an attempt of this call in flight
@@ -346,76 +365,27 @@ class NodePool:
         remaining = deadline - self.clock()
         if remaining <= 0.001:
             raise UpstreamError(f"{self.network.name}: deadline reached", timeout=True)
+        transport = node.transport
+        assert transport is not None, "NodePool.start() was not awaited"
+        metrics = node.metrics
+        started = time.perf_counter()
         node.in_flight += 1
-        started = time.monotonic()
         try:
-            if node.client is not None:
-                payload = await _lean_attempt(
-                    node,
-                    node.client,
-                    body,
-                    min(remaining, self.attempt_timeout_s),
-                    self.max_response_bytes,
-                    stream_over,
-                )
-            else:
-                session = self.session
-                assert session is not None
-                timeout = (
-                    self._attempt_timeout
-                    if remaining >= self.attempt_timeout_s
-                    else aiohttp.ClientTimeout(total=remaining, sock_connect=self.connect_timeout_s)
-                )
-                payload = await self._attempt(session, node, body, timeout, self.max_response_bytes)
+            payload = await transport.post(
+                body, min(remaining, self.attempt_timeout_s), self.max_response_bytes, stream_over
+            )
         except UpstreamError as exc:
+            if metrics is not None:
+                metrics.latency.observe(time.perf_counter() - started)
             self._failed(node, exc)
             raise
         finally:
             node.in_flight -= 1
         node.consecutive_failures = 0
-        if node.metrics is not None:
-            node.metrics.ok.inc()
-            node.metrics.latency.observe(time.monotonic() - started)
+        if metrics is not None:
+            metrics.latency.observe(time.perf_counter() - started)
+            metrics.ok.inc()
         return payload, node
-
-    @staticmethod
-    async def _attempt(
-        session: aiohttp.ClientSession,
-        node: Node,
-        body: bytes,
-        limit: aiohttp.ClientTimeout,
-        max_bytes: int | None,
-    ) -> bytes:
-        try:
-            async with session.post(
-                node.url, data=body, headers=_JSON_HEADERS, timeout=limit
-            ) as resp:
-                status = resp.status
-                if max_bytes is None:
-                    payload = await resp.read()
-                else:
-                    if resp.content_length is not None and resp.content_length > max_bytes:
-                        raise _too_large(node)
-                    payload = await resp.content.read(max_bytes + 1)
-                    while not resp.content.at_eof() and len(payload) <= max_bytes:
-                        payload += await resp.content.read(max_bytes + 1 - len(payload))
-                    if len(payload) > max_bytes:
-                        raise _too_large(node)
-        except aiohttp.ConnectionTimeoutError:
-            raise UpstreamError(
-                f"{node.name}: connect timed out", timeout=True, sent=False
-            ) from None
-        except TimeoutError:
-            raise UpstreamError(f"{node.name}: timed out", timeout=True) from None
-        except aiohttp.ClientConnectorError as exc:
-            raise UpstreamError(
-                f"{node.name}: unreachable ({exc.os_error.__class__.__name__})", sent=False
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamError(f"{node.name}: failed ({exc.__class__.__name__})") from None
-        answer = _judge(node, status, payload)
-        assert isinstance(answer, bytes)  # this transport never streams
-        return answer
 
     def _failed(self, node: Node, exc: UpstreamError) -> None:
         metrics = node.metrics
@@ -431,85 +401,59 @@ class NodePool:
                 node.consecutive_failures = 0
                 if metrics is not None:
                     metrics.healthy.set(0)
-                log.warning(
-                    "node taken out node=%s for_s=%s last_error=%s",
-                    node.name,
-                    self.cfg.cooldown_s,
-                    exc,
-                )
+                if self.lines.failed((node.name, "out")) is not None:
+                    log.warning(
+                        "upstream taken out network=%s node=%s url=%s for_s=%s "
+                        "error=UpstreamError: %s",
+                        self.network.name,
+                        node.name,
+                        node.display,
+                        self.cfg.cooldown_s,
+                        exc,
+                        extra={
+                            "network": self.network.name,
+                            "node": node.name,
+                            "target": node.display,
+                            "error_class": "UpstreamError",
+                            "error": str(exc),
+                        },
+                    )
 
     # -- health --------------------------------------------------------------
     async def probe_once(self) -> None:
-        """Ask every node for its heads; mark down, lagging, or back in rotation.
-
-        The reports feed the network's ``HeadTracker`` (which drops head-keyed
-        cache entries when the head moves); lag is measured against the
-        network head, which never goes back.
-        """
-        reports = await asyncio.gather(*(self._probe(node) for node in self.nodes))
-        intel = self.intel
-        heads = intel.heads
-        for node, report in zip(self.nodes, reports, strict=True):
-            if report is None:
-                heads.forget(node.name)
-            else:
-                intel.observe_head(node.name, report)
-        best = max((r.number for r in reports if r is not None), default=0)
-        now = self.clock()
-        for node, report in zip(self.nodes, reports, strict=True):
-            was_in = node.usable(now) and not node.lagging
-            if report is None:
-                if node.healthy:
-                    log.warning("node probe failed node=%s", node.name)
-                node.healthy = False
-            else:
-                head = report.number
-                node.head = head
-                # Lagging is judged against the best node answering now (when
-                # the fresh node is down, the next best is the best there is);
-                # the lag metric is against the network head.
-                node.lagging = best - head > self.cfg.max_lag_blocks
-                if not node.healthy or (node.down_until and now >= node.down_until):
-                    log.info("node back node=%s head=%s", node.name, head)
-                    node.down_until = 0.0
-                    node.consecutive_failures = 0
-                node.healthy = True
-            is_in = node.usable(now) and not node.lagging
-            if node.lagging and was_in:
-                log.warning("node lagging node=%s head=%s best=%s", node.name, node.head, best)
-            if node.metrics is not None:
-                node.metrics.healthy.set(1 if is_in else 0)
-                if report is not None:
-                    node.metrics.head.set(report.number)
-        if self.intel_metrics is not None:
-            self.intel_metrics.sync(intel)
-
-    async def _probe(self, node: Node) -> HeadReport | None:
+        """Check every node (heads and chain id) and mark it in or out of service."""
         session = self.session
-        assert session is not None
-        try:
-            async with session.post(
-                node.url, data=PROBE_BODY, headers=_JSON_HEADERS, timeout=self._probe_timeout
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                report = parse_probe(await resp.read())
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
-            return None
-        # a hostile node's absurd head would break the metrics and lag math
-        if report is None or not 0 <= report.number < 1 << 63:
-            return None
-        return report
+        assert session is not None, "NodePool.start() was not awaited"
+        await self.health.probe(session, self._probe_timeout)
+        now = self.clock()
+        for node in self.nodes:  # a probe that answered ends a cooldown that is over
+            if node.down_until and now >= node.down_until and node.in_service():
+                node.down_until = 0.0
+                node.consecutive_failures = 0
+            if node.metrics is not None:  # 1: in rotation and fresh
+                node.metrics.healthy.set(1 if node.usable(now) and not node.lagging else 0)
 
     async def probe_forever(self) -> None:
+        """Probe each ``probe_interval_s``, or at once when a head subscription was lost.
+
+        While no node is in service the network answers nothing, so it is
+        probed every ``_DOWN_PROBE_S`` at most: back within half a second of
+        its nodes, not a whole interval later.
+        """
         task = asyncio.current_task()
         # stops once cancelled even if a client library swallowed the cancel
         while task is None or not task.cancelling():
+            interval = self.cfg.probe_interval_s
+            if not self.intel.serving:
+                interval = min(interval, _DOWN_PROBE_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._probe_soon.wait()
+            self._probe_soon.clear()
             try:
                 await self.probe_once()
             except Exception:  # a probe bug must not end health checking
                 log.exception("probe failed network=%s", self.network.name)
-            await asyncio.sleep(self.cfg.probe_interval_s)
 
     async def __aenter__(self) -> NodePool:
         await self.start()
@@ -524,43 +468,3 @@ def _discard(result: tuple[bytes | NodeStream, Node]) -> None:
     """A second good answer nobody will read (a hedge that finished with the winner)."""
     if isinstance(result[0], NodeStream):
         result[0].close()
-
-
-def _too_large(node: Node) -> UpstreamError:
-    return UpstreamError(
-        f"{node.name}: answer over the size limit", node_fault=False, too_large=True
-    )
-
-
-def _judge(node: Node, status: int, payload: bytes | NodeStream) -> bytes | NodeStream:
-    """The answer to relay, or ``UpstreamError`` saying whose fault it was."""
-    if 200 <= status < 300:
-        return payload
-    assert isinstance(payload, bytes)  # only 2xx answers are streamed
-    if status in _RELAYED_4XX and payload[:1] in (b"{", b"["):
-        return payload  # a JSON-RPC answer about the request itself
-    if status == 429:
-        raise UpstreamError(f"{node.name}: HTTP 429", resend_ok=True)
-    raise UpstreamError(
-        f"{node.name}: HTTP {status}",
-        node_fault=status >= 500 or status in (401, 403, 404, 405, 408),
-    )
-
-
-async def _lean_attempt(
-    node: Node,
-    client: NodeClient,
-    body: bytes,
-    timeout_s: float,
-    max_bytes: int | None,
-    stream_over: int | None,
-) -> bytes | NodeStream:
-    try:
-        status, payload = await client.post(
-            body, timeout_s, max_bytes=max_bytes, stream_over=stream_over
-        )
-    except UpstreamError as exc:
-        if exc.too_large:
-            raise _too_large(node) from None
-        raise UpstreamError(f"{node.name}: {exc}", timeout=exc.timeout, sent=exc.sent) from None
-    return _judge(node, status, payload)

@@ -35,7 +35,7 @@ from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.http import RpcHttp
 from gateway.rpc.pipeline import Caller
 from gateway.rpc.relay import Relay
-from gateway.upstream.pool import UpstreamError
+from gateway.upstream.errors import UpstreamError
 from gateway.ws.leases import LeaseUnavailable, new_token
 from gateway.ws.service import WS, WsService
 from gateway.ws.session import CLOSE_REVOKED, KeyState, Session

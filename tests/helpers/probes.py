@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from gateway.demo.mocknode import MockNode
-from gateway.intel.head import PROBE_BODY
+from gateway.upstream.health import CHECK_BODY as PROBE_BODY  # heads + the chain check
 
 __all__ = ["PROBE_BODY", "forwarded", "is_probe_call"]
 
@@ -13,7 +13,10 @@ _PROBE_TAGS: Final = ("latest", "safe", "finalized")
 
 
 def is_probe_call(method: Any, params: Any) -> bool:
-    """One call of the probe batch (eth_getBlockByNumber of a head tag, no transactions)."""
+    """One call of the probe batch: eth_getBlockByNumber of a head tag (no transactions),
+    or its chain check, eth_chainId without params (a client's call always gets ``[]``)."""
+    if method == "eth_chainId" and params is None:
+        return True
     return (
         method == "eth_getBlockByNumber"
         and isinstance(params, list)

@@ -65,8 +65,12 @@ def ws_raw() -> dict[str, Any]:
 def ws_config(
     make_config: MakeConfig, ws_nodes: dict[str, list[MockWsNode]], ws_raw: dict[str, Any]
 ) -> Config:
+    raw = dict(ws_raw)
+    # The gateway's own head subscriptions (upstream.ws_heads) would be counted with the
+    # client subscriptions these tests count on the nodes; test_head_follow covers them.
+    raw["upstream"] = {"ws_heads": False, **raw.get("upstream", {})}
     return make_config(
-        dict(ws_raw), upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()}
+        raw, upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()}
     )
 
 

@@ -12,7 +12,8 @@ from aiohttp.test_utils import TestServer
 
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import free_port
-from gateway.upstream.nodeclient import NodeClient, UpstreamError
+from gateway.upstream.errors import UpstreamError
+from gateway.upstream.nodeclient import NodeClient
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 

@@ -45,22 +45,49 @@ async def test_healthz(client: Client) -> None:
 
 @pytest.mark.slow
 async def test_readyz_ready_and_node_down(client: Client, mock_nodes: dict[str, MockNode]) -> None:
+    """One network down: the pod stays ready (default ready_requires) and says which."""
     resp = await client.get("/readyz")
     body = await resp.json()
     assert resp.status == 200 and body["ready"], body
-    assert body["networks"]["bsc"] == {"nodes": 1, "healthy": 1, "fresh": 1}
+    bsc = body["networks"]["bsc"]
+    assert {k: bsc[k] for k in ("ready", "nodes", "healthy", "fresh")} == {
+        "ready": True,
+        "nodes": 1,
+        "healthy": 1,
+        "fresh": 1,
+    }
+    assert bsc["upstreams"][0]["url"] == mock_nodes["bsc"].url
+    assert bsc["upstreams"][0]["verified"] and bsc["upstreams"][0]["chain_id"] == 56
+    assert body["redis"]["ready"] and body["requires"] == ["redis", "any_network"]
     mock_nodes["opbnb"].down = True
-    resp = await _readyz_until(client, 503)  # the probe runs every 0.2 s in tests
+    resp = await _readyz_until(client, 503, "/readyz/opbnb")  # the probe runs every 0.2 s
+    resp = await client.get("/readyz")
     body = await resp.json()
-    assert body["problems"] == ["opbnb: no healthy upstream node"]
+    assert resp.status == 200 and body["ready"], body  # BSC still serves
+    assert body["problems"] == ["opbnb: no upstream node in service"]
+    assert body["networks"]["opbnb"]["upstreams"][0]["error"]
+    assert (await client.get("/readyz/bsc")).status == 200
+    assert (await client.get("/readyz/nosuch")).status == 404
     mock_nodes["opbnb"].down = False
-    await _readyz_until(client, 200)
+    await _readyz_until(client, 200, "/readyz/opbnb")
 
 
-async def _readyz_until(client: Client, status: int) -> Any:
+async def test_readyz_requires_every_network_when_configured(
+    make_config: MakeConfig, aiohttp_client: Any, mock_nodes: dict[str, MockNode]
+) -> None:
+    cfg = make_config({"server": {"ready_requires": ["redis", "all_networks"]}})
+    client = await aiohttp_client(create_app(cfg))
+    assert (await client.get("/readyz")).status == 200
+    mock_nodes["opbnb"].down = True
+    resp = await _readyz_until(client, 503)
+    assert (await resp.json())["failed_requirements"] == ["all_networks"]
+    assert (await client.get("/readyz/bsc")).status == 200
+
+
+async def _readyz_until(client: Client, status: int, path: str = "/readyz") -> Any:
     async with asyncio.timeout(3):
         while True:
-            resp = await client.get("/readyz")
+            resp = await client.get(path)
             if resp.status == status:
                 return resp
             await asyncio.sleep(0.05)
@@ -72,6 +99,9 @@ async def test_readyz_redis_unreachable(make_config: MakeConfig, aiohttp_client:
     resp = await client.get("/readyz")
     body = await resp.json()
     assert resp.status == 503 and body["problems"][0].startswith("redis: ")
+    assert body["failed_requirements"] == ["redis"]
+    assert body["redis"]["address"] == cfg.redis.url
+    assert body["redis"]["error_class"] and body["redis"]["error"]
 
 
 async def test_metrics_count_requests_latency_upstream_limits(

@@ -25,11 +25,18 @@ from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
 from gateway.rpc.relay import STREAM_OVER
 from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
+from tests.helpers.probes import PROBE_BODY
 from tests.helpers.procs import stop, wait_ready
 
 JSON = {"Content-Type": "application/json"}
 BIG_ID = b"18446744073709551616"
 CALL = b'{"jsonrpc":"2.0","id":' + BIG_ID + b',"method":"eth_call","params":[]}'
+
+
+PROBE_ANSWER = (
+    b'[{"jsonrpc":"2.0","id":1,"result":{"number":"0x10","hash":"0xaa"}},'
+    b'{"jsonrpc":"2.0","id":"gateway-chain-check","result":"0x38"}]'
+)
 
 
 async def _node(**options: Any) -> MockNode:
@@ -86,6 +93,8 @@ async def test_chunked_answer_over_the_cap_is_cut_off(
     """
 
     async def endless(request: web.Request) -> web.StreamResponse:
+        if await request.read() == PROBE_BODY:  # the health check: a good node of chain 56
+            return web.Response(body=PROBE_ANSWER, content_type="application/json")
         resp = web.StreamResponse()
         resp.enable_chunked_encoding()
         await resp.prepare(request)

@@ -27,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from gateway.demo.mocknode import MockNode
+from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import free_port
 from tests.helpers.config import scenario
 from tests.helpers.waiting import eventually
@@ -230,10 +230,11 @@ async def test_sighup_reloads_config_into_new_workers(
     old = set(gw.workers())
     async with session_factory() as session:
         assert await _call(session, gw, api_key) == 200
-        before = mock_nodes["opbnb"].by_method.get("eth_chainId", 0)
-        # New config: bsc now served by the opbnb mock node (visible in which node counts).
+        # New config: bsc now served by another chain-56 node (visible in which node counts).
+        other = await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0))
+        before = other.by_method.get("eth_chainId", 0)
         text = gw.log.with_suffix(".toml").read_text()
-        text = text.replace(mock_nodes["bsc"].url, mock_nodes["opbnb"].url)
+        text = text.replace(mock_nodes["bsc"].url, other.url)
         gw.log.with_suffix(".toml").write_text(text)
         statuses: list[int] = []
         gw.proc.send_signal(signal.SIGHUP)
@@ -251,7 +252,8 @@ async def test_sighup_reloads_config_into_new_workers(
     print(f"\nSRV sighup: calls_during={len(statuses)} statuses={set(statuses)}")
     assert len(new) == 2 and not new & old
     assert set(statuses) == {200}  # no call refused during the handover
-    assert mock_nodes["opbnb"].by_method.get("eth_chainId", 0) >= before + 5
+    assert other.by_method.get("eth_chainId", 0) >= before + 5
+    await other.close()
     assert gw.proc.poll() is None
     assert "Traceback" not in gw.output()
 

@@ -18,7 +18,12 @@ from gateway.redis.embedded import free_port
 from gateway.upstream.pool import NodePool, UpstreamError
 from tests.helpers.waiting import eventually
 
-CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
+# net_version: the probe asks eth_chainId itself, so counting those would count probes
+CALL = b'{"jsonrpc":"2.0","id":1,"method":"net_version","params":[]}'
+PROBE_ANSWER = (
+    b'[{"jsonrpc":"2.0","id":1,"result":{"number":"0x10","hash":"0xaa"}},'
+    b'{"jsonrpc":"2.0","id":"gateway-chain-check","result":"0x38"}]'
+)
 SEND = b'{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x01"]}'
 
 
@@ -78,7 +83,7 @@ async def make_pool(request: pytest.FixtureRequest) -> AsyncIterator[PoolFactory
         await pool.close()
 
 
-def _calls(node: MockNode, method: str = "eth_chainId") -> int:
+def _calls(node: MockNode, method: str = "net_version") -> int:
     return node.by_method[method]
 
 
@@ -87,7 +92,7 @@ async def test_round_robin_over_healthy_nodes(
 ) -> None:
     pool = await make_pool([n.url for n in nodes])
     for _ in range(30):
-        assert b'"0x38"' in await pool.forward(CALL)
+        assert b'"56"' in await pool.forward(CALL)
     assert [_calls(n) for n in nodes] == [10, 10, 10]
 
 
@@ -109,7 +114,9 @@ async def test_failing_node_taken_out_then_probed_back(
     nodes: list[MockNode], make_pool: PoolFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = Clock()
-    pool = await make_pool([n.url for n in nodes], clock=clock, fail_threshold=2, cooldown_s=10.0)
+    key = "0123456789abcdef0123456789abcdef"  # a provider key in the path (the mock ignores it)
+    urls = [f"{nodes[0].url}/v3/{key}", *(n.url for n in nodes[1:])]
+    pool = await make_pool(urls, clock=clock, fail_threshold=2, cooldown_s=10.0)
     nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, error_rate=1.0)
     for _ in range(9):
         assert b"result" in await pool.forward(CALL)
@@ -128,8 +135,9 @@ async def test_failing_node_taken_out_then_probed_back(
     for _ in range(9):
         await pool.forward(CALL)
     assert nodes[0].requests > hits
-    assert "node taken out node=bsc-0" in caplog.text
-    assert nodes[0].url not in caplog.text  # URLs may hold a provider key
+    assert f"upstream taken out network=bsc node=bsc-0 url={nodes[0].url}/v3/***" in caplog.text
+    assert "error=UpstreamError: bsc-0: HTTP 500" in caplog.text
+    assert key not in caplog.text  # URLs may hold a provider key
 
 
 async def test_probe_marks_down_and_lagging(nodes: list[MockNode], make_pool: PoolFactory) -> None:
@@ -154,13 +162,20 @@ async def test_probe_marks_down_and_lagging(nodes: list[MockNode], make_pool: Po
     assert pool.summary() == {"nodes": 3, "healthy": 1, "fresh": 1}
 
 
-async def test_all_nodes_out_still_tries(nodes: list[MockNode], make_pool: PoolFactory) -> None:
+async def test_no_node_in_service_fails_at_once_without_asking(
+    nodes: list[MockNode], make_pool: PoolFactory
+) -> None:
     pool = await make_pool([nodes[0].url])
     nodes[0].down = True
     await pool.probe_once()
-    assert pool.healthy_count() == 0
-    nodes[0].down = False
-    assert b"result" in await pool.forward(CALL)  # tried anyway, and it answered
+    assert pool.healthy_count() == 0 and not pool.serving()
+    nodes[0].down = False  # back, but no probe has seen it yet: nothing vouches for it
+    asked = _calls(nodes[0])
+    with pytest.raises(UpstreamError, match="no upstream node in service"):
+        await pool.forward(CALL)
+    assert _calls(nodes[0]) == asked
+    await pool.probe_once()
+    assert b"result" in await pool.forward(CALL)
 
 
 @pytest.mark.slow
@@ -271,6 +286,8 @@ async def test_4xx_about_the_request_is_relayed_without_penalty(
     from aiohttp import web
 
     async def bad_request(request: web.Request) -> web.Response:
+        if (await request.read()).startswith(b"["):  # the health probe: a good node
+            return web.Response(body=PROBE_ANSWER, content_type="application/json")
         return web.Response(
             status=400, body=b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"invalid"}}'
         )
@@ -296,5 +313,5 @@ async def test_probe_forever_survives_and_logs(
     await eventually(lambda: pool.healthy_count() == 1, 2.0)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert "node probe failed node=bsc-0" in caplog.text
-    assert "node back node=bsc-0" in caplog.text
+    assert "upstream probe failed network=bsc node=bsc-0" in caplog.text
+    assert "upstream in service network=bsc node=bsc-0" in caplog.text

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import aiohttp
@@ -20,9 +21,9 @@ __all__ = ["chains", "http", "ws_nodes"]
 
 
 @pytest.fixture
-def processes(
+async def processes(
     tmp_path: Path, redis_url: str, prefix: str, ws_nodes: dict[str, list[MockWsNode]]
-) -> Iterator[list[int]]:
+) -> AsyncIterator[list[int]]:
     cfg = tmp_path / "gateway.toml"
     cfg.write_text(
         f'[redis]\nprefix = "{prefix}"\n'
@@ -32,8 +33,11 @@ def processes(
         "[ws]\nsocket_lease_s = 3.0\n"
         "[plans.free]\nws_max_sockets = 2\n"
     )
-    with gateway_processes(2, cfg, {"GATEWAY_REDIS_URL": redis_url}) as ports:
-        yield ports
+    # Waiting for readiness in a thread: the mock nodes live on this test's event
+    # loop and must answer the gateways' start-up checks meanwhile.
+    with ExitStack() as started:
+        procs = gateway_processes(2, cfg, {"GATEWAY_REDIS_URL": redis_url})
+        yield await asyncio.to_thread(started.enter_context, procs)
 
 
 async def _refused(http: aiohttp.ClientSession, url: str) -> int:

@@ -15,7 +15,10 @@ def _pool(n: int) -> NodePool:
         upstreams=tuple(f"http://127.0.0.1:{9 + i}" for i in range(n)),
         methods=frozenset(DEFAULT_METHODS),
     )
-    return NodePool(net, UpstreamConfig(), 0.5, 2.0)
+    pool = NodePool(net, UpstreamConfig(), 0.5, 2.0)
+    for node in pool.nodes:  # as after a probe that verified them
+        node.healthy = node.verified = True
+    return pool
 
 
 def test_a_block_above_a_nodes_head_skips_it_and_the_rest_still_rotate() -> None:
@@ -34,3 +37,12 @@ def test_a_block_above_a_nodes_head_skips_it_and_the_rest_still_rotate() -> None
     }
     # no block named: every node
     assert {n.name for n in (pool.pick() for _ in range(3)) if n} == {"bsc-0", "bsc-1", "bsc-2"}
+
+
+def test_a_node_not_verified_or_not_healthy_is_never_picked() -> None:
+    pool = _pool(3)
+    pool.nodes[0].verified = False  # wrong chain, or never checked
+    pool.nodes[1].healthy = False  # its last probe failed
+    assert {n.name for n in (pool.pick() for _ in range(6)) if n} == {"bsc-2"}
+    pool.nodes[2].verified = False
+    assert pool.pick() is None

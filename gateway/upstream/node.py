@@ -1,0 +1,69 @@
+"""One upstream node and what the pool knows about it.
+
+A node gets client calls only while it is *in service*: its last probe
+answered (``healthy``) and its ``eth_chainId`` matched the network's
+(``verified``). Both start False, so a node that has not answered its first
+check gets nothing (SPEC §7). ``down_until`` takes it out for a cooldown
+after repeated failures (``usable``). Logs, metrics and ``repr`` name a node
+``<network>-<index>`` or by ``display``, its URL with secrets masked
+(``config.redact``), never by its URL.
+"""
+
+from __future__ import annotations
+
+from gateway.config.redact import redact_url
+from gateway.ops.metrics import NodeMetrics
+from gateway.upstream.transport import Transport
+
+
+class Node:
+    """One upstream node: where it is, how to reach it, what its probes said."""
+
+    __slots__ = (
+        "chain_id",
+        "consecutive_failures",
+        "display",
+        "down_until",
+        "head",
+        "healthy",
+        "in_flight",
+        "lagging",
+        "last_error",
+        "metrics",
+        "name",
+        "newheads",
+        "transport",
+        "url",
+        "verified",
+        "ws_url",
+    )
+
+    def __init__(
+        self, url: str, name: str, metrics: NodeMetrics | None = None, ws_url: str = ""
+    ) -> None:
+        self.url = url
+        self.ws_url = ws_url  # its newHeads source ("" = polling only)
+        self.name = name
+        self.display = redact_url(url)
+        self.healthy = False  # last probe answered (nothing known before the first)
+        self.verified = False  # its eth_chainId matched the network's at the last check
+        self.chain_id: int | None = None  # what it said at the last check (None: no answer)
+        self.last_error = ""  # why it is out of service, for /readyz ("" while in)
+        self.head = 0
+        self.lagging = False
+        self.consecutive_failures = 0
+        self.down_until = 0.0  # taken out until this monotonic time
+        self.in_flight = 0  # calls and requests counted in metrics, not here
+        self.metrics = metrics
+        self.transport: Transport | None = None
+        self.newheads = False  # its newHeads subscription is live right now
+
+    def in_service(self) -> bool:
+        """Answered its last probe on the right chain (the cooldown aside)."""
+        return self.healthy and self.verified
+
+    def usable(self, now: float) -> bool:
+        return self.healthy and self.verified and now >= self.down_until
+
+    def __repr__(self) -> str:  # never the URL: it may carry a provider key
+        return f"<Node {self.name} healthy={self.healthy} head={self.head}>"

@@ -1,0 +1,229 @@
+"""Issue 19 against real sockets: the head from newHeads, no answer without a node,
+chain ids verified, failure lines that name the upstream.
+
+The nodes are ``gateway.demo.mockws`` nodes (HTTP and WebSocket on one port,
+``ws_upstreams`` derived from the HTTP URL), the chain mining on a timer;
+the gateway is the real app on a real port with the test Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway import typedefs as T
+from gateway.app import create_app
+from gateway.demo.mockws import Chain, start_ws_node
+from gateway.ops.logsetup import formatter
+from gateway.store.accounts import Store
+from tests.helpers.config import Client, MakeConfig
+from tests.helpers.scrape import scrape
+from tests.helpers.waiting import eventually
+
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture
+async def chains() -> AsyncIterator[dict[str, Chain]]:
+    made = {"bsc": Chain(56, start_block=40_000_000), "opbnb": Chain(204, start_block=50_000_000)}
+    yield made
+    for chain in made.values():
+        await chain.stop()
+        for node in list(chain.nodes):
+            await node.close()
+
+
+async def _app(
+    make_config: MakeConfig, aiohttp_client: Any, upstreams: dict[str, list[str]], **upstream: Any
+) -> Client:
+    # probe_interval_s 3 (the shipped default): only newHeads can keep the head fresh
+    cfg = make_config(
+        {
+            "upstream": {"probe_interval_s": 3.0, **upstream},
+            "plans": {"free": {"rate": 10_000, "burst": 10_000}},
+        },
+        upstreams=upstreams,
+    )
+    client: Client = await aiohttp_client(create_app(cfg))
+    return client
+
+
+async def _call(client: Client, key: str, method: str, params: list[Any]) -> tuple[int, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    resp = await client.post(f"/bsc/{key}", json=body)
+    return resp.status, await resp.json()
+
+
+async def test_latest_follows_newheads_within_a_block(
+    make_config: MakeConfig,
+    aiohttp_client: Any,
+    chains: dict[str, Chain],
+    api_key: str,
+    store: Store,
+    account: str,
+) -> None:
+    """Mining every 500 ms: >= 95 % of answers at most 1 block behind the node, none > 2."""
+    chain = chains["bsc"]
+    chain.block_time_s = 0.5
+    bsc = await start_ws_node(chain)
+    opbnb = await start_ws_node(chains["opbnb"])
+    client = await _app(make_config, aiohttp_client, {"bsc": [bsc.url], "opbnb": [opbnb.url]})
+    await eventually(lambda: bsc.subscriptions("newHeads") == 1, 5.0)
+    chain.start()
+    lags: list[int] = []
+    stop = time.monotonic() + 6.0
+    while time.monotonic() < stop:
+        for method, params in (
+            ("eth_blockNumber", []),
+            ("eth_getBlockByNumber", ["latest", False]),
+        ):
+            status, answer = await _call(client, api_key, method, params)
+            at_node = chain.head  # the node's head at the moment the answer arrived
+            assert status == 200, answer
+            result = answer["result"]
+            number = int(result if isinstance(result, str) else result["number"], 16)
+            lags.append(at_node - number)
+        await asyncio.sleep(0.03)
+    within_one = sum(1 for lag in lags if lag <= 1) / len(lags)
+    assert len(lags) > 50 and within_one >= 0.95 and max(lags) <= 2, sorted(lags)[-10:]
+    # answers came from the head, not the node (only the first, before any newHeads)
+    pool = client.app[T.POOLS]["bsc"]
+    assert pool.intel.heads.head.number >= chain.head - 1
+    assert bsc.calls.count("eth_blockNumber") <= 1
+
+
+async def test_no_node_in_service_answers_502_but_final_answers_stay(
+    make_config: MakeConfig,
+    aiohttp_client: Any,
+    chains: dict[str, Chain],
+    api_key: str,
+    store: Store,
+    account: str,
+) -> None:
+    nodes = [await start_ws_node(chains["bsc"]) for _ in range(2)]
+    opbnb = await start_ws_node(chains["opbnb"])
+    client = await _app(
+        make_config, aiohttp_client, {"bsc": [n.url for n in nodes], "opbnb": [opbnb.url]}
+    )
+    await eventually(lambda: all(n.subscriptions("newHeads") == 1 for n in nodes), 5.0)
+    assert (await _call(client, api_key, "eth_chainId", []))[0] == 200  # cached for good
+    status, before = await _call(client, api_key, "eth_blockNumber", [])
+    assert status == 200
+    for node in nodes:  # both nodes go away (HTTP refused, sockets closed)
+        node.down = True
+        await node.drop()
+    started = time.monotonic()
+    while True:
+        status, answer = await _call(client, api_key, "eth_blockNumber", [])
+        if status != 200:
+            break
+        assert time.monotonic() - started < 3.0, "kept answering a head nobody vouches for"
+        await asyncio.sleep(0.05)
+    assert status == 502 and answer["error"]["code"] == -32603, answer
+    status, answer = await _call(client, api_key, "eth_getBlockByNumber", ["latest", False])
+    assert status == 502 and answer["error"]["code"] == -32603
+    status, answer = await _call(client, api_key, "eth_chainId", [])
+    assert status == 200 and answer["result"] == "0x38"  # immutable: still served
+    for node in nodes:
+        node.down = False
+    await eventually(lambda: client.app[T.POOLS]["bsc"].serving(), 8.0)
+    status, after = await _call(client, api_key, "eth_blockNumber", [])
+    assert status == 200 and int(after["result"], 16) >= int(before["result"], 16)
+
+
+async def test_a_node_of_another_chain_gets_no_calls_and_is_reported(
+    make_config: MakeConfig,
+    aiohttp_client: Any,
+    chains: dict[str, Chain],
+    api_key: str,
+    store: Store,
+    account: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A chain-204 node listed under bsc: out of rotation, logged, in /readyz and a metric."""
+    caplog.set_level(logging.INFO, "gateway.upstream")
+    good = await start_ws_node(chains["bsc"])
+    wrong = await start_ws_node(chains["opbnb"])
+    key = "0123456789abcdef0123456789abcdef"
+    wrong_url = f"http://u:secretpw@{wrong.url[len('http://') :]}/?apikey={key}"
+    client = await _app(
+        make_config,
+        aiohttp_client,
+        {"bsc": [good.url, wrong_url], "opbnb": [wrong.url]},
+        ws_heads=False,  # the mock's socket is on "/", not on the keyed path
+    )
+    for _ in range(10):
+        status, answer = await _call(client, api_key, "eth_gasPrice", [])
+        assert status == 200
+        status, answer = await _call(client, api_key, "net_version", [])
+        assert answer["result"] == "56"
+    assert (await _call(client, api_key, "eth_chainId", []))[1]["result"] == "0x38"
+    client_calls = [m for m in wrong.calls if m in ("eth_gasPrice", "net_version")]
+    assert client_calls == [], "a wrong-chain node was sent client calls"
+    assert client.app[T.POOLS]["bsc"].nodes[1].chain_id == 204
+    body = await (await client.get("/readyz")).json()
+    node = body["networks"]["bsc"]["upstreams"][1]
+    assert node["verified"] is False and node["chain_id"] == 204
+    assert node["error"] == "chain id 204, expected 56"
+    assert node["url"] == f"http://***@{wrong.url[len('http://') :]}/?apikey=***"
+    line = next(r for r in caplog.records if r.getMessage().startswith("upstream on the wrong"))
+    assert "network=bsc node=bsc-1" in line.getMessage()
+    assert "chain_id=204 expected=56" in line.getMessage()
+    assert "secretpw" not in caplog.text and key not in caplog.text
+    # the same line as JSON (log.format = "json") carries the fields as keys
+    fields = json.loads(formatter("json").format(line))
+    assert fields["level"] == "WARNING" and fields["logger"] == "gateway.upstream"
+    assert (fields["node"], fields["chain_id"], fields["expected_chain_id"]) == ("bsc-1", 204, 56)
+    assert fields["target"] == node["url"]
+    _, _, text = await scrape(client.app[T.METRICS])
+    mismatch = {
+        s.labels["node"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gateway_upstream_chain_mismatch"
+    }
+    assert mismatch == {"bsc-0": 0.0, "bsc-1": 1.0, "opbnb-0": 0.0}
+
+
+async def test_probe_failure_lines_name_the_upstream_and_the_recovery(
+    make_config: MakeConfig,
+    aiohttp_client: Any,
+    chains: dict[str, Chain],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "gateway.upstream")
+    bsc = await start_ws_node(chains["bsc"])
+    opbnb = await start_ws_node(chains["opbnb"])
+    client = await _app(
+        make_config,
+        aiohttp_client,
+        {"bsc": [bsc.url], "opbnb": [opbnb.url]},
+        probe_interval_s=0.1,
+        failure_log_interval_s=60.0,
+    )
+    await eventually(lambda: bsc.subscriptions("newHeads") == 1, 5.0)
+    bsc.down = True
+    await bsc.drop()
+    pool = client.app[T.POOLS]["bsc"]
+    await eventually(lambda: not pool.serving(), 3.0)
+    await asyncio.sleep(0.5)  # several failed probes: one line (rate-limited)
+    bsc.down = False
+    await eventually(lambda: pool.serving() and pool.nodes[0].newheads, 8.0)
+    text = caplog.text
+    failed = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("upstream probe failed network=bsc")
+    ]
+    assert len(failed) == 1, failed
+    assert f"node=bsc-0 url={bsc.url} error=HTTPStatus: HTTP 503" in failed[0]
+    assert "upstream newHeads failed network=bsc node=bsc-0" in text
+    assert f"upstream in service network=bsc node=bsc-0 url={bsc.url}" in text.split(failed[0])[1]
+    assert "upstream newHeads subscribed network=bsc node=bsc-0" in text.split(failed[0])[1]
