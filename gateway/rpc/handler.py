@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 from aiohttp import hdrs, web
+from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.config import Config, NetworkConfig
 from gateway.intel.cache import answer as cached_answer
@@ -253,6 +254,8 @@ class RpcHandler:
             return self._too_large()
         except ConnectionError:  # client gone, or too slow (server.body_timeout_s)
             return error_reply(rpc.REQUEST_TIMEOUT, data="body incomplete")
+        except RequestPayloadError:  # not what its Content-Encoding says, or a broken chunk
+            return error_reply(rpc.BAD_BODY, data="body does not match its framing or encoding")
         if len(body) > self.max_body:
             return self._too_large()
         return body
