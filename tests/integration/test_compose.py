@@ -391,6 +391,7 @@ def test_every_service_of_ours_has_a_healthcheck(services: dict[str, dict[str, A
         assert effective_healthcheck(services[name]) is not None, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MOCKS))
 def test_mock_node_healthcheck_passes_against_a_mock_node(
     services: dict[str, dict[str, Any]], name: str
@@ -418,6 +419,7 @@ def test_mock_node_healthcheck_passes_against_a_mock_node(
         stop(proc)
 
 
+@pytest.mark.slow
 def test_gateway_healthcheck_passes_against_a_gateway(
     services: dict[str, dict[str, Any]], tmp_path: Path, redis_url: str, prefix: str
 ) -> None:
@@ -433,6 +435,7 @@ def test_gateway_healthcheck_passes_against_a_gateway(
             assert run_healthcheck(argv, {":8545": f":{port}"}) == 0
 
 
+@pytest.mark.slow
 def test_redis_healthcheck_passes_against_redis(
     services: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ places where the gateway answers itself on purpose, each with its reason.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -140,10 +141,12 @@ def calls(draw: st.DrawFn, methods: list[str]) -> tuple[str, list[Any]]:
     return method, params
 
 
+# The suite's budget, or scripts/fuzz's (FUZZ_RANDOM=1, FUZZ_EXAMPLES=N): as in
+# test_fuzz_gateway.py.
 FUZZ = settings(
-    max_examples=150,
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "0")) or 150,
     deadline=None,
-    derandomize=True,
+    derandomize=os.environ.get("FUZZ_RANDOM") != "1",
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
