@@ -32,7 +32,11 @@ costs no timer operations per request.
 answered ``503`` (a JSON-RPC error, ``Connection: close``) and closed.
 Malformed HTTP is answered with a JSON-RPC ``Invalid Request`` body and
 logged as one line without the request bytes (aiohttp's own message quotes
-them, and they may hold an API key).
+them, and they may hold an API key); requests pipelined before it in the
+same read are answered first (``_PipelineParser``). An ``Expect`` other than
+``100-continue`` gets 417 with a JSON-RPC body, and a body that cannot be
+read as sent (not its ``Content-Encoding``) closes the connection after its
+answer without a traceback.
 
 Use ``GatewayRunner(app)`` wherever aiohttp would use ``web.AppRunner``:
 ``gateway serve`` (``serve_app``), gunicorn (``gunicorn_app``) and tests.
