@@ -240,3 +240,28 @@ async def test_differential_covers_every_offered_read(diff_config: Config) -> No
         }
     }
     assert not shapeless, f"give these a params strategy in PARAMS: {sorted(shapeless)}"
+
+
+# -- findings of the differential, kept as plain tests --------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 25 item 3 (the cache key lower-cases 0X to 0x): fixed on the gofilter "
+    "branch; drop this mark when merging it",
+)
+@pytest.mark.parametrize("method", ["eth_getCode", "eth_getBalance"])
+async def test_0X_prefix_is_not_answered_from_the_0x_cache(
+    gw: Served,
+    session: aiohttp.ClientSession,
+    api_key: str,
+    hardhat: str,  # noqa: F811
+    method: str,
+) -> None:
+    """Found by ``scripts/fuzz`` (seed 449103306): Hardhat refuses ``0X``, the gateway
+    answered it with the cached result of the ``0x`` call."""
+    url = f"{gw.url}/bsc/{api_key}"
+    lower = {"jsonrpc": "2.0", "id": 1, "method": method, "params": [RICH.lower(), "latest"]}
+    upper = dict(lower, params=["0X" + RICH[2:], "latest"])
+    assert await _post(session, url, lower) == await _post(session, hardhat, lower)
+    direct = await _post(session, hardhat, upper)
+    assert "error" in direct  # the node tells them apart
+    assert await _post(session, url, upper) == direct
