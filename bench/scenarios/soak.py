@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+from argon2 import PasswordHasher
 from redis.asyncio import Redis
 
 from bench import verdicts as v
@@ -81,13 +82,23 @@ max_bytes = {cache_max_bytes}
 async def make_keys(stack: Stack, count: int) -> tuple[list[str], str, list[tuple[str, str]]]:
     """``count`` keys on the unlimited plan, one on the tiny plan, and 10 to revoke later.
 
-    Written with the store directly: the operator CLI starts a process per key.
+    Written with the store directly: the operator CLI starts a process per key,
+    and without a per-account cap (each check counts the account's keys, which
+    made thousands of keys quadratic). Passwords get the cheapest argon2id:
+    nobody signs in to these accounts.
     """
     assert stack.config_path is not None
     cfg = load_config(stack.config_path, env={"GATEWAY_REDIS_URL": stack.redis_url})
     redis = Redis.from_url(stack.redis_url, decode_responses=True)
     try:
-        store = Store.from_config(redis, cfg)
+        store = Store(
+            redis,
+            prefix=cfg.redis.prefix,
+            plans=[p.name for p in cfg.plans],
+            default_plan=cfg.default_plan,
+            hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1),
+            max_keys=None,
+        )
         run = secrets.token_hex(3)
         big = await store.create_account(f"soak-{run}@example.com", "soak password", plan="bench")
         tiny = await store.create_account(f"tiny-{run}@example.com", "soak password", TINY_PLAN)
