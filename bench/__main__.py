@@ -216,7 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     so.add_argument("--keys", type=int, default=3000, help="keys the mixed traffic uses")
     so.add_argument("--seed", type=int, default=7, help="seed of the traffic's choices")
     so.add_argument(
-        "--warmup", type=duration_arg("s"), default=120.0, help="not judged (cache filling)"
+        "--warmup",
+        type=duration_arg("s"),
+        default=None,
+        help="not judged: the cache fills (default: 40%% of --duration)",
     )
     so.add_argument("--sample-every", type=duration_arg("s"), default=10.0)
     so.add_argument("--ws-per-s", type=float, default=8.0, help="WebSocket sockets opened per s")

@@ -54,11 +54,16 @@ SOAK = (
 
 TINY_PLAN = "soaktiny"  # 429s on demand
 MAX_BODY = 65_536  # small, so the 413 class costs little to send
-SLOPE_LIMITS = {  # per minute, after the warm-up: what "flat" means here
+# Per minute, after the warm-up: what "flat" means here. FDs and connections
+# swing by tens with the hostile clients (held up to 15 s each), so their
+# bound is a few per minute over the judged span. Redis holds usage and
+# insight counters per key with day-long TTLs: they grow with distinct keys
+# until the TTLs turn them over, so its bound is a rate, not zero.
+SLOPE_LIMITS = {
     "rss_mib_per_worker": 0.5,
-    "fds": 2.0,
+    "fds": 5.0,
     "connections": 5.0,
-    "redis_used_mib": 1.0,
+    "redis_used_mib": 5.0,
 }
 ADDRESSES = 5_000  # distinct eth_getBalance params: cache keys by the thousand
 
@@ -480,9 +485,10 @@ def _report(
 ) -> dict[str, Any]:
     report = base_report("soak", SOAK, args, env)
     report["samples"] = samples
-    report["warmup_s"] = args.warmup
+    warmup = args.warmup if args.warmup is not None else 0.4 * args.duration
+    report["warmup_s"] = warmup
     report["outcomes"] = dict(sorted(traffic.kinds.items()))
-    after = [s for s in samples if s["t_s"] >= args.warmup]
+    after = [s for s in samples if s["t_s"] >= warmup]
     slopes = {
         name: slope_per_min([(s["t_s"], float(s[name])) for s in after]) for name in SLOPE_LIMITS
     }
@@ -495,6 +501,14 @@ def _report(
         last = samples[-1]
         for name in ("rss_mib_per_worker", "fds", "cache_mib", "cache_entries", "redis_used_mib"):
             report["figures"][f"{name} at the end"] = last[name]
+    if len(samples) >= 2:
+        first, last = samples[0], samples[-1]
+        workers = max(1, len(last["workers"]))
+        cache_grew = (last["cache_mib"] - first["cache_mib"]) / workers
+        rss_grew = last["rss_mib_per_worker"] - first["rss_mib_per_worker"]
+        report["figures"]["RSS growth per MiB the cache counts (per worker)"] = (
+            round(rss_grew / cache_grew, 2) if cache_grew > 0.1 else "n/a"
+        )
     answered = sum(c for k, c in traffic.kinds.items() if k.split()[-1].isdigit())
     report["figures"]["HTTP answers"] = answered
     report["figures"]["HTTP answers per second"] = round(answered / max(args.duration, 1), 1)
@@ -517,12 +531,13 @@ def _report(
             ", ".join(f"{k}: {c}" for k, c in traffic.bad.items()) or "none",
         )
     )
-    first, last_workers = (samples[0]["workers"], samples[-1]["workers"]) if samples else ([], [])
+    start_workers = samples[0]["workers"] if samples else []
+    end_workers = samples[-1]["workers"] if samples else []
     checks.append(
         v.check(
             "no worker restarted",
-            first == last_workers,
-            f"workers {first} -> {last_workers}",
+            start_workers == end_workers,
+            f"workers {start_workers} -> {end_workers}",
         )
     )
     return finish(report, checks)
