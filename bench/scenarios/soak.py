@@ -487,6 +487,8 @@ def _report(
     report["samples"] = samples
     warmup = args.warmup if args.warmup is not None else 0.4 * args.duration
     report["warmup_s"] = warmup
+    if samples:  # bsc only: one network's cache per worker
+        report["cache_bound_mib"] = args.cache_max_bytes * len(samples[-1]["workers"]) / 2**20
     report["outcomes"] = dict(sorted(traffic.kinds.items()))
     after = [s for s in samples if s["t_s"] >= warmup]
     slopes = {
@@ -553,7 +555,7 @@ def plot_samples(report: dict[str, Any], path: str) -> None:
     samples = report.get("samples", [])
     series = [
         ("rss_mib_per_worker", "RSS per worker (MiB)"),
-        ("cache_mib", "cache (MiB, counted)"),
+        ("cache_mib", "cache, counted (MiB, all workers)"),
         ("fds", "open FDs (all workers)"),
         ("connections", "open connections"),
         ("ws_sockets", "WebSocket sockets"),
@@ -561,8 +563,12 @@ def plot_samples(report: dict[str, Any], path: str) -> None:
     ]
     fig, axes = plt.subplots(len(series), 1, figsize=(9, 2.2 * len(series)), sharex=True)
     ts = [s["t_s"] for s in samples]
+    bound = report.get("cache_bound_mib")
     for ax, (name, label) in zip(axes, series, strict=True):
         ax.plot(ts, [s[name] for s in samples], marker=".", linewidth=1.4)
+        if name == "cache_mib" and bound:
+            ax.axhline(bound, color="grey", linestyle="--", linewidth=1, label="cache.max_bytes")
+            ax.legend(loc="lower right", fontsize=8)
         ax.axvspan(0, report.get("warmup_s", 0), color="grey", alpha=0.15)
         ax.set_ylabel(label, fontsize=8)
         ax.grid(True, alpha=0.3)
