@@ -396,7 +396,7 @@ def test_every_service_of_ours_has_a_healthcheck(services: dict[str, dict[str, A
 def test_mock_node_healthcheck_passes_against_a_mock_node(
     services: dict[str, dict[str, Any]], name: str
 ) -> None:
-    """The healthcheck the service really gets (not the gateway's /readyz GET: 405 there)."""
+    """The healthcheck the service really gets (not the image's GET /healthz: 405 there)."""
     service = services[name]
     test = effective_healthcheck(service)
     assert test is not None
