@@ -39,6 +39,7 @@ _EPILOG = """examples:
   python -m bench steady --target https://rpc.example.com --key $KEY --rate 500
   python -m bench scale --max-workers 4 --connections 64
   python -m bench mix --keys 20 --duration 10s
+  python -m bench soak --duration 10m
 See bench/README.md for the numbers measured on the reference machine."""
 
 # Per-scenario defaults: (duration s, rate req/s) and extra options.
@@ -51,6 +52,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "redis-restart": {"duration": 12.0, "rate": 300.0},
     "scale": {"duration": 5.0, "rate": 0.0},
     "mix": {"duration": 10.0, "rate": 0.0},
+    "soak": {"duration": 600.0, "rate": 300.0},
 }
 
 
@@ -63,6 +65,7 @@ _SHORT = {
     "redis-restart": "stop and restart Redis under load: fail closed, recover",
     "scale": "1..N gateway workers, closed loop: throughput vs the ideal line, CPU per part",
     "mix": "a dapp read mix from many keys: node calls per call, cache hits, vs the bare proxy",
+    "soak": "minutes of mixed traffic, refusals, WebSocket churn, hostile clients: slopes",
 }
 
 
@@ -224,6 +227,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=3.0,
         help="the mock nodes' block time; the staleness of eth_blockNumber and latest "
         "answers is reported against it (issue 19 measures at 500ms)",
+    )
+    so = parsers["soak"]
+    so.set_defaults(workers=2)
+    so.add_argument("--keys", type=int, default=3000, help="keys the mixed traffic uses")
+    so.add_argument("--seed", type=int, default=7, help="seed of the traffic's choices")
+    so.add_argument(
+        "--warmup",
+        type=duration_arg("s"),
+        default=None,
+        help="not judged: the cache fills (default: 40%% of --duration)",
+    )
+    so.add_argument("--sample-every", type=duration_arg("s"), default=10.0)
+    so.add_argument("--ws-per-s", type=float, default=8.0, help="WebSocket sockets opened per s")
+    so.add_argument(
+        "--hostile-per-s", type=float, default=2.0, help="slow, unread and reset clients per s"
+    )
+    so.add_argument(
+        "--cache-max-bytes",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="the gateway's cache.max_bytes: small, so the soak reaches the bound",
     )
     return parser
 

@@ -368,6 +368,11 @@ def _plot_scale(ax: Any, scale: dict[str, Any]) -> None:
 
 def plot(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """PNG: latency percentile spectrum per target, plus the timeline if any."""
+    if report.get("scenario") == "soak":  # series over time, not latencies
+        from bench.scenarios.soak import plot_samples
+
+        plot_samples(report, str(path))
+        return
     import matplotlib
 
     matplotlib.use("Agg")

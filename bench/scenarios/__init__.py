@@ -16,6 +16,7 @@ from bench.scenarios.limits import BURST, MANY_KEYS, burst, many_keys
 from bench.scenarios.mix import MIX, mix
 from bench.scenarios.revoke import REVOKE, revoke
 from bench.scenarios.scale import SCALE, scale
+from bench.scenarios.soak import SOAK, soak
 from bench.scenarios.steady import STEADY, steady
 
 Scenario = Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
@@ -29,4 +30,5 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "redis-restart": (REDIS_RESTART, redis_restart),
     "scale": (SCALE, scale),
     "mix": (MIX, mix),
+    "soak": (SOAK, soak),
 }

@@ -42,7 +42,9 @@ BODY_TOO_LARGE: Final = ErrorKind(-32600, "Invalid Request", 413)
 UNSUPPORTED_MEDIA_TYPE: Final = ErrorKind(-32600, "Invalid Request", 415)
 METHOD_NOT_ALLOWED: Final = ErrorKind(-32600, "Invalid Request", 405)
 REQUEST_TIMEOUT: Final = ErrorKind(-32600, "Invalid Request", 408)
-# A body that is not what its Content-Encoding says (aiohttp cannot decode it).
+# A body that cannot be read as sent: not the Content-Encoding it declares
+# (plain JSON labelled gzip), a broken chunk. 400 like aiohttp's own answer to
+# an unknown encoding (br), and no log line: the client's mistake, not ours.
 BAD_BODY: Final = ErrorKind(-32600, "Invalid Request", 400)
 UPSTREAM_UNAVAILABLE: Final = ErrorKind(-32603, "Upstream unavailable", 502)
 UPSTREAM_TIMEOUT: Final = ErrorKind(-32603, "Upstream timeout", 504)
@@ -208,9 +210,12 @@ def parse_body(body: bytes) -> Any:
     """The request body as JSON values whose numbers re-encode exactly.
 
     The fast parser first; the literal-keeping one when numbers would lose
-    digits, and as the fallback for valid JSON orjson refuses (``1.5e400``).
-    A body that parses but cannot be encoded again (a lone surrogate) is not
-    JSON we can forward: ``ParseError``.
+    digits, and as the fallback for valid JSON orjson refuses (``1.5e400``,
+    a lone surrogate such as ``"\\ud800"``). A lone surrogate cannot be
+    encoded again, so each call keeps only the members a call is made of
+    (an unknown member is ignored, as for any other value, SPEC §3); one
+    left in ``id``, ``method`` or ``params`` is not JSON we can forward:
+    ``ParseError``.
     """
     try:
         parsed = orjson.loads(body)
@@ -218,12 +223,37 @@ def parse_body(body: bytes) -> Any:
         parsed = loads_exact(body)
         try:
             orjson.dumps(parsed)
-        except orjson.JSONEncodeError as exc:
-            raise ParseError(str(exc)) from None
+        except orjson.JSONEncodeError:
+            parsed = _call_members(parsed)
+            try:
+                orjson.dumps(parsed)
+            except orjson.JSONEncodeError as exc:
+                raise ParseError(str(exc)) from None
         return parsed
     if needs_exact(parsed) or (b"-0" in body and _zero_id(parsed)):
         return loads_exact(body)
     return parsed
+
+
+_MEMBERS: Final = ("jsonrpc", "id", "method", "params")
+
+
+def _call_members(parsed: Any) -> Any:
+    """Each call object cut to the members validation reads; other batch items to null.
+
+    Only for a body that does not encode again: what is dropped is never read
+    (``validate_call`` answers a non-object item "request must be an object"
+    whatever it held).
+    """
+
+    def cut(obj: Any) -> Any:
+        if type(obj) is not dict:
+            return None
+        return {k: obj[k] for k in _MEMBERS if k in obj}
+
+    if type(parsed) is list:
+        return [cut(o) for o in parsed]
+    return cut(parsed) if type(parsed) is dict else parsed
 
 
 def _zero_id(parsed: Any) -> bool:

@@ -32,7 +32,11 @@ costs no timer operations per request.
 answered ``503`` (a JSON-RPC error, ``Connection: close``) and closed.
 Malformed HTTP is answered with a JSON-RPC ``Invalid Request`` body and
 logged as one line without the request bytes (aiohttp's own message quotes
-them, and they may hold an API key).
+them, and they may hold an API key); requests pipelined before it in the
+same read are answered first (``_PipelineParser``). An ``Expect`` other than
+``100-continue`` gets 417 with a JSON-RPC body, and a body that cannot be
+read as sent (not its ``Content-Encoding``) closes the connection after its
+answer without a traceback.
 
 Use ``GatewayRunner(app)`` wherever aiohttp would use ``web.AppRunner``:
 ``gateway serve`` (``serve_app``), gunicorn (``gunicorn_app``) and tests.
@@ -54,7 +58,10 @@ import socket
 from typing import Any, Final
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import HttpRequestParser
+from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, RequestPayloadError, _ErrInfo
 from aiohttp.web_request import BaseRequest
 
 from gateway import typedefs as T
@@ -103,6 +110,38 @@ class _Watch:
         self.metrics = metrics
 
 
+class _PipelineParser(HttpRequestParser):
+    """aiohttp's request parser, stopping after each request so a bad one loses only itself.
+
+    aiohttp parses everything a read brought in one go, and a malformed
+    request anywhere in it raises away the requests parsed before it: three
+    valid pipelined calls followed by garbage in the same write got no
+    answer at all, only the 400. This parser is built to pause after every
+    complete request (aiohttp's own queue-full pause, at a queue of one) and
+    resumes itself until the read is consumed or the connection's queue is
+    full, so the requests before the bad one are queued and answered, then
+    the 400 (and the close) follow in order. The queue bound is aiohttp's:
+    past it the protocol pauses the transport and later resumes the parser.
+    """
+
+    def feed_data(self, data: bytes, *args: Any, **kwargs: Any) -> tuple[list[Any], bool, bytes]:
+        messages, upgraded, tail = super().feed_data(data, *args, **kwargs)
+        if upgraded or not messages:
+            return list(messages), upgraded, tail
+        out: list[Any] = list(messages)
+        queued: Any = getattr(self.protocol, "_messages", ())
+        try:
+            while len(out) + len(queued) < MAX_MSG_QUEUE_SIZE:
+                self.message_consumed()
+                more, upgraded, tail = super().feed_data(b"")
+                out.extend(more)
+                if upgraded or not more:
+                    return out, upgraded, tail
+        except HttpProcessingError as exc:
+            out.append((_ErrInfo(status=400, exc=exc, message=exc.message), EMPTY_PAYLOAD))
+        return out, False, b""
+
+
 class GatewayProtocol(RequestHandler):
     """aiohttp's request handler plus the watchdog, the cap and drain hints."""
 
@@ -119,6 +158,17 @@ class GatewayProtocol(RequestHandler):
         self, manager: GatewayServer, *, loop: asyncio.AbstractEventLoop, **kwargs: Any
     ) -> None:
         super().__init__(manager, loop=loop, **kwargs)
+        self._parser = _PipelineParser(
+            self,
+            loop,
+            self._read_bufsize,
+            max_line_size=self.max_line_size,
+            max_field_size=self.max_field_size,
+            max_headers=self.max_headers,
+            payload_exception=RequestPayloadError,
+            auto_decompress=kwargs.get("auto_decompress", True),
+            max_msg_queue_size=1,
+        )
         self._gw_watch = manager.watch
         self._gw_phase = _IDLE
         self._gw_deadline = 0.0
@@ -263,6 +313,18 @@ class GatewayProtocol(RequestHandler):
     ) -> tuple[web.StreamResponse, bool]:
         if self._close and not resp.prepared:
             resp.force_close()  # shutting down: tell the client not to reuse the connection
+        if isinstance(resp, web.HTTPExpectationFailed):
+            resp = _expect_refused()
+        payload = request.content
+        if payload.exception() is not None:
+            # The body could not be read (not its Content-Encoding, a broken
+            # chunk): the parser has stopped, so this connection can carry no
+            # further request. Close it after the answer, and mark the body
+            # finished so aiohttp does not read it again after the handler
+            # (that read re-raises and logged a second traceback per request).
+            if not resp.prepared:
+                resp.force_close()
+            payload.feed_eof()
         return await super().finish_response(request, resp, start_time)
 
     # -- malformed HTTP ------------------------------------------------------
@@ -298,6 +360,22 @@ class GatewayProtocol(RequestHandler):
         )
         resp.force_close()
         return resp
+
+
+def _expect_refused() -> web.Response:
+    """aiohttp's text 417 for an ``Expect`` other than ``100-continue``, as JSON-RPC.
+
+    417 stays (RFC 9110 §10.1.1); the body is the -32600 every other refusal
+    of the request's framing gets. The header's value is not echoed. The
+    connection closes: the client may still be holding its body back.
+    """
+    resp = web.Response(
+        status=417,
+        body=rpc.error_body(rpc.INVALID_REQUEST, None, "only Expect: 100-continue is supported"),
+        content_type="application/json",
+    )
+    resp.force_close()
+    return resp
 
 
 def _peer(transport: Any) -> str:

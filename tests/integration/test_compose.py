@@ -19,6 +19,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ import yaml
 from bench.mocknode import build_parser as mocknode_parser
 from gateway.cli.main import build_parser as gateway_parser
 from gateway.config import Config, load_config
+from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port, redis_server_binary
+from tests.helpers.config import scenario
+from tests.helpers.procs import gateway_processes, mock_node_process, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
@@ -303,3 +307,106 @@ def test_docker_compose_accepts_the_file() -> None:  # pragma: no cover - no com
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
+
+
+# -- healthchecks, run for real (issue 25 item 5) ---------------------------------------
+OWN_IMAGE = "rpc-gateway:local"
+
+
+def dockerfile_healthcheck() -> list[str]:
+    """The Dockerfile's ``HEALTHCHECK ... CMD [...]``: what a service of our image inherits."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    match = re.search(r"^HEALTHCHECK\b.*?\bCMD\s+(\[.*\])\s*$", text, re.M)
+    assert match, "the Dockerfile has no exec-form HEALTHCHECK"
+    command: list[str] = json.loads(match.group(1))
+    return ["CMD", *command]
+
+
+def effective_healthcheck(service: dict[str, Any]) -> list[str] | None:
+    """The service's own healthcheck, or the one its image brings (ours only: known here)."""
+    own = service.get("healthcheck")
+    if own is not None:
+        if own.get("disable"):
+            return None
+        test: list[str] = own["test"]
+        return test
+    if service.get("image") == OWN_IMAGE:
+        return dockerfile_healthcheck()
+    return None
+
+
+def run_healthcheck(test: list[str], replace: dict[str, str], timeout_s: float = 10.0) -> int:
+    """Run a compose ``test`` on this host, with container addresses mapped to ours."""
+    kind, *argv = test
+    mapped = []
+    for arg in argv:
+        for old, new in replace.items():
+            arg = arg.replace(old, new)
+        mapped.append(arg)
+    if kind == "CMD-SHELL":
+        mapped = ["sh", "-c", " ".join(mapped)]
+    else:
+        assert kind == "CMD", test
+    result = subprocess.run(mapped, capture_output=True, timeout=timeout_s)
+    return result.returncode
+
+
+def test_every_service_of_ours_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
+    for name in ("redis", *GATEWAYS, *MOCKS):
+        assert effective_healthcheck(services[name]) is not None, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MOCKS))
+def test_mock_node_healthcheck_passes_against_a_mock_node(
+    services: dict[str, dict[str, Any]], name: str
+) -> None:
+    """The healthcheck the service really gets (not the image's GET /healthz: 405 there)."""
+    service = services[name]
+    test = effective_healthcheck(service)
+    assert test is not None
+    port = free_port()
+    command = [sys.executable if arg == "python" else arg for arg in service["command"]]
+    command[command.index("--port") + 1] = str(port)
+    command[command.index("--host") + 1] = "127.0.0.1"
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith(b"http://")
+        python = {"python": sys.executable}
+        rc = run_healthcheck(
+            [test[0], *(python.get(a, a) for a in test[1:])], {":8545": f":{port}"}
+        )
+        assert rc == 0, f"{name}: healthcheck {test} failed"
+        inherited = ["CMD", *(python.get(a, a) for a in dockerfile_healthcheck()[1:])]
+        assert run_healthcheck(inherited, {":8545": f":{port}"}) != 0  # why it needs its own
+    finally:
+        stop(proc)
+
+
+@pytest.mark.slow
+def test_gateway_healthcheck_passes_against_a_gateway(
+    services: dict[str, dict[str, Any]], tmp_path: Path, redis_url: str, prefix: str
+) -> None:
+    test = effective_healthcheck(services["gateway-1"])
+    assert test is not None
+    with mock_node_process(56) as bsc, mock_node_process(204) as opbnb:
+        cfg = tmp_path / "gateway.toml"
+        cfg.write_text(scenario("unlimited", prefix=prefix, bsc=bsc, opbnb=opbnb))
+        env = {"GATEWAY_REDIS_URL": redis_url}
+        with gateway_processes(1, cfg, env) as (port,):
+            python = {"python": sys.executable}
+            argv = [test[0], *(python.get(a, a) for a in test[1:])]
+            assert run_healthcheck(argv, {":8545": f":{port}"}) == 0
+
+
+@pytest.mark.slow
+def test_redis_healthcheck_passes_against_redis(
+    services: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    test = effective_healthcheck(services["redis"])
+    assert test is not None and test[:2] == ["CMD", "redis-cli"]
+    cli = Path(redis_server_binary()).with_name("redis-cli")
+    with RedisProcess(tmp_path, persist=False, tcp=True) as redis:
+        argv = ["CMD", str(cli), "-h", LOOPBACK, "-p", str(redis.port), *test[2:]]
+        assert run_healthcheck(argv, {}) == 0

@@ -1,0 +1,579 @@
+"""Soak: everything a public endpoint sees, for minutes, while memory and handles are sampled.
+
+Mixed HTTP over thousands of keys (reads with many distinct params, so the
+answer cache fills to its bound) with every refusal class (401 unknown and
+revoked keys, 429 on a tiny plan, 405, 413, 415, 400 body not its
+Content-Encoding, 417, -32700, -32600, -32601, malformed HTTP), WebSocket
+churn (open, call, close or drop), slow clients (a head one byte at a time,
+an answer never read) and aborting ones (a reset mid-request). Every
+``--sample-every`` seconds: RSS and open FDs of each gateway worker, open
+connections, cache bytes and entries (the gateway's /metrics), and Redis
+``used_memory``. The verdict: after ``--warmup``, each series' least-squares
+slope per minute stays under its bound; no 500 (no 5xx but 502/503/504);
+no worker restarted. A plot shows every series over time.
+
+Local stack only (it reads the processes and the metrics)::
+
+    python -m bench soak --duration 10m
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import json
+import os
+import random
+import re
+import secrets
+import shlex
+import socket
+import struct
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from argon2 import PasswordHasher
+from redis.asyncio import Redis
+
+from bench import verdicts as v
+from bench.scenarios.common import Env, base_report, finish, log
+from bench.stack import Stack, StackOptions, free_port, process_tree
+from gateway.config import load_config
+from gateway.store.accounts import Store
+
+SOAK = (
+    "Mixed HTTP over many keys with every refusal class, WebSocket churn, slow and aborting "
+    "clients; RSS, FDs, connections, cache and Redis memory sampled over time; a verdict on "
+    "their slopes after the warm-up."
+)
+
+TINY_PLAN = "soaktiny"  # 429s on demand
+MAX_BODY = 65_536  # small, so the 413 class costs little to send
+# Per minute, after the warm-up: what "flat" means here. FDs and connections
+# swing by tens with the hostile clients (held up to 15 s each), so their
+# bound is a few per minute over the judged span. Redis holds usage and
+# insight counters per key with day-long TTLs: they grow with distinct keys
+# until the TTLs turn them over, so its bound is a rate, not zero.
+SLOPE_LIMITS = {
+    "rss_mib_per_worker": 0.5,
+    "fds": 5.0,
+    "connections": 5.0,
+    "redis_used_mib": 5.0,
+}
+ADDRESSES = 5_000  # distinct eth_getBalance params: cache keys by the thousand
+
+
+def extra_toml(cache_max_bytes: int) -> str:
+    return f"""
+[plans.{TINY_PLAN}]
+title = "Soak (tiny)"
+rate = 2
+burst = 2
+
+[limits]
+max_body_bytes = {MAX_BODY}
+
+[cache]
+max_bytes = {cache_max_bytes}
+"""
+
+
+# ---- keys -----------------------------------------------------------------------
+async def make_keys(stack: Stack, count: int) -> tuple[list[str], str, list[tuple[str, str]]]:
+    """``count`` keys on the unlimited plan, one on the tiny plan, and 10 to revoke later.
+
+    Written with the store directly: the operator CLI starts a process per key,
+    and without a per-account cap (each check counts the account's keys, which
+    made thousands of keys quadratic). Passwords get the cheapest argon2id:
+    nobody signs in to these accounts.
+    """
+    assert stack.config_path is not None
+    cfg = load_config(stack.config_path, env={"GATEWAY_REDIS_URL": stack.redis_url})
+    redis = Redis.from_url(stack.redis_url, decode_responses=True)
+    try:
+        store = Store(
+            redis,
+            prefix=cfg.redis.prefix,
+            plans=[p.name for p in cfg.plans],
+            default_plan=cfg.default_plan,
+            hasher=PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1),
+            max_keys=None,
+        )
+        run = secrets.token_hex(3)
+        big = await store.create_account(f"soak-{run}@example.com", "soak password", plan="bench")
+        tiny = await store.create_account(f"tiny-{run}@example.com", "soak password", TINY_PLAN)
+        keys = [(await store.create_key(big.id, name=f"k{i}"))[0] for i in range(count)]
+        tiny_key, _ = await store.create_key(tiny.id, name="tiny")
+        doomed = []
+        for i in range(10):
+            key, record = await store.create_key(big.id, name=f"revoke-{i}")
+            doomed.append((key, record.id))
+        return keys, tiny_key, doomed
+    finally:
+        await redis.aclose()
+
+
+async def revoke(stack: Stack, key_id: str) -> None:
+    assert stack.config_path is not None
+    cfg = load_config(stack.config_path, env={"GATEWAY_REDIS_URL": stack.redis_url})
+    redis = Redis.from_url(stack.redis_url, decode_responses=True)
+    try:
+        await Store.from_config(redis, cfg).revoke_key(key_id)
+    finally:
+        await redis.aclose()
+
+
+# ---- traffic --------------------------------------------------------------------
+def _call(rng: random.Random, method: str | None = None) -> dict[str, Any]:
+    method = method or rng.choice(
+        ["eth_getBalance"] * 4 + ["eth_blockNumber", "eth_chainId", "eth_getBlockByNumber"]
+    )
+    params: list[Any] = []
+    if method == "eth_getBalance":
+        params = [f"0x{rng.randrange(ADDRESSES):040x}", hex(rng.randrange(1, 900_000))]
+    elif method == "eth_getBlockByNumber":
+        params = [hex(rng.randrange(1, 900_000)), False]
+    return {"jsonrpc": "2.0", "id": rng.randrange(1 << 40), "method": method, "params": params}
+
+
+class Traffic:
+    """The load's state: outcome counts and what must never happen."""
+
+    def __init__(self, url: str, keys: list[str], tiny: str, seed: int) -> None:
+        self.url = url
+        self.host, port = url.removeprefix("http://").split(":")
+        self.port = int(port)
+        self.keys = keys
+        self.tiny = tiny
+        self.revoked: list[str] = []
+        self.rng = random.Random(seed)
+        self.kinds: Counter[str] = Counter()
+        self.bad: Counter[str] = Counter()  # 500s, non-JSON-RPC bodies, wrong ids
+        self.stop = asyncio.Event()
+        self._hostile: set[asyncio.Task[None]] = set()
+
+    def note(self, kind: str, status: int) -> None:
+        self.kinds[f"{kind} {status}"] += 1
+        if status >= 500 and status not in (502, 503, 504):
+            self.bad[f"{kind}: HTTP {status}"] += 1
+
+    async def http(self, session: aiohttp.ClientSession) -> None:
+        """One request of the mix: 80 % reads, 20 % refusals of every class."""
+        rng = self.rng
+        key = rng.choice(self.keys)
+        roll = rng.random()
+        call = _call(rng)
+        body = json.dumps(call).encode()
+        headers = {"Content-Type": "application/json"}
+        path, method, kind = f"/bsc/{key}", "POST", "read"
+        if roll < 0.05:
+            call = [_call(rng) for _ in range(rng.randrange(2, 6))]  # type: ignore[assignment]
+            body, kind = json.dumps(call).encode(), "batch"
+        elif roll < 0.80:
+            pass
+        elif roll < 0.82:
+            path, kind = f"/bsc/{secrets.token_urlsafe(24)}", "unknown key"
+        elif roll < 0.83 and self.revoked:
+            path, kind = f"/bsc/{rng.choice(self.revoked)}", "revoked key"
+        elif roll < 0.85:
+            path, kind = f"/bsc/{self.tiny}", "tiny plan"
+        elif roll < 0.86:
+            method, kind = "GET", "GET"
+        elif roll < 0.87:
+            body, kind = b"[" * 10 + b"0" * MAX_BODY, "too large"
+        elif roll < 0.88:
+            headers["Content-Type"], kind = "text/plain", "text/plain"
+        elif roll < 0.89:
+            headers["Content-Encoding"], kind = "gzip", "gzip lie"
+        elif roll < 0.90:
+            body, kind = gzip.compress(body), "gzip"
+            headers["Content-Encoding"] = "gzip"
+        elif roll < 0.92:
+            body, kind = b'{"jsonrpc":"2.0","id":1,', "parse error"
+        elif roll < 0.94:
+            body, kind = b'{"jsonrpc":"1.0","id":1,"method":"eth_chainId"}', "invalid"
+        elif roll < 0.96:
+            body, kind = b'{"jsonrpc":"2.0","id":1,"method":"admin_peers"}', "unknown method"
+        elif roll < 0.97:
+            headers["Expect"], kind = "200-ok", "expect"
+        else:
+            return await self.malformed()
+        try:
+            async with session.request(
+                method, self.url + path, data=body, headers=headers, compress=None
+            ) as resp:
+                raw = await resp.read()
+                self.note(kind, resp.status)
+                self._check_body(kind, resp.status, raw, call)
+        except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+            self.kinds[f"{kind} {type(exc).__name__}"] += 1
+
+    def _check_body(self, kind: str, status: int, raw: bytes, call: Any) -> None:
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            self.bad[f"{kind}: not JSON ({status})"] += 1
+            return
+        items = answer if isinstance(answer, list) else [answer]
+        if not all(isinstance(i, dict) and i.get("jsonrpc") == "2.0" for i in items):
+            self.bad[f"{kind}: not JSON-RPC"] += 1
+        elif (
+            isinstance(call, dict)
+            and isinstance(answer, dict)
+            and kind == "read"
+            and answer.get("id") != call["id"]
+        ):
+            self.bad[f"{kind}: id changed"] += 1
+
+    async def malformed(self) -> None:
+        """Garbage after a valid request on one connection: the valid one is answered."""
+        try:
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            writer.write(b"\x00\x01 NOT HTTP\r\n\r\n")
+            await writer.drain()
+            head = await asyncio.wait_for(reader.read(4096), 10)
+            writer.close()
+            status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else 0
+            self.note("malformed", status)
+        except (OSError, TimeoutError, ValueError, IndexError):
+            self.kinds["malformed no answer"] += 1
+
+    async def http_loop(self, session: aiohttp.ClientSession, rate: float) -> None:
+        """Open loop at ``rate`` per second; each request its own task (bounded)."""
+        gate = asyncio.Semaphore(256)
+        tasks: set[asyncio.Task[None]] = set()
+        interval = 1.0 / rate
+        next_at = time.monotonic()
+        while not self.stop.is_set():
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if gate.locked():
+                self.kinds["generator behind"] += 1
+                continue
+
+            async def one() -> None:
+                async with gate:
+                    await self.http(session)
+
+            task = asyncio.ensure_future(one())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def ws_churn(self, session: aiohttp.ClientSession, per_s: float) -> None:
+        """Sockets opened at ``per_s``: a few calls, held a while or not, then closed or dropped."""
+        held: set[asyncio.Task[None]] = set()
+        while not self.stop.is_set():
+            await asyncio.sleep(self.rng.expovariate(per_s))
+            if len(held) >= 200:
+                self.kinds["ws generator behind"] += 1
+                continue
+            task = asyncio.ensure_future(self._ws_one(session))
+            held.add(task)
+            task.add_done_callback(held.discard)
+        await asyncio.gather(*held, return_exceptions=True)
+
+    async def _ws_one(self, session: aiohttp.ClientSession) -> None:
+        rng = self.rng
+        key = rng.choice(self.keys)
+        hold = rng.uniform(1.0, 20.0) if rng.random() < 0.3 else 0.0
+        try:
+            async with session.ws_connect(f"{self.url}/bsc/{key}") as ws:
+                for _ in range(rng.randrange(1, 4)):
+                    await ws.send_str(json.dumps(_call(rng)))
+                    msg = await ws.receive(timeout=10)
+                    self.kinds[f"ws {msg.type.name.lower()}"] += 1
+                if hold:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stop.wait(), hold)
+                if rng.random() < 0.3:  # drop without a close frame
+                    conn = getattr(ws._response, "connection", None)
+                    transport = getattr(conn, "transport", None)
+                    if transport is not None:
+                        transport.abort()
+                    self.kinds["ws dropped"] += 1
+                    return
+            self.kinds["ws closed"] += 1
+        except Exception as exc:  # a generator that dies would measure nothing
+            self.kinds[f"ws {type(exc).__name__}"] += 1
+
+    async def hostile(self, per_s: float) -> None:
+        """Slow heads, unread answers and resets, a few a second."""
+        while not self.stop.is_set():
+            await asyncio.sleep(self.rng.expovariate(per_s))
+            what = self.rng.choice(["slow head", "unread answer", "reset"])
+            self.kinds[what] += 1
+            task = asyncio.ensure_future(self._hostile_one(what))
+            self._hostile.add(task)
+            task.add_done_callback(self._hostile.discard)
+
+    async def _hostile_one(self, what: str) -> None:
+        key = self.rng.choice(self.keys)
+        body = json.dumps(_call(self.rng)).encode()
+        req = (
+            f"POST /bsc/{key} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
+            _, writer = await asyncio.open_connection(self.host, self.port)
+            try:
+                if what == "slow head":
+                    for i in range(40):  # ~20 s if the gateway allowed it
+                        writer.write(req[i : i + 1])
+                        await writer.drain()
+                        await asyncio.sleep(0.5)
+                elif what == "unread answer":
+                    big = json.dumps([_call(self.rng, "eth_getBlockByNumber") for _ in range(50)])
+                    writer.write(req.replace(body, big.encode()).replace(
+                        b"Content-Length: %d" % len(body), b"Content-Length: %d" % len(big)
+                    ) * 20)  # fmt: skip
+                    await writer.drain()
+                    await asyncio.sleep(15)
+                else:
+                    writer.write(req[: len(req) // 2])
+                    await writer.drain()
+                    transport = writer.transport
+                    sock = transport.get_extra_info("socket")
+                    if sock is not None:  # linger 0: the close is a reset
+                        sock.setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                        )
+                    transport.abort()
+            finally:
+                writer.close()
+
+
+# ---- sampling -------------------------------------------------------------------
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})? ([0-9.e+-]+)$", re.M)
+
+
+async def scrape_totals(url: str) -> dict[str, float]:
+    """Each metric family's samples summed over labels (unlabelled ones too)."""
+    async with aiohttp.ClientSession() as s, s.get(url) as resp:
+        text = await resp.text()
+    out: dict[str, float] = {}
+    for name, value in _SAMPLE.findall(text):
+        out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def _proc_status(pid: int, field: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _fds(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+async def sample(stack: Stack, metrics_url: str, redis: Redis, t0: float) -> dict[str, Any]:
+    assert stack.gateway is not None
+    workers = process_tree(stack.gateway.pid)[1:] or [stack.gateway.pid]
+    rss = {p: (_proc_status(p, "VmRSS") or 0) / 1024 for p in workers}
+    fds = {p: _fds(p) or 0 for p in workers}
+    metrics = await scrape_totals(metrics_url)
+    info = await redis.info("memory")
+    return {
+        "t_s": round(time.monotonic() - t0, 1),
+        "workers": sorted(workers),
+        "rss_mib": {str(p): round(m, 2) for p, m in rss.items()},
+        "rss_mib_per_worker": round(sum(rss.values()) / len(rss), 2),
+        "fds": sum(fds.values()),
+        "connections": metrics.get("gateway_open_connections", 0.0),
+        "ws_sockets": metrics.get("gateway_ws_sockets", 0.0),
+        "cache_mib": round(metrics.get("gateway_cache_bytes", 0.0) / 2**20, 3),
+        "cache_entries": metrics.get("gateway_cache_entries", 0.0),
+        "redis_used_mib": round(int(info["used_memory"]) / 2**20, 3),
+    }
+
+
+def slope_per_min(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (t seconds, value), per minute; None under 3 points."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(x for _, x in points) / n
+    den = sum((t - mt) ** 2 for t, _ in points)
+    if den == 0:
+        return None
+    return 60.0 * sum((t - mt) * (x - mv) for t, x in points) / den
+
+
+# ---- the scenario ---------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def _stack(args: argparse.Namespace, metrics_port: int) -> AsyncIterator[Env]:
+    opts = StackOptions(
+        bsc_nodes=1,
+        gateway_workers=args.workers,
+        gateway_cmd=tuple(shlex.split(args.gateway_cmd)),
+        pin=not args.no_pin,
+        keep_dir=args.keep_stack_dir,
+        metrics_port=metrics_port,
+        extra_toml=extra_toml(args.cache_max_bytes),
+    )
+    log("starting a local stack (redis, mock nodes, gateway)")
+    async with Stack.start(opts) as stack:
+        assert stack.gateway is not None
+        yield Env(args, stack, stack.gateway.url)
+
+
+async def soak(args: argparse.Namespace) -> dict[str, Any]:
+    if args.target:
+        raise SystemExit("bench: soak needs the local stack (it samples the processes)")
+    metrics_port = free_port()
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    async with _stack(args, metrics_port) as env:
+        stack = env.stack
+        assert stack is not None and stack.gateway is not None
+        keys, tiny, doomed = await make_keys(stack, args.keys)
+        log(f"{len(keys)} keys; load {args.rate:g} req/s for {args.duration:g} s")
+        traffic = Traffic(env.gateway_url, keys + [k for k, _ in doomed], tiny, args.seed)
+        redis = Redis.from_url(stack.redis_url)
+        samples: list[dict[str, Any]] = []
+        t0 = time.monotonic()
+        connector = aiohttp.TCPConnector(limit=64)
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            loops = [
+                asyncio.ensure_future(traffic.http_loop(session, args.rate)),
+                asyncio.ensure_future(traffic.ws_churn(session, args.ws_per_s)),
+                asyncio.ensure_future(traffic.hostile(args.hostile_per_s)),
+            ]
+            revoke_every = args.duration / (len(doomed) + 1)
+            next_revoke = revoke_every
+            try:
+                samples.append(await sample(stack, metrics_url, redis, t0))
+                while (now := time.monotonic() - t0) < args.duration:
+                    await asyncio.sleep(min(args.sample_every, args.duration - now))
+                    if doomed and time.monotonic() - t0 >= next_revoke:
+                        key, key_id = doomed.pop()
+                        await revoke(stack, key_id)
+                        traffic.revoked.append(key)
+                        traffic.keys.remove(key)
+                        next_revoke += revoke_every
+                    samples.append(await sample(stack, metrics_url, redis, t0))
+                    s = samples[-1]
+                    log(
+                        f"t={s['t_s']:.0f}s rss/worker {s['rss_mib_per_worker']:.1f} MiB, "
+                        f"fds {s['fds']}, conns {s['connections']:g}, cache "
+                        f"{s['cache_mib']:.1f} MiB, redis {s['redis_used_mib']:.1f} MiB"
+                    )
+            finally:
+                traffic.stop.set()
+                await asyncio.wait(loops, timeout=20)
+                await redis.aclose()
+        return _report(args, env, samples, traffic)
+
+
+def _report(
+    args: argparse.Namespace, env: Env, samples: list[dict[str, Any]], traffic: Traffic
+) -> dict[str, Any]:
+    report = base_report("soak", SOAK, args, env)
+    report["samples"] = samples
+    warmup = args.warmup if args.warmup is not None else 0.4 * args.duration
+    report["warmup_s"] = warmup
+    if samples:  # bsc only: one network's cache per worker
+        report["cache_bound_mib"] = args.cache_max_bytes * len(samples[-1]["workers"]) / 2**20
+    report["outcomes"] = dict(sorted(traffic.kinds.items()))
+    after = [s for s in samples if s["t_s"] >= warmup]
+    slopes = {
+        name: slope_per_min([(s["t_s"], float(s[name])) for s in after]) for name in SLOPE_LIMITS
+    }
+    report["slopes_per_min"] = slopes
+    for name, value in slopes.items():
+        report["figures"][f"{name} slope after warm-up (per min)"] = (
+            "n/a" if value is None else f"{value:+.3f}"
+        )
+    if samples:
+        last = samples[-1]
+        for name in ("rss_mib_per_worker", "fds", "cache_mib", "cache_entries", "redis_used_mib"):
+            report["figures"][f"{name} at the end"] = last[name]
+    if len(samples) >= 2:
+        first, last = samples[0], samples[-1]
+        workers = max(1, len(last["workers"]))
+        cache_grew = (last["cache_mib"] - first["cache_mib"]) / workers
+        rss_grew = last["rss_mib_per_worker"] - first["rss_mib_per_worker"]
+        report["figures"]["RSS growth per MiB the cache counts (per worker)"] = (
+            round(rss_grew / cache_grew, 2) if cache_grew > 0.1 else "n/a"
+        )
+    answered = sum(c for k, c in traffic.kinds.items() if k.split()[-1].isdigit())
+    report["figures"]["HTTP answers"] = answered
+    report["figures"]["HTTP answers per second"] = round(answered / max(args.duration, 1), 1)
+    checks = []
+    for name, limit in SLOPE_LIMITS.items():
+        value = slopes[name]
+        checks.append(
+            v.check(
+                f"{name} flat after warm-up",
+                value is not None and value <= limit,
+                "too few samples after the warm-up"
+                if value is None
+                else f"{value:+.3f}/min (allowed {limit:g}/min)",
+            )
+        )
+    checks.append(
+        v.check(
+            "no 500, no 5xx but 502/503/504, JSON-RPC bodies, ids kept",
+            not traffic.bad,
+            ", ".join(f"{k}: {c}" for k, c in traffic.bad.items()) or "none",
+        )
+    )
+    start_workers = samples[0]["workers"] if samples else []
+    end_workers = samples[-1]["workers"] if samples else []
+    checks.append(
+        v.check(
+            "no worker restarted",
+            start_workers == end_workers,
+            f"workers {start_workers} -> {end_workers}",
+        )
+    )
+    return finish(report, checks)
+
+
+def plot_samples(report: dict[str, Any], path: str) -> None:
+    """PNG: each sampled series over time, the warm-up shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = report.get("samples", [])
+    series = [
+        ("rss_mib_per_worker", "RSS per worker (MiB)"),
+        ("cache_mib", "cache, counted (MiB, all workers)"),
+        ("fds", "open FDs (all workers)"),
+        ("connections", "open connections"),
+        ("ws_sockets", "WebSocket sockets"),
+        ("redis_used_mib", "Redis used_memory (MiB)"),
+    ]
+    fig, axes = plt.subplots(len(series), 1, figsize=(9, 2.2 * len(series)), sharex=True)
+    ts = [s["t_s"] for s in samples]
+    bound = report.get("cache_bound_mib")
+    for ax, (name, label) in zip(axes, series, strict=True):
+        ax.plot(ts, [s[name] for s in samples], marker=".", linewidth=1.4)
+        if name == "cache_mib" and bound:
+            ax.axhline(bound, color="grey", linestyle="--", linewidth=1, label="cache.max_bytes")
+            ax.legend(loc="lower right", fontsize=8)
+        ax.axvspan(0, report.get("warmup_s", 0), color="grey", alpha=0.15)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_title("bench soak: sampled over time (shaded: warm-up, not judged)")
+    axes[-1].set_xlabel("time since load start (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
