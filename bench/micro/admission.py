@@ -1,0 +1,148 @@
+"""``python -m bench.micro.admission``: CPU per call of the leased admission path's pieces.
+
+Why this exists: with leased admission (gateway/limits/leasing.py) most
+requests are admitted without a Redis round trip, so what is left of the
+admission is Python: the limiter's bookkeeping, the usage counters
+(gateway/store/usagesink.py) and the client IP's bits. Issue 21 asks that
+this cost at most 2 µs more gateway CPU per request than the exact
+path's share; this measures each piece alone, in this process, pinned to
+one CPU, as CPU nanoseconds per call (``time.process_time``), the best of
+``--repeats`` runs, so it is repeatable on a busy machine where wall-clock
+throughput is not:
+
+* ``LeaseLimiter.admit``: a key whose record is cached and whose lease
+  holds units (the state of nearly every request at any real rate), one
+  method, no allowlists; the Redis side is a stub that grants
+  ``max_slice`` units, so a refill every thousand calls is included;
+* the same with an allowlisted key (origins, methods and an IP list);
+* ``UsageSink.admitted`` alone (counting one request);
+* ``ip_bits`` of one client address (what the handler computes per request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from types import MappingProxyType
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from bench.loadgen import _new_loop
+from bench.micro.common import Row, add_common, emit, pin_self, where
+from gateway.config import PlanConfig
+from gateway.limits.leasing import LeaseLimiter
+from gateway.limits.limiter import ip_bits
+from gateway.store.usagesink import UsageSink
+
+KHASH = "f" * 64
+METHODS: Mapping[str, int] = {"eth_blockNumber": 1}
+# as the config loader builds plans: weights behind a read-only mapping
+PLAN = PlanConfig("bench", "Bench", 1e9, 10**12, weights=MappingProxyType({"eth_getLogs": 50}))
+
+
+class _GrantingScript:
+    """Stands in for ``lease.lua``: grants what is asked, a record without allowlists."""
+
+    def __init__(self, allow: tuple[str, str, str] = ("", "", "")) -> None:
+        self.calls = 0
+        self.allow = allow
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        self.calls += 1
+        cost, want = int(args[2]), int(args[3])
+        granted = max(cost, 0) + want if cost >= 0 else 1 + want
+        origins, ips, methods = self.allow
+        return [0, granted, 10**11, 0, "bench", 10**12, 10**12, "key1", 0, "", origins, ips,
+                methods]  # fmt: skip
+
+
+def _sink() -> UsageSink:
+    return UsageSink(None, "bench", interval_s=3600.0)  # type: ignore[arg-type]  # never flushed
+
+
+async def _loop_async(call: Callable[[], Awaitable[Any]], n: int) -> float:
+    t0 = time.process_time()
+    for _ in range(n):
+        await call()
+    return time.process_time() - t0
+
+
+def _loop_sync(call: Callable[[], Any], n: int) -> float:
+    t0 = time.process_time()
+    for _ in range(n):
+        call()
+    return time.process_time() - t0
+
+
+async def _best(
+    name: str, call: Callable[[], Any], n: int, repeats: int, *, is_async: bool
+) -> Row:
+    best = float("inf")
+    for _ in range(repeats):
+        cpu = await _loop_async(call, n) if is_async else _loop_sync(call, n)
+        best = min(best, cpu)
+    return Row(name, n, best, best, {})
+
+
+async def measure(n: int, repeats: int) -> list[Row]:
+    rows = []
+    plain = LeaseLimiter(_GrantingScript(), [PLAN], "bench", _sink())
+    await plain.admit(KHASH, 1, METHODS)  # cold: reads the record
+
+    async def admit_plain() -> Any:
+        return await plain.admit(KHASH, 1, METHODS)
+
+    rows.append(await _best("LeaseLimiter.admit, leased, no allowlists", admit_plain, n,
+                            repeats, is_async=True))  # fmt: skip
+    allow = ("https://app.example\n*.example.org", "4" + "0" * 96, "eth_blockNumber\neth_call")
+    listed = LeaseLimiter(_GrantingScript(allow), [PLAN], "bench", _sink())
+    bits = ip_bits("0.0.0.1")
+    await listed.admit(KHASH, 1, METHODS, "https://app.example", bits)
+
+    async def admit_listed() -> Any:
+        return await listed.admit(KHASH, 1, METHODS, "https://app.example", bits)
+
+    rows.append(await _best("LeaseLimiter.admit, leased, allowlists", admit_listed, n,
+                            repeats, is_async=True))  # fmt: skip
+    sink = _sink()
+    rows.append(await _best("UsageSink.admitted, 1 method",
+                            lambda: sink.admitted(KHASH, 1, METHODS), n, repeats,
+                            is_async=False))  # fmt: skip
+    rows.append(await _best("ip_bits('203.0.113.7'), cached", lambda: ip_bits("203.0.113.7"),
+                            n, repeats, is_async=False))  # fmt: skip
+    rows.append(await _best("empty loop (the harness's own cost)", lambda: None, n, repeats,
+                            is_async=False))  # fmt: skip
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.micro.admission", description=__doc__)
+    p.add_argument("--calls", type=int, default=200_000, help="calls per run")
+    p.add_argument("--repeats", type=int, default=5, help="runs per piece; the best counts")
+    add_common(p)
+    args = p.parse_args(argv)
+    if args.seconds != 5.0:  # the common --seconds: scale the call count to it
+        args.calls = max(1000, int(args.calls * args.seconds / 5.0))
+    plan, machine = pin_self()
+    loop = _new_loop()
+    try:
+        rows = loop.run_until_complete(measure(args.calls, args.repeats))
+    finally:
+        loop.close()
+    emit(
+        "CPU per call of the leased admission path's pieces",
+        f"in-process, best of {args.repeats} runs of {args.calls:,} calls; "
+        + where(plan, "nothing else of this benchmark", "this process"),
+        rows,
+        as_json=args.json,
+        params=vars(args),
+        machine=machine,
+        cpu_label="CPU µs/call",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
