@@ -22,11 +22,10 @@ throughput is not:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
-from types import MappingProxyType
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from bench.loadgen import _new_loop
@@ -54,7 +53,7 @@ class _GrantingScript:
         cost, want = int(args[2]), int(args[3])
         granted = max(cost, 0) + want if cost >= 0 else 1 + want
         origins, ips, methods = self.allow
-        return [0, granted, 10**11, 0, "bench", 10**12, 10**12, "key1", 0, "", origins, ips,
+        return [0, granted, 10**12, 0, "bench", 10**12, 10**12, "key1", 0, "", origins, ips,
                 methods]  # fmt: skip
 
 
@@ -76,9 +75,7 @@ def _loop_sync(call: Callable[[], Any], n: int) -> float:
     return time.process_time() - t0
 
 
-async def _best(
-    name: str, call: Callable[[], Any], n: int, repeats: int, *, is_async: bool
-) -> Row:
+async def _best(name: str, call: Callable[[], Any], n: int, repeats: int, *, is_async: bool) -> Row:
     best = float("inf")
     for _ in range(repeats):
         cpu = await _loop_async(call, n) if is_async else _loop_sync(call, n)

@@ -34,6 +34,10 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
         ("bench.micro.redismux", ["redis.asyncio Redis.evalsha", "gateway MuxRedis.evalsha"]),
         ("bench.clientcost", ["gateway NodeClient (lean)"]),  # the old name still works
         (
+            "bench.micro.admission",
+            ["LeaseLimiter.admit, leased, no allowlists", "UsageSink.admitted, 1 method"],
+        ),
+        (
             "bench.micro.watchdog",
             ["web.AppRunner, 16 conns", "GatewayRunner (watchdog, cap), 16 conns"],
         ),
