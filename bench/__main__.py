@@ -19,7 +19,7 @@ from typing import Any
 from bench.redact import redact_report, redact_text, secrets_of
 from bench.report import render_markdown, write_outputs
 from bench.scenarios import SCENARIOS
-from bench.units import duration_arg, fraction_arg
+from bench.units import duration_arg, fraction_arg, positive_arg, spread_arg
 
 _EPILOG = """examples:
   python -m bench steady --rate 2000 --duration 10s
@@ -28,7 +28,8 @@ _EPILOG = """examples:
   python -m bench revoke --workers 2
   python -m bench steady --target https://rpc.example.com --key $KEY --rate 500
   python -m bench scale --max-workers 4 --connections 64
-  python -m bench mix --keys 20 --duration 10s
+  python -m bench mix --keys 20 --duration 10s --node-delay 5ms+-3ms
+  python -m bench ws --sockets 10000 --procs 4   (own options: python -m bench ws --help)
 See bench/README.md for the numbers measured on the reference machine."""
 
 # Per-scenario defaults: (duration s, rate req/s) and extra options.
@@ -208,10 +209,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=64 * 1024 * 1024,
         help="the gateway's cache.max_bytes (the byte budget checked)",
     )
+    mx.add_argument(
+        "--node-delay",
+        type=spread_arg,
+        metavar="MEAN+-SPREAD",
+        help="mock node latency uniform in [mean - spread, mean + spread], e.g. 5ms+-3ms or "
+        "20ms+-10ms (sets --node-latency and --node-jitter)",
+    )
+    mx.add_argument(
+        "--min-vs-proxy",
+        type=positive_arg,
+        default=2.0,
+        help="verdict: gateway throughput at least this many times the bare proxy's",
+    )
+    mx.add_argument(
+        "--max-node-calls",
+        type=positive_arg,
+        default=0.05,
+        help="verdict: node calls (upstream attempts) per answered client call at most this",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ws"]:  # WebSocket fan-out: its own stack and options (bench/scenarios/ws.py)
+        from bench.scenarios import ws
+
+        return ws.main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.keys_file:
         lines = Path(args.keys_file).read_text().splitlines()
