@@ -199,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.8,
         help="required throughput at N workers / (1-worker throughput x N)",
     )
+    sc.add_argument(
+        "--max-cpu-growth",
+        type=fraction_arg,
+        default=0.10,
+        help="allowed change of the gateway's CPU per request at N workers vs 1 worker",
+    )
     sc.add_argument("--max-error-rate", type=fraction_arg, default=0.0)
     mx = parsers["mix"]
     mx.add_argument("--keys", type=int, default=20, help="keys sending the mix")

@@ -42,3 +42,40 @@ def test_scale_options() -> None:
     assert args.max_workers == 3 and args.min_efficiency == pytest.approx(0.8)
     assert args.duration == 5.0 and args.json
     assert 1 <= default_max_workers() <= 8
+
+
+def test_cpu_growth_against_one_worker() -> None:
+    rows = v.scale_rows({1: 1000.0, 2: 1500.0, 3: 1600.0})
+    for row, us in zip(rows, (100.0, 108.0, 90.0), strict=True):
+        row["gateway_cpu_us_per_req"] = us
+    assert v.cpu_growth(rows) == pytest.approx({2: 0.08, 3: -0.10})
+    rows[0]["gateway_cpu_us_per_req"] = 0.0  # unknown at 1 worker: nothing to judge
+    assert v.cpu_growth(rows) is None
+    args = build_parser().parse_args(["scale", "--max-cpu-growth", "5%"])
+    assert args.max_cpu_growth == pytest.approx(0.05)
+    assert build_parser().parse_args(["scale"]).max_cpu_growth == pytest.approx(0.10)
+
+
+@pytest.mark.slow
+def test_scale_one_and_two_workers_judges_cpu_per_request() -> None:
+    """A short real run at 1 and 2 workers: CPU per request of each, judged against 1's."""
+    import json
+    import subprocess
+    import sys
+
+    from bench.stack import child_env
+
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "scale", "--max-workers", "2", "--duration", "1s",
+         "--connections", "8", "--max-cpu-growth", "1.0", "--quiet", "--no-plot",
+         "--out-dir", "", "--json"],
+        capture_output=True, text=True, timeout=240, env=child_env(),
+    )  # fmt: skip
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    rows = report["scale"]["rows"]
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert all(r["gateway_cpu_us_per_req"] > 0 for r in rows)
+    checks = {c["name"]: c for c in report["verdict"]["checks"]}
+    growth = checks["gateway CPU per request within 100% of 1 worker's"]
+    assert growth["detail"].startswith("2 workers: ")
