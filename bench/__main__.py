@@ -116,6 +116,12 @@ def _common(p: argparse.ArgumentParser, scenario: str) -> None:
         "--no-pin", action="store_true", help="do not pin the server and the generator to CPUs"
     )
     stack.add_argument("--keep-stack-dir", action="store_true", help="keep logs and config")
+    stack.add_argument(
+        "--gateway-wrap",
+        metavar="CMD",
+        help="run the gateway server under this command, e.g. 'valgrind --tool=callgrind "
+        "--callgrind-out-file=/tmp/cg.%%p' (instruction counts, repeatable on a busy machine)",
+    )
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the JSON report on stdout")
     out.add_argument("--out-dir", default="bench-results", help="write .json/.md/.png here")
