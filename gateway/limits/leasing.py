@@ -84,7 +84,8 @@ class _Key:
     used: float = 0.0  # monotonic time of the last local admission
     refused_until: float = 0.0
     refused: Status = Status.RATE_LIMITED
-    remaining: int = 0
+    remaining: int = 0  # the shared bucket's units left at the last ask
+    asked: float = 0.0  # monotonic time of that ask
     rate_window: float = 0.0
     rate_count: int = 0
     recent: float = 0.0  # this process's recent requests/s for the key
@@ -167,28 +168,29 @@ class LeaseLimiter:
         key.rate_count += 1  # the rate itself is worked out when a slice is sized
         if cost > key.burst:
             self._usage.count(khash, "lim", calls)
-            return self._decision(Status.TOO_EXPENSIVE, key, 1000)
+            return self._decision(Status.TOO_EXPENSIVE, key, 1000, now)
         if key.tokens >= cost:
             key.tokens -= cost
             key.used = now
             self._usage.admitted(khash, calls, methods)
-            return self._admitted(key)
+            return self._admitted(key, now)
         if now < key.refused_until:
             self._usage.count(khash, "lim", calls)
             retry = max(1, int((key.refused_until - now) * 1000))
-            return self._decision(key.refused, key, retry)
+            return self._decision(key.refused, key, retry, now)
         return await self._ask(khash, key, calls, methods, origin, ip_bits, now_ms, cost=cost)
 
-    def _admitted(self, key: _Key) -> Decision:
+    def _admitted(self, key: _Key, now: float) -> Decision:
         """The admitted ``Decision``, reused while the figures it shows are unchanged.
 
-        A key well below its limit shows a full bucket call after call, so
-        this builds one object per lease rather than one per request.
+        A key whose bucket refills faster than it is spent shows a full
+        bucket call after call, so it gets one object per lease rather than
+        one per request; near its limit every call shows a new figure.
         """
         last = key.last
-        if last is not None and last.remaining == _remaining(key):
+        if last is not None and last.remaining == _remaining(key, now):
             return last
-        key.last = last = self._decision(Status.ADMITTED, key, 0)
+        key.last = last = self._decision(Status.ADMITTED, key, 0, now)
         return last
 
     def _slice(self, key: _Key, now: float) -> int:
@@ -258,6 +260,7 @@ class LeaseLimiter:
         key.burst = int(res[5])
         key.rate = int(res[6]) / 1000
         key.remaining = int(res[2])
+        key.asked = now
         granted = int(res[1])
         if cold:
             # the record was unknown when we asked: judge this request now
@@ -272,20 +275,20 @@ class LeaseLimiter:
             key.used = now
             key.refused_until = 0.0
             self._usage.admitted(khash, calls, methods)
-            return self._admitted(key)
+            return self._admitted(key, now)
         retry_ms = int(res[3])
         if status is not Status.TOO_EXPENSIVE:
             key.refused_until = now + retry_ms / 1000
             key.refused = status
         self._usage.count(khash, "lim", calls)
-        return self._decision(status, key, retry_ms)
+        return self._decision(status, key, retry_ms, now)
 
     @staticmethod
-    def _decision(status: Status, key: _Key, retry_ms: int) -> Decision:
+    def _decision(status: Status, key: _Key, retry_ms: int, now: float) -> Decision:
         plan = key.plan
         assert plan is not None
         burst = key.burst or plan.burst
-        remaining = _remaining(key)
+        remaining = _remaining(key, now)
         reset_s = math.ceil((burst - remaining) / (key.rate or plan.rate or 1))
         return Decision(status, key.key_id, burst, remaining, reset_s, retry_ms, plan.name)
 
@@ -341,10 +344,17 @@ class LeaseLimiter:
             await self.give_back_idle(everything=closing)
 
 
-def _remaining(key: _Key) -> int:
-    """What the RateLimit header shows: the shared bucket at the last ask plus the lease."""
+def _remaining(key: _Key, now: float) -> int:
+    """What the RateLimit header shows: the shared bucket as of the last ask, refilled
+    since at the key's rate, plus the units leased here and not yet spent.
+
+    Other processes' spending since that ask is unknown here, as it always
+    is with leases; the figure is at most the bucket's size.
+    """
     burst = key.burst or (key.plan.burst if key.plan is not None else 0)
     remaining = key.remaining + key.tokens
+    if now > key.asked:
+        remaining += int(key.rate * (now - key.asked))
     return burst if remaining > burst else (remaining if remaining > 0 else 0)
 
 
