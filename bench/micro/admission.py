@@ -29,18 +29,19 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from bench.loadgen import _new_loop
 from bench.micro.common import Row, add_common, closed_loop, emit, pin_self, where
 from bench.partcpu import redis_info_cpu
-from bench.stack import CpuPlan, ManagedProcess, _wait_redis, free_port
+from bench.stack import REPO_ROOT, CpuPlan, ManagedProcess, _wait_redis, free_port
 from gateway.config import PlanConfig
 from gateway.limits.leasing import LeaseLimiter
 from gateway.limits.limiter import ip_bits
@@ -68,8 +69,49 @@ class _GrantingScript:
                 methods]  # fmt: skip
 
 
-def _sink() -> UsageSink:
-    return UsageSink(None, "bench", interval_s=3600.0)  # type: ignore[arg-type]  # never flushed
+def _sink(sinks: Any = None) -> Any:
+    mod = sinks or sys.modules[UsageSink.__module__]
+    return mod.UsageSink(None, "bench", interval_s=3600.0)  # never flushed
+
+
+def load_revision(rev: str) -> tuple[Any, Any]:
+    """gateway/limits/leasing.py and gateway/store/usagesink.py as they were at ``rev``.
+
+    Loaded beside the current ones (under other module names, importing the
+    current tree for everything else), so both are measured in one process,
+    interleaved: the before/after ratio holds on a busy machine.
+    """
+    mods = []
+    for path in ("gateway/limits/leasing.py", "gateway/store/usagesink.py"):
+        text = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "show", f"{rev}:{path}"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        name = f"_baseline_{Path(path).stem}"
+        module = ModuleType(name)
+        module.__file__ = f"{rev}:{path}"
+        sys.modules[name] = module  # dataclasses look their module up
+        exec(compile(text, module.__file__, "exec"), module.__dict__)
+        mods.append(module)
+    return mods[0], mods[1]
+
+
+async def _pieces(leasing: Any, sinks: Any) -> dict[str, tuple[Callable[[], Any], bool]]:
+    """name -> (call, is_async) for one version of the two modules."""
+    plain = leasing.LeaseLimiter(_GrantingScript(), [PLAN], "bench", _sink(sinks))
+    await plain.admit(KHASH, 1, METHODS)  # cold: reads the record
+    allow = ("https://app.example\n*.example.org", "4" + "0" * 96, "eth_blockNumber\neth_call")
+    listed = leasing.LeaseLimiter(_GrantingScript(allow), [PLAN], "bench", _sink(sinks))
+    bits = ip_bits("0.0.0.1")
+    await listed.admit(KHASH, 1, METHODS, "https://app.example", bits)
+    sink = _sink(sinks)
+    return {
+        "LeaseLimiter.admit, leased, no allowlists": (
+            lambda: plain.admit(KHASH, 1, METHODS), True),
+        "LeaseLimiter.admit, leased, allowlists": (
+            lambda: listed.admit(KHASH, 1, METHODS, "https://app.example", bits), True),
+        "UsageSink.admitted, 1 method": (lambda: sink.admitted(KHASH, 1, METHODS), False),
+    }  # fmt: skip
 
 
 async def _loop_async(call: Callable[[], Awaitable[Any]], n: int) -> float:
@@ -86,43 +128,23 @@ def _loop_sync(call: Callable[[], Any], n: int) -> float:
     return time.process_time() - t0
 
 
-async def _best(name: str, call: Callable[[], Any], n: int, repeats: int, *, is_async: bool) -> Row:
-    best = float("inf")
-    for _ in range(repeats):
-        cpu = await _loop_async(call, n) if is_async else _loop_sync(call, n)
-        best = min(best, cpu)
-    return Row(name, n, best, best, {})
-
-
-async def measure(n: int, repeats: int) -> list[Row]:
-    rows = []
-    plain = LeaseLimiter(_GrantingScript(), [PLAN], "bench", _sink())
-    await plain.admit(KHASH, 1, METHODS)  # cold: reads the record
-
-    async def admit_plain() -> Any:
-        return await plain.admit(KHASH, 1, METHODS)
-
-    rows.append(await _best("LeaseLimiter.admit, leased, no allowlists", admit_plain, n,
-                            repeats, is_async=True))  # fmt: skip
-    allow = ("https://app.example\n*.example.org", "4" + "0" * 96, "eth_blockNumber\neth_call")
-    listed = LeaseLimiter(_GrantingScript(allow), [PLAN], "bench", _sink())
-    bits = ip_bits("0.0.0.1")
-    await listed.admit(KHASH, 1, METHODS, "https://app.example", bits)
-
-    async def admit_listed() -> Any:
-        return await listed.admit(KHASH, 1, METHODS, "https://app.example", bits)
-
-    rows.append(await _best("LeaseLimiter.admit, leased, allowlists", admit_listed, n,
-                            repeats, is_async=True))  # fmt: skip
-    sink = _sink()
-    rows.append(await _best("UsageSink.admitted, 1 method",
-                            lambda: sink.admitted(KHASH, 1, METHODS), n, repeats,
-                            is_async=False))  # fmt: skip
-    rows.append(await _best("ip_bits('203.0.113.7'), cached", lambda: ip_bits("203.0.113.7"),
-                            n, repeats, is_async=False))  # fmt: skip
-    rows.append(await _best("empty loop (the harness's own cost)", lambda: None, n, repeats,
-                            is_async=False))  # fmt: skip
-    return rows
+async def measure(n: int, repeats: int, baseline: str | None = None) -> list[Row]:
+    """Best of ``repeats`` per piece; with a baseline revision, its pieces run in turn."""
+    versions: dict[str, tuple[Any, Any]] = {"": (sys.modules[LeaseLimiter.__module__], None)}
+    if baseline:
+        versions[f" [{baseline}]"] = load_revision(baseline)
+    pieces: dict[str, tuple[Callable[[], Any], bool]] = {}
+    for suffix, (leasing, sinks) in versions.items():
+        for name, piece in (await _pieces(leasing, sinks)).items():
+            pieces[name + suffix] = piece
+    pieces["ip_bits('203.0.113.7'), cached"] = (lambda: ip_bits("203.0.113.7"), False)
+    pieces["empty loop (the harness's own cost)"] = (lambda: None, False)
+    best = dict.fromkeys(pieces, float("inf"))
+    for _ in range(repeats):  # interleaved: each round runs every piece once
+        for name, (call, is_async) in pieces.items():
+            cpu = await _loop_async(call, n) if is_async else _loop_sync(call, n)
+            best[name] = min(best[name], cpu)
+    return [Row(name, n, cpu, cpu, {}) for name, cpu in best.items()]
 
 
 async def measure_modes(concurrency: int, seconds: float, plan: CpuPlan) -> list[Row]:
@@ -191,6 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also exact vs leased admission against a real Redis (closed loop)",
     )
     p.add_argument("--concurrency", type=int, default=64, help="callers in flight (--redis)")
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also measure leasing.py and usagesink.py as of this git revision, interleaved",
+    )
     add_common(p)
     args = p.parse_args(argv)
     if args.seconds != 5.0:  # the common --seconds: scale the call count to it
@@ -198,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan, machine = pin_self()
     loop = _new_loop()
     try:
-        rows = loop.run_until_complete(measure(args.calls, args.repeats))
+        rows = loop.run_until_complete(measure(args.calls, args.repeats, args.baseline))
         if args.redis:
             seconds = args.seconds
             rows += loop.run_until_complete(measure_modes(args.concurrency, seconds, plan))

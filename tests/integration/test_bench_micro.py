@@ -35,7 +35,11 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
         ("bench.clientcost", ["gateway NodeClient (lean)"]),  # the old name still works
         (
             "bench.micro.admission",
-            ["LeaseLimiter.admit, leased, no allowlists", "UsageSink.admitted, 1 method"],
+            [
+                "LeaseLimiter.admit, leased, no allowlists",
+                "UsageSink.admitted, 1 method",
+                "LeaseLimiter.admit, leased, no allowlists [HEAD]",
+            ],
         ),
         (
             "bench.micro.watchdog",
@@ -45,6 +49,8 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
 )
 def test_micro_benchmark_runs(module: str, names: list[str]) -> None:
     extra = ["--connections", "16"] if module.endswith("watchdog") else []
+    if module.endswith("admission"):  # also the same pieces as of a git revision, interleaved
+        extra = ["--baseline", "HEAD"]
     out = subprocess.run(
         [sys.executable, "-m", module, "--seconds", "0.3", "--json", *extra],
         capture_output=True, text=True, timeout=120, env=child_env(),
