@@ -54,7 +54,7 @@ class _KeyUsage:
 
     def fold(self) -> None:
         """Move the minute in progress into ``minutes`` and ``fields``."""
-        if self.calls:
+        if self.calls or self.methods:  # notifications are charged as 0 calls
             minute = self.minute
             self.minutes[minute] = self.minutes.get(minute, 0) + self.calls
             day = minute // 1440

@@ -92,3 +92,17 @@ async def test_failed_flush_keeps_counts_for_the_next(redis: Redis, prefix: str)
     day = await _hash(redis, ks.usage_day(prefix, KH, T0 // DAY))
     assert day == {"req": 3, "m:eth_call": 3}
     await down.aclose()
+
+
+async def test_charges_without_calls_are_counted_by_method(redis: Redis, prefix: str) -> None:
+    """WebSocket notifications are charged as 0 calls of ``eth_subscription``: by method only."""
+    clock = _Clock(T0)
+    sink = UsageSink(redis, prefix, clock_ms=clock)
+    sink.admitted(KH, 1, {"eth_subscribe": 1})
+    await sink.flush()
+    sink.admitted(KH, 0, {"eth_subscription": 3})  # nothing but notifications this interval
+    clock.ms += 1000
+    sink.admitted(KH, 0, {"eth_subscription": 2})
+    await sink.flush()
+    day = await _hash(redis, ks.usage_day(prefix, KH, T0 // DAY))
+    assert day["m:eth_subscription"] == 5 and day["req"] == 1
