@@ -29,7 +29,7 @@ except ModuleNotFoundError as _missing:
 from bench.redact import redact_report, redact_text, secrets_of
 from bench.report import render_markdown, write_outputs
 from bench.scenarios import SCENARIOS
-from bench.units import duration_arg, fraction_arg
+from bench.units import duration_arg, fraction_arg, positive_arg, spread_arg
 
 _EPILOG = """examples:
   python -m bench steady --rate 2000 --duration 10s
@@ -38,8 +38,9 @@ _EPILOG = """examples:
   python -m bench revoke --workers 2
   python -m bench steady --target https://rpc.example.com --key $KEY --rate 500
   python -m bench scale --max-workers 4 --connections 64
-  python -m bench mix --keys 20 --duration 10s
+  python -m bench mix --keys 20 --duration 10s --node-delay 5ms+-3ms
   python -m bench soak --duration 10m
+  python -m bench ws --sockets 10000 --procs 4   (own options: python -m bench ws --help)
 See bench/README.md for the numbers measured on the reference machine."""
 
 # Per-scenario defaults: (duration s, rate req/s) and extra options.
@@ -128,6 +129,12 @@ def _common(p: argparse.ArgumentParser, scenario: str) -> None:
         "--no-pin", action="store_true", help="do not pin the server and the generator to CPUs"
     )
     stack.add_argument("--keep-stack-dir", action="store_true", help="keep logs and config")
+    stack.add_argument(
+        "--gateway-wrap",
+        metavar="CMD",
+        help="run the gateway server under this command, e.g. 'valgrind --tool=callgrind "
+        "--callgrind-out-file=/tmp/cg.%%p' (instruction counts, repeatable on a busy machine)",
+    )
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the JSON report on stdout")
     out.add_argument("--out-dir", default="bench-results", help="write .json/.md/.png here")
@@ -211,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.8,
         help="required throughput at N workers / (1-worker throughput x N)",
     )
+    sc.add_argument(
+        "--max-cpu-growth",
+        type=fraction_arg,
+        default=0.10,
+        help="allowed change of the gateway's CPU per request at N workers vs 1 worker",
+    )
     sc.add_argument("--max-error-rate", type=fraction_arg, default=0.0)
     mx = parsers["mix"]
     mx.add_argument("--keys", type=int, default=20, help="keys sending the mix")
@@ -227,6 +240,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=3.0,
         help="the mock nodes' block time; the staleness of eth_blockNumber and latest "
         "answers is reported against it (issue 19 measures at 500ms)",
+    )
+    mx.add_argument(
+        "--node-delay",
+        type=spread_arg,
+        metavar="MEAN+-SPREAD",
+        help="mock node latency uniform in [mean - spread, mean + spread], e.g. 5ms+-3ms or "
+        "20ms+-10ms (sets --node-latency and --node-jitter)",
+    )
+    mx.add_argument(
+        "--min-vs-proxy",
+        type=positive_arg,
+        default=2.0,
+        help="verdict: gateway throughput at least this many times the bare proxy's",
+    )
+    mx.add_argument(
+        "--max-node-calls",
+        type=positive_arg,
+        default=0.05,
+        help="verdict: node calls (upstream attempts) per answered client call at most this",
     )
     so = parsers["soak"]
     so.set_defaults(workers=2)
@@ -253,6 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ws"]:  # WebSocket fan-out: its own stack and options (bench/scenarios/ws.py)
+        from bench.scenarios import ws
+
+        return ws.main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.keys_file:
         lines = Path(args.keys_file).read_text().splitlines()

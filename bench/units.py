@@ -35,4 +35,32 @@ def fraction_arg(text: str) -> float:
     return value
 
 
-__all__ = ["duration_arg", "fraction_arg", "parse_duration"]
+def spread_arg(text: str) -> tuple[float, float]:
+    """An argparse ``type=`` for a latency as mean and spread: "5ms+-3ms" -> (0.005, 0.003).
+
+    Milliseconds by default ("20+-10"); "±" works as well as "+-". A bare
+    duration has no spread.
+    """
+    head, sep, tail = text.replace("±", "+-").partition("+-")
+    try:
+        mean = parse_duration(head.strip(), "ms")
+        spread = parse_duration(tail.strip(), "ms") if sep else 0.0
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if spread > mean:
+        raise argparse.ArgumentTypeError(f"the spread exceeds the mean: {text!r}")
+    return mean, spread
+
+
+def positive_arg(text: str) -> float:
+    """An argparse ``type=`` for a number above zero (a threshold)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
+
+
+__all__ = ["duration_arg", "fraction_arg", "parse_duration", "positive_arg", "spread_arg"]

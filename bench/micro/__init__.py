@@ -10,7 +10,10 @@ docstring can be re-checked on any machine:
 * ``python -m bench.micro.redismux``: ``EVALSHA`` through gateway/redismux.py
   vs ``redis.asyncio``;
 * ``python -m bench.micro.watchdog``: gateway/server.py's ``GatewayRunner``
-  (slow-client watchdog, connection cap) vs plain ``web.AppRunner``.
+  (slow-client watchdog, connection cap) vs plain ``web.AppRunner``;
+* ``python -m bench.micro.admission``: CPU per call of the leased admission
+  path's pieces (gateway/limits/leasing.py, gateway/store/usagesink.py,
+  ``ip_bits``), in-process, best of several runs.
 
 Every module takes ``--json``.
 """

@@ -113,6 +113,7 @@ async def environment(
         node_jitter_ms=args.node_jitter * 1000.0,
         gateway_workers=args.workers,
         gateway_cmd=tuple(shlex.split(args.gateway_cmd)),
+        gateway_wrap=tuple(shlex.split(getattr(args, "gateway_wrap", None) or "")),
         pin=not args.no_pin,
         proxy=proxy,
         keep_dir=args.keep_stack_dir,

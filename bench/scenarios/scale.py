@@ -81,21 +81,37 @@ async def scale(args: argparse.Namespace) -> dict[str, Any]:
     if server_cpus is not None and counts[-1] > server_cpus:
         report["notes"].append(
             f"the gateway is pinned to {server_cpus} CPU(s): beyond {server_cpus} worker(s) "
-            "the ideal line cannot be reached on this machine; --no-pin to unpin."
+            "the ideal line cannot be reached on this machine (efficiency not judged; "
+            "CPU per request still is); --no-pin to unpin."
         )
     last = rows[-1]
     errors = {n: s["error_rate"] for n, s in report["targets"].items()}
-    checks = [
-        v.check(
-            f"efficiency at {last['workers']} workers",
-            last["efficiency"] >= args.min_efficiency,
-            f"{last['efficiency']:.2f} of the ideal {last['ideal_rps']:,.0f} req/s "
-            f"(required >= {args.min_efficiency:g})",
-        ),
+    checks = []
+    if server_cpus is None or counts[-1] <= server_cpus:
+        checks.append(
+            v.check(
+                f"efficiency at {last['workers']} workers",
+                last["efficiency"] >= args.min_efficiency,
+                f"{last['efficiency']:.2f} of the ideal {last['ideal_rps']:,.0f} req/s "
+                f"(required >= {args.min_efficiency:g})",
+            )
+        )
+    growth = v.cpu_growth(rows)
+    if growth is not None:
+        worst_n, worst = max(growth.items(), key=lambda kv: abs(kv[1]))
+        checks.append(
+            v.check(
+                f"gateway CPU per request within {args.max_cpu_growth:.0%} of 1 worker's",
+                abs(worst) <= args.max_cpu_growth,
+                ", ".join(f"{n} workers: {g:+.1%}" for n, g in growth.items())
+                + f" (worst at {worst_n})",
+            )
+        )
+    checks.append(
         v.check(
             "error rate",
             max(errors.values()) <= args.max_error_rate,
             ", ".join(f"{n}: {e * 100:.3f}%" for n, e in errors.items()),
-        ),
-    ]
+        )
+    )
     return finish(report, checks)

@@ -9,7 +9,15 @@ Self-contained: an embedded Redis, a mock WebSocket node (``gateway.demo.mockws`
 headers stamped with their emit time) in this process, ``gateway serve`` as a
 child process, and ``--procs`` client processes holding the sockets::
 
-    python -m bench.scenarios.ws --sockets 10000 --procs 4 --rate 3 --duration 20
+    python -m bench ws --sockets 10000 --procs 4 --rate 3 --duration 20
+
+(``python -m bench.scenarios.ws`` is the same.) The gateway is pinned to the
+first half of the CPUs and everything else (this process with the mock node,
+Redis, the client processes) to the other half, as in every other scenario,
+so the gateway's CPU per delivered notification is its own. Each socket is a
+file descriptor on both sides: the open-files limit is raised to the hard
+limit in this process (inherited by the gateway and the clients), and a run
+the hard limit cannot hold stops before it starts, saying so.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import asyncio
 import base64
 import json
 import os
+import resource
 import secrets
 import subprocess
 import sys
@@ -166,11 +175,63 @@ async def _client(url: str, count: int, duration: float) -> None:
 
 # ---- the scenario ---------------------------------------------------------------
 
+_SPARE_FDS = 256  # the gateway's own files: Redis, the node, the listener, logs, slack
 
-def _rss_kb(pid: int) -> int:
+
+def raise_nofile(need: int) -> tuple[int, int]:
+    """Raise this process's open-files soft limit towards ``need`` (at most the hard limit).
+
+    Children (the gateway, the client processes) inherit it. Returns the
+    (soft, hard) limits now in force; the soft limit is never lowered.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if want > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):  # e.g. a container's cap below its reported hard limit
+            return soft, hard
+        soft = want
+    return soft, hard
+
+
+def fd_budget(sockets: int, procs: int) -> int:
+    """Open files the busiest process of a run needs: the gateway holds every socket."""
+    return max(sockets, -(-sockets // max(1, procs))) + _SPARE_FDS
+
+
+def _verdict(report: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The issue's targets, as flags: p99 delivery, peak RSS, every notification delivered."""
+    from bench import verdicts as v
+
+    p99, rss = report["latency p99 (ms)"], report["gateway peak RSS (MB)"]
+    got, want = report["notifications received"], report["notifications expected"]
+    cpu = report["gateway CPU per delivered notification (µs)"]
+    checks = [
+        v.check(f"p99 delivery <= {args.max_p99_ms:g} ms", p99 <= args.max_p99_ms, f"{p99} ms"),
+        v.check(f"gateway peak RSS <= {args.max_rss_mb:g} MB", rss <= args.max_rss_mb, f"{rss} MB"),
+        v.check(
+            "every socket opened",
+            report["sockets opened"] == args.sockets,
+            f"{report['sockets opened']} of {args.sockets}",
+        ),
+        v.check("every notification delivered", got == want > 0, f"{got} of {want}"),
+    ]
+    if args.max_cpu_us > 0:
+        checks.append(
+            v.check(
+                f"gateway CPU per notification <= {args.max_cpu_us:g} µs",
+                cpu is not None and cpu <= args.max_cpu_us,
+                f"{cpu} µs",
+            )
+        )
+    return v.verdict(checks)
+
+
+def _rss_kb(pid: int, field: str = "VmRSS:") -> int:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return int(line.split()[1])
     return 0
 
@@ -190,10 +251,21 @@ def _pct(sorted_values: list[float], q: float) -> float:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from redis.asyncio import Redis
 
+    from bench.stack import cpu_plan
     from gateway.demo.mockws import Chain, start_ws_node
     from gateway.redis.embedded import RedisProcess, free_port
     from gateway.store.accounts import Store
 
+    need = fd_budget(args.sockets, args.procs)
+    soft, hard = raise_nofile(need)
+    if soft < need:
+        raise SystemExit(
+            f"bench ws: {args.sockets} sockets need about {need} open files per process; "
+            f"the limit is {soft} (hard {hard}): raise it (ulimit -n) or use fewer --sockets"
+        )
+    plan = cpu_plan(not args.no_pin)
+    if plan.others is not None:  # Redis, the node (here) and the clients inherit this
+        os.sched_setaffinity(0, plan.others)
     tmp = Path(tempfile.mkdtemp(prefix="bench-ws-"))
     redis_proc = RedisProcess(tmp / "redis", persist=False)
     redis_proc.start()
@@ -224,6 +296,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         env=env,
         stdout=subprocess.DEVNULL,
     )
+    if plan.server is not None:
+        os.sched_setaffinity(gw.pid, plan.server)
     clients: list[asyncio.subprocess.Process] = []
     try:
         await _wait_ready(port, gw)
@@ -262,12 +336,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # less the gateway's own head subscription (upstream.ws_heads, one per node)
         upstream = nodes["bsc"].subscriptions("newHeads") - 1
         cpu0, t0 = _cpu_s(gw.pid), time.monotonic()
+        client_cpu0 = sum(_cpu_s(c.pid) for c in clients)
         head0 = chains["bsc"].head
         chains["bsc"].block_time_s = 1.0 / args.rate
         chains["bsc"].start()
         await asyncio.sleep(args.duration)
         await chains["bsc"].stop()
-        cpu = (_cpu_s(gw.pid) - cpu0) / (time.monotonic() - t0)
+        await asyncio.sleep(0.5)  # the last block's notifications are still on their way
+        gw_cpu_s = _cpu_s(gw.pid) - cpu0
+        client_cpu_s = sum(_cpu_s(c.pid) for c in clients) - client_cpu0
+        cpu = gw_cpu_s / (time.monotonic() - t0)
+        rss_peak = _rss_kb(gw.pid, "VmHWM:")
         blocks = chains["bsc"].head - head0
         lat: list[float] = []
         for proc in clients:
@@ -293,9 +372,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "gateway RSS before (MB)": round(rss_before / 1024, 1),
             "gateway RSS with sockets (MB)": round(rss_after / 1024, 1),
             "RSS per socket (KB)": round((rss_after - rss_before) / max(1, opened), 2),
+            "gateway peak RSS (MB)": round(rss_peak / 1024, 1),
             "gateway CPU while blocks flow (% of one core)": round(cpu * 100, 1),
+            "gateway CPU per delivered notification (µs)": (
+                round(gw_cpu_s * 1e6 / len(lat), 2) if lat else None
+            ),
+            "client CPU per delivered notification (µs)": (
+                round(client_cpu_s * 1e6 / len(lat), 2) if lat else None
+            ),
+            "open-files limit (soft/hard)": f"{soft}/{hard}",
+            "pinning": plan.describe(),
             "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}",
         }
+        report["verdict"] = _verdict(report, args)
         return report
     finally:
         for proc in clients:
@@ -326,12 +415,21 @@ async def _wait_ready(port: int, proc: asyncio.subprocess.Process) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scenarios.ws", description=WS)
+    parser = argparse.ArgumentParser(prog="python -m bench ws", description=WS)
     parser.add_argument("--sockets", type=int, default=1000)
     parser.add_argument("--procs", type=int, default=2, help="client processes")
     parser.add_argument("--rate", type=float, default=3.0, help="blocks per second")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of blocks")
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin gateway and clients")
+    parser.add_argument("--max-p99-ms", type=float, default=50.0, help="verdict: p99 delivery")
+    parser.add_argument("--max-rss-mb", type=float, default=300.0, help="verdict: peak RSS")
+    parser.add_argument(
+        "--max-cpu-us",
+        type=float,
+        default=0.0,
+        help="verdict: gateway CPU per delivered notification (0: report only; the goal is 2)",
+    )
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: be a client process
     args = parser.parse_args(argv)
     try:
@@ -348,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
-    return 0
+    return 1 if report["verdict"]["pass"] is False else 0
 
 
 if __name__ == "__main__":

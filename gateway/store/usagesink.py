@@ -32,15 +32,40 @@ DAY_TTL_MS = 7_862_400_000  # days kept 91 days
 
 
 class _KeyUsage:
-    """One key's counts since the last flush."""
+    """One key's counts since the last flush.
 
-    __slots__ = ("day", "fields", "minutes", "used_ms")
+    The minute in progress is counted in plain counters (``calls`` and
+    ``methods``, keyed by the bare method name): counting an admitted
+    request builds no tuple and no string. When a request arrives in
+    another minute, or at a flush, they are folded into ``minutes`` and
+    ``fields`` (a day always starts on a minute boundary).
+    """
+
+    __slots__ = ("calls", "fields", "methods", "minute", "minute_end", "minutes", "used_ms")
 
     def __init__(self) -> None:
         self.minutes: dict[int, int] = {}  # minute since the epoch -> requests
         self.fields: dict[tuple[int, str], int] = {}  # (day, field) -> count
         self.used_ms = 0
-        self.day = 0
+        self.minute = 0  # the minute ``calls`` and ``methods`` belong to
+        self.minute_end = 0  # first ms after it (0: nothing counted yet)
+        self.calls = 0
+        self.methods: dict[str, int] = {}
+
+    def fold(self) -> None:
+        """Move the minute in progress into ``minutes`` and ``fields``."""
+        if self.calls or self.methods:  # notifications are charged as 0 calls
+            minute = self.minute
+            self.minutes[minute] = self.minutes.get(minute, 0) + self.calls
+            day = minute // 1440
+            fields = self.fields
+            fields[(day, "req")] = fields.get((day, "req"), 0) + self.calls
+            for method, n in self.methods.items():
+                key = (day, "m:" + method)
+                fields[key] = fields.get(key, 0) + n
+            self.calls = 0
+            self.methods = {}
+        self.minute_end = 0
 
 
 class UsageSink:
@@ -67,18 +92,23 @@ class UsageSink:
         return entry
 
     def admitted(self, khash: str, calls: int, methods: Mapping[str, int]) -> None:
-        """Count an admitted request: its calls by minute and day, by method."""
+        """Count an admitted request: its calls by minute and day, by method.
+
+        Runs for every admitted request (``python -m bench.micro.admission``
+        measures it), hence the plain counters of the minute in progress.
+        """
         now = self._clock_ms()
-        entry = self._entry(khash)
-        minute = now // 60_000
-        entry.minutes[minute] = entry.minutes.get(minute, 0) + calls
-        day = now // 86_400_000
-        fields = entry.fields
-        key = (day, "req")
-        fields[key] = fields.get(key, 0) + calls
-        for method, count in methods.items():
-            key = (day, "m:" + method)
-            fields[key] = fields.get(key, 0) + count
+        entry = self._keys.get(khash)
+        if entry is None:
+            entry = self._keys[khash] = _KeyUsage()
+        if not entry.minute_end > now >= entry.minute_end - 60_000:
+            entry.fold()  # another minute (or the clock stepped back): start its counters
+            entry.minute = now // 60_000
+            entry.minute_end = (entry.minute + 1) * 60_000
+        entry.calls += calls
+        counts = entry.methods
+        for method, n in methods.items():
+            counts[method] = counts.get(method, 0) + n
         entry.used_ms = now
 
     def count(self, khash: str, field: str, n: int = 1) -> None:
@@ -95,6 +125,8 @@ class UsageSink:
         batch, self._keys = self._keys, {}
         if not batch:
             return
+        for usage in batch.values():
+            usage.fold()
         pipe = self._redis.pipeline(transaction=False)
         p = self._prefix
         for khash, usage in batch.items():

@@ -34,6 +34,14 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
         ("bench.micro.redismux", ["redis.asyncio Redis.evalsha", "gateway MuxRedis.evalsha"]),
         ("bench.clientcost", ["gateway NodeClient (lean)"]),  # the old name still works
         (
+            "bench.micro.admission",
+            [
+                "LeaseLimiter.admit, leased, no allowlists",
+                "UsageSink.admitted, 1 method",
+                "LeaseLimiter.admit, leased, no allowlists [HEAD]",
+            ],
+        ),
+        (
             "bench.micro.watchdog",
             ["web.AppRunner, 16 conns", "GatewayRunner (watchdog, cap), 16 conns"],
         ),
@@ -41,6 +49,8 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
 )
 def test_micro_benchmark_runs(module: str, names: list[str]) -> None:
     extra = ["--connections", "16"] if module.endswith("watchdog") else []
+    if module.endswith("admission"):  # also the same pieces as of a git revision, interleaved
+        extra = ["--baseline", "HEAD"]
     out = subprocess.run(
         [sys.executable, "-m", module, "--seconds", "0.3", "--json", *extra],
         capture_output=True, text=True, timeout=120, env=child_env(),
@@ -53,3 +63,21 @@ def test_micro_benchmark_runs(module: str, names: list[str]) -> None:
         assert rows[name]["calls"] > 0 and rows[name]["cpu_us_per_call"] > 0
     if module.endswith("redismux"):
         assert all(r["extra"]["Redis CPU µs/call"] > 0 for r in rows.values())
+
+
+@pytest.mark.slow
+def test_admission_modes_against_real_redis() -> None:
+    """``--redis``: exact and leased admission of a real key; only exact costs Redis per call."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.micro.admission", "--seconds", "0.5", "--repeats", "1",
+         "--redis", "--concurrency", "8", "--json"],
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r["name"]: r for r in json.loads(out.stdout)["rows"]}
+    exact = rows["exact: MuxLimiter (admit.lua per call)"]
+    leased = rows["leased: LeaseLimiter"]
+    assert exact["calls"] > 0 and leased["calls"] > 0
+    assert exact["extra"]["Redis CPU µs/call"] > 0
+    # a lease serves most calls without Redis: far less Redis CPU per call than exact
+    assert leased["extra"]["Redis CPU µs/call"] < exact["extra"]["Redis CPU µs/call"] / 2

@@ -42,3 +42,15 @@ def test_scale_options() -> None:
     assert args.max_workers == 3 and args.min_efficiency == pytest.approx(0.8)
     assert args.duration == 5.0 and args.json
     assert 1 <= default_max_workers() <= 8
+
+
+def test_cpu_growth_against_one_worker() -> None:
+    rows = v.scale_rows({1: 1000.0, 2: 1500.0, 3: 1600.0})
+    for row, us in zip(rows, (100.0, 108.0, 90.0), strict=True):
+        row["gateway_cpu_us_per_req"] = us
+    assert v.cpu_growth(rows) == pytest.approx({2: 0.08, 3: -0.10})
+    rows[0]["gateway_cpu_us_per_req"] = 0.0  # unknown at 1 worker: nothing to judge
+    assert v.cpu_growth(rows) is None
+    args = build_parser().parse_args(["scale", "--max-cpu-growth", "5%"])
+    assert args.max_cpu_growth == pytest.approx(0.05)
+    assert build_parser().parse_args(["scale"]).max_cpu_growth == pytest.approx(0.10)

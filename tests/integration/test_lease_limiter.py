@@ -8,6 +8,7 @@ clock, so the maths is checked without sleeping.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Sequence
@@ -231,3 +232,37 @@ async def test_the_keys_own_caps_narrow_the_plan(
     clock.ms += 1000
     got = [await limiter.admit(khash, 1, {"eth_call": 1}, now_ms=clock.ms) for _ in range(5)]
     assert [d.status for d in got] == [Status.ADMITTED] * 2 + [Status.KEY_DAILY_CAPPED] * 3
+
+
+async def test_rate_limit_figures_follow_every_local_admission(
+    redis: Redis, prefix: str, api_key: str, store: Store, account: str
+) -> None:
+    """``remaining`` drops by the cost on each call served from the lease, and a key
+    whose bucket stays full gets the same admitted ``Decision`` back (built once per lease).
+    """
+    clock = Clock()
+    await store.set_plan(account, "payg")
+    limiter, run, _ = make(redis, prefix, clock, plans(payg={"rate": 1, "burst": 5000}))
+    khash = key_hash(api_key)
+    seen = []
+    for step in range(2000):  # 10k requests/s: after 50 ms, slices of hundreds of units
+        clock.ms = T0 + step // 10
+        d = await limiter.admit(khash, 1, {"eth_call": 1}, now_ms=clock.ms)
+        assert d.status is Status.ADMITTED
+        seen.append(d.remaining)
+    assert run.calls < 700  # most calls were local
+    # bucket + lease = burst - spent (the refill of 1/s adds under 1 unit in 200 ms)
+    assert all(5000 - i <= r <= 5000 - i + 1 for i, r in enumerate(seen, 1)), [
+        (i, r) for i, r in enumerate(seen, 1) if not 5000 - i <= r <= 5000 - i + 1
+    ][:10]
+    assert seen == sorted(seen, reverse=True) and len(set(seen)) >= 1990
+
+    full, _, _ = make(redis, prefix, clock, plans(payg={"rate": 10**9, "burst": 10**9}))
+    decisions = []
+    for step in range(1000):  # 1k requests/s, the bucket refilling far faster
+        clock.ms = T0 + 10_000 + step  # the bucket is full again by then
+        decisions.append(await full.admit(khash, 1, {"eth_call": 1}, now_ms=clock.ms))
+    assert all(d.status is Status.ADMITTED for d in decisions)
+    assert sum(d.remaining == 10**9 for d in decisions) >= 900  # not on an ask's own call
+    reused = sum(a is b for a, b in itertools.pairwise(decisions))
+    assert reused >= 850  # one object while the figures hold, a new one after each ask

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ def test_bench_ws_scenario_smoke(tmp_path: Path) -> None:
     out = tmp_path / "ws.json"
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "bench.scenarios.ws", "--sockets", "20", "--procs", "1"),
+            *(sys.executable, "-m", "bench", "ws", "--sockets", "20", "--procs", "1"),
             *("--rate", "5", "--duration", "2", "--json", str(out)),
+            *("--max-p99-ms", "5000"),  # a busy test machine: the smoke run judges delivery
         ],
         capture_output=True,
         timeout=120,
@@ -30,6 +32,44 @@ def test_bench_ws_scenario_smoke(tmp_path: Path) -> None:
         == 20 * report["blocks"]
     )
     assert report["latency p99 (ms)"] > 0
+    assert report["gateway CPU per delivered notification (µs)"] > 0
+    assert report["gateway peak RSS (MB)"] >= report["gateway RSS with sockets (MB)"] > 0
+    assert report["verdict"]["pass"] is True
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert report["pinning"].startswith("server on CPU")
+
+
+def test_open_files_limit_is_raised_not_lowered() -> None:
+    """The run raises the soft limit towards what the sockets need, never past the hard."""
+    import resource
+
+    from bench.scenarios.ws import fd_budget, raise_nofile
+
+    assert fd_budget(10_000, 4) == 10_000 + 256  # the gateway holds every socket
+    soft0, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft0, 512), hard))
+        soft, hard2 = raise_nofile(2000)
+        assert hard2 == hard
+        assert soft == min(2000, hard) == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert raise_nofile(100)[0] == soft  # never lowered
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft0, hard))
+
+
+def test_a_run_the_limit_cannot_hold_stops_with_a_reason() -> None:
+    """More sockets than the hard open-files limit: exit 2-style message, no traceback."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > 10**7:
+        return  # nothing this machine would refuse
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "ws", "--sockets", str(hard + 1), "--procs", "1"],
+        capture_output=True, timeout=60, check=False, text=True,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "open files" in proc.stderr and "Traceback" not in proc.stderr
 
 
 async def test_demo_nodes_mine_and_answer() -> None:
