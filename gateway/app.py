@@ -21,6 +21,9 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
+from gateway.filters.nodepath import PoolPath
+from gateway.filters.service import FilterService
+from gateway.filters.store import FilterStore
 from gateway.limits.leasing import LeaseLimiter, LeaseSettings
 from gateway.limits.limiter import (
     ADMIT_LUA,
@@ -271,12 +274,20 @@ async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
     resources only once their contexts ran: binding here keeps one lifecycle.
     """
     insight = app.get(T.INSIGHT)
+    cfg = app[T.CONFIG]
+    filter_store = FilterStore(
+        app[T.REDIS], cfg.redis.prefix, cfg.filters.ttl_s, cfg.filters.max_per_key
+    )
     for handler in app[HANDLERS]:
-        handler.bind(
-            app[T.LIMITER],
-            app[T.POOLS][handler.network.name],
-            app[T.ERRORS],
-            app[T.CLIENT_IP],
-        )
+        pool = app[T.POOLS][handler.network.name]
+        handler.bind(app[T.LIMITER], pool, app[T.ERRORS], app[T.CLIENT_IP])
         handler.insight = insight
+        handler.filters = FilterService(
+            handler.network.name,
+            filter_store,
+            pool.intel.heads,
+            PoolPath(pool),
+            cfg.filters,
+            cfg.max_logs_range,
+        )
     yield

@@ -276,10 +276,11 @@ class FiltersConfig:
     # per poll (the rest come next poll); a logs filter's span per poll is
     # the plan's eth_getLogs range limit.
     max_blocks_per_poll: int = 256
-    # Polls remembered per filter (their last block's hash and the logs they
-    # delivered) to see a re-org and send its logs again with removed: true.
+    # Polls remembered per logs filter (their last block's hash and the logs
+    # they delivered; blocks per block filter) to see a re-org and send its
+    # logs again with removed: true.
     reorg_polls: int = 16
-    remember_bytes: int = 262_144  # delivered logs kept per filter for that, at most
+    remember_bytes: int = 65_536  # delivered logs kept per filter for that, at most
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ import orjson
 from aiohttp import hdrs, web
 
 from gateway.config import Config, NetworkConfig
+from gateway.filters.service import FILTER_METHODS, FilterService, answer_obj
 from gateway.intel.cache import answer as cached_answer
 from gateway.intel.cache import answer_block, call_key, result_bytes
 from gateway.intel.head import NetworkHead
@@ -130,6 +131,7 @@ class RpcHandler:
     errors: ErrorCounter
     client_ip: ClientIP
     insight: InsightSink | None = None  # set at startup when insight is on
+    filters: FilterService | None = None  # set at startup: the filter methods' answers
 
     def __init__(
         self,
@@ -328,6 +330,10 @@ class RpcHandler:
             return error_reply(kind, None, reason, headers)
         calls = req.calls
         self._guard_logs(req)
+        if self.filters is not None and any(c.method in FILTER_METHODS for c in calls):
+            refused = await self._answer_filters(request, khash, req, headers)
+            if refused is not None:
+                return refused
         forward = [c for c in calls if c.error is None]
         if forward and not req.is_batch and forward[0].has_id and forward[0].method in READS:
             return await self._forward_read(request, khash, req, headers)
@@ -375,6 +381,34 @@ class RpcHandler:
             self.errors.add(khash)
             request[REPLY_ERROR] = True  # request insight reads the code from the answer
         return _reply(answer, 200, headers)
+
+    async def _answer_filters(
+        self, request: web.Request, khash: str, req: _Request, headers: dict[str, str]
+    ) -> web.Response | None:
+        """Answer the filter methods here (gateway/filters), as ``call.local`` or errors.
+
+        A single call whose node path failed gets its HTTP status (502/504);
+        in a batch the error takes the call's place. A notification is run
+        for its effect (uninstall) and then dropped like any refused one.
+        """
+        assert self.filters is not None
+        for call in req.calls:
+            if call.error is not None or call.method not in FILTER_METHODS:
+                continue
+            answer = await self.filters.answer(khash, req.plan, call.method, call.params)
+            if isinstance(answer, bytes):
+                if call.has_id:
+                    call.local = orjson.dumps(answer_obj(answer, call.id))
+                else:
+                    call.error = rpc.INVALID_PARAMS  # answered nothing: not forwarded either
+                continue
+            call.error, call.reason = answer
+            if call.has_id:
+                self.errors.add(khash)
+                request[REPLY_ERROR] = True
+            if not req.is_batch and call.error.http_status != 200:
+                return error_reply(call.error, call.id, call.reason, headers)
+        return None
 
     def _next_gids(self, n: int) -> int:
         """The first of ``n`` consecutive gateway ids for the calls a node will see."""

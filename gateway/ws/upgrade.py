@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from gateway import typedefs as T
 from gateway.config import NetworkConfig
+from gateway.filters.service import FILTER_METHODS, answer_obj
 from gateway.limits.limiter import Decision, LimiterUnavailable, Status, ip_bits, record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
@@ -199,6 +200,11 @@ class WsRoute:
                         answers[i] = await self._subscribe(svc, sess, call, attach)
                 elif call.method == C.UNSUBSCRIBE:
                     answers[i] = self._unsubscribe(svc, sess, call)
+                elif http.filters is not None and call.method in FILTER_METHODS:
+                    answer = await http.filters.answer(
+                        key.khash, decision.plan, call.method, call.params
+                    )
+                    answers[i] = answer_obj(answer, call.id)
                 else:
                     forward.append(i)
             if forward:
