@@ -41,3 +41,6 @@ KEY_ID = web.RequestKey("key_id", str)
 # whether a node's answer held an error (so a big reply is not scanned twice).
 KEY_HASH = web.RequestKey("key_hash", str)
 REPLY_ERROR = web.RequestKey("reply_error", bool)
+# The method a request named when it is not offered (only that one): the
+# key's call log shows it as sent (never a metrics label: it is unbounded).
+NOT_OFFERED = web.RequestKey("not_offered", str)

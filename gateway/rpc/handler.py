@@ -41,7 +41,7 @@ from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.clientip import ClientIP
 from gateway.store.errors import ErrorCounter
 from gateway.store.insight import InsightSink, reply_code
-from gateway.typedefs import KEY_HASH, KEY_ID, REPLY_ERROR, RPC_METHOD
+from gateway.typedefs import KEY_HASH, KEY_ID, NOT_OFFERED, REPLY_ERROR, RPC_METHOD
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import Node, NodePool, UpstreamError
 
@@ -202,6 +202,7 @@ class RpcHandler:
             status,
             elapsed * 1000,
             self.client_ip(request) if failed else "",
+            request.get(NOT_OFFERED, ""),
         )
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -299,6 +300,10 @@ class RpcHandler:
             request[RPC_METHOD] = next(iter(counts))
         elif counts:
             request[RPC_METHOD] = "batch"
+        else:
+            refused = {c.method for c in req.calls if c.error is rpc.METHOD_NOT_FOUND}
+            if len(refused) == 1:
+                request[NOT_OFFERED] = refused.pop()
         try:
             decision = await self.limiter.admit(
                 khash,
