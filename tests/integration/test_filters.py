@@ -275,3 +275,20 @@ async def test_a_filter_made_over_websocket_is_polled_over_http(
     await moved(client, chain, 1)
     changes = await rpc(client, api_key, "eth_getFilterChanges", [made["result"]])
     assert changes["result"] == [chain.block_hash(5_001)]
+
+
+async def test_two_polls_racing_never_deliver_the_same_logs_twice(
+    make_app: AppFactory, chain: Chain, api_key: str
+) -> None:
+    client = await make_app()
+    other_process = await make_app()
+    fid = (await rpc(client, api_key, "eth_newFilter", [{}]))["result"]
+    for _ in range(3):
+        await moved(client, chain, 2)
+        await other_process.app[T.POOLS]["bsc"].probe_once()
+        a, b = await asyncio.gather(
+            rpc(client, api_key, "eth_getFilterChanges", [fid]),
+            rpc(other_process, api_key, "eth_getFilterChanges", [fid]),
+        )
+        got = sorted(numbers(a["result"]) + numbers(b["result"]))
+        assert got == [chain.head - 1, chain.head]
