@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
+from redis.exceptions import RedisError
 
 from gateway.config import FiltersConfig
 from gateway.filters.changes import NodeCall, NodeError, block_changes, logs_changes
@@ -91,6 +92,12 @@ class FilterService:
                 return await self._filter_logs(plan, state)
         except NodeError as exc:
             return exc.kind, exc.data
+        except (RedisError, OSError, TimeoutError) as exc:  # fail closed, as admission does
+            log.warning("filter state unavailable network=%s error=%r", self.network, exc)
+            return rpc.SERVICE_UNAVAILABLE, None
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # an odd node answer
+            log.warning("odd node answer network=%s method=%s error=%r", self.network, method, exc)
+            return rpc.UPSTREAM_UNAVAILABLE, "bad node answer"
         return rpc.METHOD_NOT_FOUND, None  # pragma: no cover - FILTER_METHODS only
 
     async def _head(self) -> NetworkHead:

@@ -17,11 +17,18 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from gateway import typedefs as T
 from gateway.app import create_app
-from gateway.config import Config
+from gateway.config import Config, FiltersConfig
 from gateway.demo.chainnode import Chain, ChainNode, start_chain_node
+from gateway.filters.service import FilterService
+from gateway.filters.store import FilterStore
+from gateway.intel.head import HeadTracker, NetworkHead
+from gateway.redis.embedded import free_port
+from gateway.rpc import protocol
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
 
@@ -292,3 +299,27 @@ async def test_two_polls_racing_never_deliver_the_same_logs_twice(
         )
         got = sorted(numbers(a["result"]) + numbers(b["result"]))
         assert got == [chain.head - 1, chain.head]
+
+
+async def test_redis_unavailable_answers_503_not_a_traceback(chain: Chain) -> None:
+    """Filter state is in Redis: when it cannot be reached the call fails closed (SPEC §4)."""
+    dead = Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    heads = HeadTracker(["n"])
+    heads.head = NetworkHead(chain.head, chain.block_hash(chain.head))
+
+    async def never(method: str, params: list[Any]) -> bytes:
+        raise AssertionError("no node call expected")
+
+    service = FilterService(
+        "bsc", FilterStore(dead, "gw", 300, 10), heads, never, FiltersConfig(), lambda plan: 0
+    )
+    try:
+        for method, params in (
+            ("eth_newBlockFilter", []),
+            ("eth_getFilterChanges", ["0x" + "ab" * 16]),
+            ("eth_uninstallFilter", ["0x" + "ab" * 16]),
+        ):
+            answer = await service.answer("h" * 64, "free", method, params)
+            assert answer == (protocol.SERVICE_UNAVAILABLE, None), method
+    finally:
+        await dead.aclose()
