@@ -27,11 +27,16 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp.test_utils import TestServer
 
+from gateway.app import create_app
+from gateway.config.methods import default_methods
+from gateway.filters.service import FILTER_METHODS
 from gateway.redis import keyspace as ks
 from gateway.redis.embedded import LOOPBACK, free_port
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
+from tests.helpers.config import MakeConfig
 from tests.helpers.evmstack import (
     JS,
     Forwarder,
@@ -95,12 +100,14 @@ class Gateway:
         self.proc = None
 
 
-async def eventually(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+async def eventually(
+    check: Callable[[], bool], what: str, timeout_s: float = 45.0, state: Any = None
+) -> None:
     for _ in range(int(timeout_s / 0.1)):
         if check():
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}: {state() if state else ''}")
 
 
 class Listeners:
@@ -115,12 +122,23 @@ class Listeners:
         self.filter_id = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._js: asyncio.subprocess.Process | None = None
+        self._w3: AsyncWeb3[AsyncHTTPProvider] | None = None
 
     async def start(self) -> None:
+        await self.start_js(want=3)
+        self._w3 = w3 = AsyncWeb3(AsyncHTTPProvider(self.url))
+        blocks = await w3.eth.filter("latest")
+        contract = w3.eth.contract(address=w3.to_checksum_address(self.contract), abi=PING_ABI)
+        events = await contract.events.Ping.create_filter(from_block="latest")
+        self.filter_id = str(events.filter_id)
+        self._tasks.append(asyncio.create_task(self._poll_web3(blocks, events)))
+
+    async def start_js(self, want: int) -> None:
+        """ethers and viem, listening in one Node.js process until ``want`` events each."""
         self._js = await asyncio.create_subprocess_exec(
             "node",
             str(JS / "filters_listen.mjs"),
-            *(self.url, self.contract, "3"),
+            *(self.url, self.contract, str(want)),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -128,12 +146,6 @@ class Listeners:
         line = await asyncio.wait_for(self._js.stdout.readline(), 60)
         assert orjson.loads(line)["ready"], line
         self._tasks.append(asyncio.create_task(self._read_js()))
-        w3 = AsyncWeb3(AsyncHTTPProvider(self.url))
-        blocks = await w3.eth.filter("latest")
-        contract = w3.eth.contract(address=w3.to_checksum_address(self.contract), abi=PING_ABI)
-        events = await contract.events.Ping.create_filter(from_block="latest")
-        self.filter_id = str(events.filter_id)
-        self._tasks.append(asyncio.create_task(self._poll_web3(blocks, events)))
 
     async def _read_js(self) -> None:
         assert self._js is not None and self._js.stdout is not None
@@ -153,12 +165,19 @@ class Listeners:
                 self.errors.append(f"web3: {exc!r}")
             await asyncio.sleep(0.5)
 
+    def both(self, n: int) -> Callable[[], bool]:
+        """Whether ethers and viem each have ``n`` events (the web3.py part not started)."""
+        return lambda: len(self.got["ethers"]) >= n and len(self.got["viem"]) >= n
+
     def have(self, n: int) -> bool:
         return all(len(got) >= n for got in self.got.values())
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._w3 is not None:
+            await self._w3.provider.disconnect()  # its cached aiohttp session
         if self._js is not None and self._js.returncode is None:
             self._js.kill()
             await self._js.wait()
@@ -167,7 +186,8 @@ class Listeners:
 async def test_real_clients_get_every_event_once_through_failover_and_restart(
     tmp_path: Path, redis_url: str, prefix: str, store: Store, account: str
 ) -> None:
-    key, _ = await store.create_key(account, name="listener")
+    # one listening key per network, so each key's live filters are one network's
+    keys = {net: (await store.create_key(account, name=net))[0] for net in CHAINS}
     other, _ = await store.create_key(account, name="other")
     async with contextlib.AsyncExitStack() as stack:
         nodes: dict[str, str] = {}
@@ -200,17 +220,20 @@ async def test_real_clients_get_every_event_once_through_failover_and_restart(
         await front.start()
         stack.push_async_callback(front.stop)
 
-        listeners = {net: Listeners(f"{front.url}/{net}/{key}", emitters[net][1]) for net in CHAINS}
+        listeners = {
+            net: Listeners(f"{front.url}/{net}/{keys[net]}", emitters[net][1]) for net in CHAINS
+        }
         for listener in listeners.values():
             await listener.start()
             stack.push_async_callback(listener.close)
         redis = store.redis
-        index = ks.filter_index(prefix, key_hash(key))
-        for _ in range(200):  # ethers and viem make theirs on their first 4 s poll
-            if await redis.zcard(index) >= 8:  # 4 filters per network
-                break
-            await asyncio.sleep(0.1)
-        assert await redis.zcard(index) >= 8
+        for key in keys.values():  # ethers and viem make theirs on their first 4 s poll
+            index = ks.filter_index(prefix, key_hash(key))
+            for _ in range(300):
+                if await redis.zcard(index) >= 4:  # ethers, viem, web3's block and event filters
+                    break
+                await asyncio.sleep(0.1)
+            assert await redis.zcard(index) >= 4
 
         async def emit(n: int) -> dict[str, str]:
             blocks = {}
@@ -222,18 +245,21 @@ async def test_real_clients_get_every_event_once_through_failover_and_restart(
         def everyone(n: int) -> Callable[[], bool]:
             return lambda: all(lst.have(n) for lst in listeners.values())
 
+        def state() -> dict[str, Any]:
+            return {net: (lst.got, lst.errors) for net, lst in listeners.items()}
+
         hashes = [await emit(1)]
-        await eventually(everyone(1), "event 1")
+        await eventually(everyone(1), "event 1", state=state)
         # the node that served the most goes away
         for net in CHAINS:
             busiest = max(relays[net], key=lambda r: r.relayed)
             await busiest.stop()
         hashes.append(await emit(2))
-        await eventually(everyone(2), "event 2 after a node failover")
+        await eventually(everyone(2), "event 2 after a node failover", state=state)
         # the gateway process the clients use restarts; they hop to the other meanwhile
         await first.stop()
         hashes.append(await emit(3))
-        await eventually(everyone(3), "event 3 during a gateway restart")
+        await eventually(everyone(3), "event 3 during a gateway restart", state=state)
         await first.start()
         await asyncio.sleep(9)  # two more polling rounds of every client: nothing new arrives
 
@@ -248,3 +274,36 @@ async def test_real_clients_get_every_event_once_through_failover_and_restart(
                 async with session.post(f"{front.url}/{net}/{other}", json=body) as resp:
                     answer = await resp.json()
             assert answer["error"] == {"code": -32000, "message": "filter not found"}
+
+
+async def test_ethers_falls_back_to_get_logs_when_filters_are_not_offered(
+    make_config: MakeConfig, aiohttp_client: Callable[..., Any], api_key: str
+) -> None:
+    """A network whose operator took the filter methods out: the -32601 in geth's words
+    makes ethers v6 (and viem) fall back to eth_getLogs polling, so events still arrive."""
+    async with contextlib.AsyncExitStack() as stack:
+        node = await stack.enter_async_context(hardhat_node(56))
+        sender, contract = await deploy_emitter(node)
+        methods = [m for m in default_methods(56) if m not in FILTER_METHODS]
+        cfg = make_config(
+            {
+                "plans": {"free": {"rate": 100_000, "burst": 200_000}},
+                "networks": {"bsc": {"methods": methods}},
+            },
+            upstreams={"bsc": [node]},
+        )
+        client = await aiohttp_client(TestServer(create_app(cfg)))
+        listener = Listeners(f"http://{LOOPBACK}:{client.port}/bsc/{api_key}", contract)
+        stack.push_async_callback(listener.close)
+        await listener.start_js(want=2)
+        await asyncio.sleep(5)  # ethers tries eth_newFilter on its first poll, then falls back
+        for n in (1, 2):
+            # One block per ethers polling round: two new blocks in one round make ethers
+            # run two eth_getLogs polls at once from the same block, and it delivers
+            # their logs twice (its own race, seen straight against a node too).
+            await ping(node, sender, contract, n)
+            await eventually(
+                listener.both(n), f"event {n} by eth_getLogs polling", state=lambda: listener.got
+            )
+        await asyncio.sleep(5)
+        assert listener.got["ethers"] == [1, 2] and listener.got["viem"] == [1, 2]
