@@ -131,6 +131,9 @@ async def test_another_key_gets_filter_not_found(
         assert answer["_status"] == 200 and answer["id"] == 7
         assert answer["error"] == {"code": -32000, "message": "filter not found"}
     assert (await rpc(client, other, "eth_uninstallFilter", [fid]))["result"] is False
+    body = {"jsonrpc": "2.0", "id": 1, "method": "eth_getFilterChanges", "params": [fid]}
+    resp = await client.post(f"/opbnb/{api_key}", data=orjson.dumps(body), headers=JSON)
+    assert (await resp.json())["error"]["message"] == "filter not found"  # another network
     for junk in (["0x1234"], ["nope"], [12], [None]):
         answer = await rpc(client, api_key, "eth_getFilterChanges", junk)
         assert answer["error"]["message"] == "filter not found", junk

@@ -54,6 +54,7 @@ def test_operator_offers_a_pattern_with_a_weight_and_plans_may_override_it() -> 
         {
             "networks": {"bsc": {"extra_methods": {"debug_trace*": 500, "txpool_status": 10}}},
             "plans": {"payg": {"rate": 300, "weights": {"debug_traceCall": 200}}},
+            "filters": {"ttl_s": 60.0, "max_per_key": 7},
         }
     )
     bsc = cfg.network("bsc").methods
@@ -74,6 +75,7 @@ def test_operator_offers_a_pattern_with_a_weight_and_plans_may_override_it() -> 
     raw = orjson.loads(orjson.dumps(config_to_raw(cfg)))
     again = config_from_dict(raw)
     assert again == cfg and "debug_traceCall" in again.network("bsc").methods
+    assert again.filters.max_per_key == 7  # the [filters] section reaches the workers
     assert again.plan("free").cost("debug_traceTransaction") == 500
 
 
