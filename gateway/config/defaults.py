@@ -15,10 +15,13 @@ from typing import Any
 # the node or exposes its internals is left out on purpose.
 DEFAULT_METHODS: tuple[str, ...] = (
     "eth_accounts",
+    "eth_baseFee",
     "eth_blobBaseFee",
     "eth_blockNumber",
     "eth_call",
+    "eth_capabilities",
     "eth_chainId",
+    "eth_config",
     "eth_createAccessList",
     "eth_estimateGas",
     "eth_feeHistory",
@@ -37,6 +40,7 @@ DEFAULT_METHODS: tuple[str, ...] = (
     "eth_getLogs",
     "eth_getProof",
     "eth_getStorageAt",
+    "eth_getStorageValues",
     "eth_getTransactionByBlockHashAndIndex",
     "eth_getTransactionByBlockNumberAndIndex",
     "eth_getTransactionByHash",

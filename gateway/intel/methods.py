@@ -24,6 +24,7 @@ STATE_AT: Final[dict[str, int]] = {
     "eth_getProof": 2,
     "eth_createAccessList": 1,
     "eth_simulateV1": 1,
+    "eth_getStorageValues": 1,
 }
 
 # Reads about one block named by number or tag in param 0.
@@ -62,8 +63,11 @@ CONSTANT: Final = frozenset({"eth_chainId", "net_version"})
 OTHER_READS: Final = frozenset(
     {
         "eth_accounts",
+        "eth_baseFee",
         "eth_blobBaseFee",
         "eth_blockNumber",
+        "eth_capabilities",  # this node's retention: asked, never kept
+        "eth_config",
         "eth_estimateGas",
         "eth_feeHistory",
         "eth_gasPrice",

@@ -25,6 +25,11 @@ HOSTED_READS = (
     "eth_getBlockReceipts",
     "eth_getProof",
     "eth_feeHistory",
+    # every eth_ method of the execution-apis test suite
+    "eth_baseFee",
+    "eth_capabilities",
+    "eth_config",
+    "eth_getStorageValues",
 )
 BSC_FINALITY = ("eth_getFinalizedHeader", "eth_getFinalizedBlock", "eth_newFinalizedHeaderFilter")
 
