@@ -326,3 +326,20 @@ async def test_redis_unavailable_answers_503_not_a_traceback(chain: Chain) -> No
             assert answer == (protocol.SERVICE_UNAVAILABLE, None), method
     finally:
         await dead.aclose()
+
+
+async def test_bscs_finalized_header_filter_reports_the_newest_finalized_block(
+    make_app: AppFactory, chain: Chain, api_key: str
+) -> None:
+    client = await make_app()
+    fid = (await rpc(client, api_key, "eth_newFinalizedHeaderFilter", []))["result"]
+    assert (await rpc(client, api_key, "eth_getFilterChanges", [fid]))["result"] == []
+    await moved(client, chain, 3)
+    assert (await rpc(client, api_key, "eth_getFilterChanges", [fid]))["result"] == [
+        chain.block_hash(chain.finalized)
+    ]
+    assert (await rpc(client, api_key, "eth_getFilterChanges", [fid]))["result"] == []
+    # opBNB has no such method (BSC's finality API only)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "eth_newFinalizedHeaderFilter", "params": []}
+    resp = await client.post(f"/opbnb/{api_key}", data=orjson.dumps(body), headers=JSON)
+    assert (await resp.json())["error"]["code"] == -32601
