@@ -21,6 +21,10 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
+from gateway.filters.methods import FilterMethods
+from gateway.filters.nodepath import ReadPath
+from gateway.filters.service import FilterService
+from gateway.filters.store import FilterStore
 from gateway.limits.leasing import LeaseLimiter, LeaseSettings
 from gateway.limits.limiter import (
     ADMIT_LUA,
@@ -275,8 +279,26 @@ async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
     resources only once their contexts ran: binding here keeps one lifecycle.
     """
     insight = app.get(T.INSIGHT)
+    cfg = app[T.CONFIG]
+    filter_store = FilterStore(
+        app[T.REDIS], cfg.redis.prefix, cfg.filters.ttl_s, cfg.filters.max_per_key
+    )
+    filters_live = app[T.METRICS].filters_live
     for handler in app[HANDLERS]:
         pool = app[T.POOLS][handler.network.name]
-        handler.pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
+        pipeline = handler.pipeline
+        pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
         handler.bind(app[T.CLIENT_IP])
+        # The filter methods: local methods of this network's pipeline (both
+        # transports), their node reads through its read path.
+        service = FilterService(
+            handler.network.name,
+            filter_store,
+            pool.intel.heads,
+            ReadPath(pipeline.reads),
+            cfg.filters,
+            cfg.max_logs_range,
+            live=filters_live.labels(handler.network.name),
+        )
+        FilterMethods(service, app[T.ERRORS]).register(pipeline.local, handler.network.methods)
     yield

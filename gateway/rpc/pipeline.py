@@ -145,6 +145,8 @@ class Pipeline:
             answer.key_id = admitted.key_id
             answer.known_key = bool(admitted.key_id)
         answer.method = method
+        if method == "-" and req.calls:
+            answer.not_offered = _not_offered(req)
         return answer
 
     def parse(self, body: bytes, transport: str = "http") -> R.ParsedRequest:
@@ -244,7 +246,13 @@ class Pipeline:
             code = reply_code(body)
         failed = code != 0 or status >= 400
         self.insight.record(
-            caller.khash, answer.method, code, status, elapsed * 1000, caller.ip if failed else ""
+            caller.khash,
+            answer.method,
+            code,
+            status,
+            elapsed * 1000,
+            caller.ip if failed else "",
+            answer.not_offered,
         )
 
     def limit_headers(self, decision: Decision) -> dict[str, str]:
@@ -273,6 +281,16 @@ class Pipeline:
         headers = self.limit_headers(decision)
         headers["Retry-After"] = str(-(-retry_ms // 1000))
         return R.request_error(kind, req, headers, data)
+
+
+def _not_offered(req: R.ParsedRequest) -> str:
+    """The one method name, as sent, that a request's calls asked for and is not offered.
+
+    For the key's call log (SPEC §6), never a metrics label: what a client
+    sends is unbounded. "" when the calls named none, or several.
+    """
+    names = {c.method for c in req.calls if c.error is rpc.METHOD_NOT_FOUND}
+    return names.pop() if len(names) == 1 else ""
 
 
 def _label(req: R.ParsedRequest) -> str:
