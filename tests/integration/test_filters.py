@@ -343,3 +343,68 @@ async def test_bscs_finalized_header_filter_reports_the_newest_finalized_block(
     body = {"jsonrpc": "2.0", "id": 1, "method": "eth_newFinalizedHeaderFilter", "params": []}
     resp = await client.post(f"/opbnb/{api_key}", data=orjson.dumps(body), headers=JSON)
     assert (await resp.json())["error"]["code"] == -32601
+
+
+async def test_a_lone_poll_whose_node_read_failed_keeps_its_http_status(
+    make_app: AppFactory, chain: Chain, nodes: list[ChainNode], api_key: str
+) -> None:
+    """502 for a single call (as any forwarded read); in a batch the error takes its place."""
+    client = await make_app()
+    fid = (await rpc(client, api_key, "eth_newFilter", [{}]))["result"]
+    other = (await rpc(client, api_key, "eth_newFilter", [{}]))["result"]
+    await moved(client, chain, 2)
+    for node in nodes:
+        await node.close()
+    failed = await rpc(client, api_key, "eth_getFilterChanges", [fid], id_="p")
+    assert failed["_status"] == 502 and failed["id"] == "p"
+    assert failed["error"]["code"] == -32603
+    body = [
+        {"jsonrpc": "2.0", "id": 1, "method": "eth_getFilterChanges", "params": [fid]},
+        {"jsonrpc": "2.0", "id": 2, "method": "eth_uninstallFilter", "params": [fid]},
+    ]
+    resp = await client.post(f"/bsc/{api_key}", data=orjson.dumps(body), headers=JSON)
+    answers = orjson.loads(await resp.read())
+    assert resp.status == 200
+    assert answers[0]["error"]["code"] == -32603 and answers[1]["result"] is True
+    # over a socket the failure is the call's answer too
+    async with client.ws_connect(f"/bsc/{api_key}") as ws:
+        await ws.send_json(
+            {"jsonrpc": "2.0", "id": 3, "method": "eth_getFilterChanges", "params": [other]}
+        )
+        answer = await ws.receive_json(timeout=5)
+    assert answer["id"] == 3 and answer["error"]["code"] == -32603
+
+
+async def test_the_live_filters_gauge_follows_create_uninstall_and_expiry(
+    make_app: AppFactory, api_key: str
+) -> None:
+    client = await make_app({"filters": {"ttl_s": 0.3}})
+    live = client.app[T.METRICS].filters_live.labels("bsc")
+    a = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]
+    b = (await rpc(client, api_key, "eth_newFilter", [{}]))["result"]
+    assert live._value.get() == 2
+    assert (await rpc(client, api_key, "eth_uninstallFilter", [a]))["result"] is True
+    assert live._value.get() == 1
+    await asyncio.sleep(0.4)  # b expires (in Redis and here)
+    c = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]
+    assert live._value.get() == 1  # c only
+    assert (await rpc(client, api_key, "eth_getFilterChanges", [b]))["error"]["code"] == -32000
+    assert c != b and live._value.get() == 1
+    scraped = client.app[T.METRICS].exposition().decode()
+    assert 'gateway_filters_live{network="bsc"} 1.0' in scraped
+
+
+async def test_identical_polls_at_one_head_cost_one_node_scan(
+    make_app: AppFactory, chain: Chain, nodes: list[ChainNode], api_key: str
+) -> None:
+    """A poll's eth_getLogs goes through the pipeline's read path: coalesced and cached."""
+    client = await make_app()
+    fids = [
+        (await rpc(client, api_key, "eth_newFilter", [{"address": EMITTER}]))["result"]
+        for _ in range(4)
+    ]
+    await moved(client, chain, 2)
+    before = sum(n.by_method["eth_getLogs"] for n in nodes)
+    polls = await asyncio.gather(*(rpc(client, api_key, "eth_getFilterChanges", [f]) for f in fids))
+    assert all(numbers(p["result"]) == [5_001, 5_002] for p in polls)
+    assert sum(n.by_method["eth_getLogs"] for n in nodes) - before == 1

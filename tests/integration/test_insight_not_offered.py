@@ -44,17 +44,23 @@ async def test_a_method_not_offered_is_logged_as_sent_and_found_by_the_filter(
             f"/bsc/{key}", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": []}
         )
         assert (await resp.json())["error"]["code"] == -32601
+    # a WebSocket call goes through the same pipeline and is logged the same way
+    async with client.ws_connect(f"/bsc/{key}") as ws:
+        await ws.send_json({"jsonrpc": "2.0", "id": 2, "method": "eth_overTheSocket"})
+        assert (await ws.receive_json(timeout=5))["error"]["code"] == -32601
     path = f"/dashboard/keys/{key_id}/requests"
-    doc = await _wait_for_rows(user, path, 2)
+    doc = await _wait_for_rows(user, path, 3)
     rows = doc.find(data_testid="request-log").find_all(data_testid="request-log-row")
-    assert {r.attrs["data-method"] for r in rows} == {LONG[:64], "debug_traceTransaction"}
-    cells = [td.text.strip() for td in rows[0].tags("td")] + [
-        td.text.strip() for td in rows[1].tags("td")
-    ]
+    assert {r.attrs["data-method"] for r in rows} == {
+        LONG[:64],
+        "debug_traceTransaction",
+        "eth_overTheSocket",
+    }
+    cells = [td.text.strip() for row in rows for td in row.tags("td")]
     assert LONG[:64] in cells and "(not a valid call)" not in cells
     # the per-method sums count them under one name (what a client sends is unbounded)
     hour = doc.find(data_testid="method-insight", data_window="hour")
-    assert hour.find(data_method=NOT_OFFERED).testid("calls") == "2"
+    assert hour.find(data_method=NOT_OFFERED).testid("calls") == "3"
     # the Method filter (64 characters at most) finds the call by what was sent
     found = await user.get(f"{path}?method={quote(LONG)}")
     got = found.find(data_testid="request-log").find_all(data_testid="request-log-row")
