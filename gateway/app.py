@@ -21,9 +21,8 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
-from gateway.filters.methods import FilterMethods
-from gateway.filters.nodepath import ReadPath
-from gateway.filters.service import FilterService
+from gateway.filters.live import live_gauge
+from gateway.filters.methods import add_filter_methods
 from gateway.filters.store import FilterStore
 from gateway.limits.leasing import LeaseLimiter, LeaseSettings
 from gateway.limits.limiter import (
@@ -283,22 +282,11 @@ async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
     filter_store = FilterStore(
         app[T.REDIS], cfg.redis.prefix, cfg.filters.ttl_s, cfg.filters.max_per_key
     )
-    filters_live = app[T.METRICS].filters_live
+    filters_live = live_gauge(app[T.METRICS].registry)
     for handler in app[HANDLERS]:
         pool = app[T.POOLS][handler.network.name]
-        pipeline = handler.pipeline
-        pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
+        handler.pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
         handler.bind(app[T.CLIENT_IP])
-        # The filter methods: local methods of this network's pipeline (both
-        # transports), their node reads through its read path.
-        service = FilterService(
-            handler.network.name,
-            filter_store,
-            pool.intel.heads,
-            ReadPath(pipeline.reads),
-            cfg.filters,
-            cfg.max_logs_range,
-            live=filters_live.labels(handler.network.name),
-        )
-        FilterMethods(service, app[T.ERRORS]).register(pipeline.local, handler.network.methods)
+        live = filters_live.labels(handler.network.name)
+        add_filter_methods(handler.pipeline, filter_store, app[T.ERRORS], live)
     yield

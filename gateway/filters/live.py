@@ -13,11 +13,27 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from prometheus_client import CollectorRegistry
+from prometheus_client import Gauge as PromGauge
+
 
 class Gauge(Protocol):
     """A gauge child (``prometheus_client``'s ``Gauge.labels(...)``)."""
 
     def set(self, value: float) -> None: ...
+
+
+def live_gauge(registry: CollectorRegistry) -> PromGauge:
+    """``gateway_filters_live{network}`` on the app's registry (once per app)."""
+    return PromGauge(
+        "gateway_filters_live",
+        "Filters (eth_newFilter and kin) this worker made or polled, not uninstalled "
+        "and not idle past filters.ttl_s; updated on each filter call, summed over "
+        "workers (a filter used from two workers counts in each)",
+        ["network"],
+        registry=registry,
+        multiprocess_mode="livesum",
+    )
 
 
 class LiveFilters:

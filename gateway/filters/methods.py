@@ -21,10 +21,32 @@ from typing import Any
 
 import orjson
 
+from gateway.filters.live import Gauge
+from gateway.filters.nodepath import ReadPath
 from gateway.filters.service import FILTER_METHODS, FilterService
+from gateway.filters.store import FilterStore
 from gateway.rpc.local import CallError, LocalContext, LocalMethods
+from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
 from gateway.store.errorcounts import ErrorCounter
+
+
+def add_filter_methods(
+    pipeline: Pipeline, store: FilterStore, errors: ErrorCounter, live: Gauge
+) -> FilterService:
+    """Give a bound pipeline its network's filter methods (at start-up, after ``bind``)."""
+    cfg, network = pipeline.cfg, pipeline.network
+    service = FilterService(
+        network.name,
+        store,
+        pipeline.pool.intel.heads,
+        ReadPath(pipeline.reads),
+        cfg.filters,
+        cfg.max_logs_range,
+        live=live,
+    )
+    FilterMethods(service, errors).register(pipeline.local, network.methods)
+    return service
 
 
 class FilterMethods:

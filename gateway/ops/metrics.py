@@ -174,15 +174,6 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
-        self.filters_live = Gauge(
-            "gateway_filters_live",
-            "Filters (eth_newFilter and kin) this worker made or polled, not uninstalled "
-            "and not idle past filters.ttl_s; updated on each filter call, summed over "
-            "workers (a filter used from two workers counts in each)",
-            ["network"],
-            registry=r,
-            multiprocess_mode="livesum",
-        )
         self._networks: dict[str, NetworkMetrics] = {}
 
     def network(self, name: str) -> NetworkMetrics:

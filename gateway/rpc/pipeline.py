@@ -146,7 +146,7 @@ class Pipeline:
             answer.known_key = bool(admitted.key_id)
         answer.method = method
         if method == "-" and req.calls:
-            answer.not_offered = _not_offered(req)
+            answer.not_offered = R.not_offered(req)
         return answer
 
     def parse(self, body: bytes, transport: str = "http") -> R.ParsedRequest:
@@ -281,16 +281,6 @@ class Pipeline:
         headers = self.limit_headers(decision)
         headers["Retry-After"] = str(-(-retry_ms // 1000))
         return R.request_error(kind, req, headers, data)
-
-
-def _not_offered(req: R.ParsedRequest) -> str:
-    """The one method name, as sent, that a request's calls asked for and is not offered.
-
-    For the key's call log (SPEC §6), never a metrics label: what a client
-    sends is unbounded. "" when the calls named none, or several.
-    """
-    names = {c.method for c in req.calls if c.error is rpc.METHOD_NOT_FOUND}
-    return names.pop() if len(names) == 1 else ""
 
 
 def _label(req: R.ParsedRequest) -> str:

@@ -379,17 +379,18 @@ async def test_the_live_filters_gauge_follows_create_uninstall_and_expiry(
     make_app: AppFactory, api_key: str
 ) -> None:
     client = await make_app({"filters": {"ttl_s": 0.3}})
-    live = client.app[T.METRICS].filters_live.labels("bsc")
+    registry = client.app[T.METRICS].registry
+    assert registry.get_sample_value("gateway_filters_live", {"network": "bsc"}) == 0
     a = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]
     b = (await rpc(client, api_key, "eth_newFilter", [{}]))["result"]
-    assert live._value.get() == 2
+    assert registry.get_sample_value("gateway_filters_live", {"network": "bsc"}) == 2
     assert (await rpc(client, api_key, "eth_uninstallFilter", [a]))["result"] is True
-    assert live._value.get() == 1
+    assert registry.get_sample_value("gateway_filters_live", {"network": "bsc"}) == 1
     await asyncio.sleep(0.4)  # b expires (in Redis and here)
     c = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]
-    assert live._value.get() == 1  # c only
+    assert registry.get_sample_value("gateway_filters_live", {"network": "bsc"}) == 1  # c only
     assert (await rpc(client, api_key, "eth_getFilterChanges", [b]))["error"]["code"] == -32000
-    assert c != b and live._value.get() == 1
+    assert c != b and registry.get_sample_value("gateway_filters_live", {"network": "bsc"}) == 1
     scraped = client.app[T.METRICS].exposition().decode()
     assert 'gateway_filters_live{network="bsc"} 1.0' in scraped
 
