@@ -409,3 +409,19 @@ async def test_identical_polls_at_one_head_cost_one_node_scan(
     polls = await asyncio.gather(*(rpc(client, api_key, "eth_getFilterChanges", [f]) for f in fids))
     assert all(numbers(p["result"]) == [5_001, 5_002] for p in polls)
     assert sum(n.by_method["eth_getLogs"] for n in nodes) - before == 1
+
+
+async def test_a_filter_read_too_large_to_buffer_is_read_whole_within_the_bound(
+    make_app: AppFactory, chain: Chain, api_key: str
+) -> None:
+    """eth_getFilterLogs over many blocks: the node's answer is relayed to the filter in
+    pieces (over 1 MiB) and read whole up to limits.max_buffered_answer_bytes; past it, 502."""
+    client = await make_app({"limits": {"max_buffered_answer_bytes": 64 << 20}})
+    fid = (await rpc(client, api_key, "eth_newFilter", [{"fromBlock": hex(1_000)}]))["result"]
+    logs = (await rpc(client, api_key, "eth_getFilterLogs", [fid]))["result"]
+    assert numbers(logs) == list(range(1_000, 5_001))
+    assert len(orjson.dumps(logs)) > 1 << 20  # past relay.STREAM_OVER: relayed, not buffered
+    small = await make_app({"limits": {"max_buffered_answer_bytes": 1 << 20}})
+    fid = (await rpc(small, api_key, "eth_newFilter", [{"fromBlock": hex(1_000)}]))["result"]
+    refused = await rpc(small, api_key, "eth_getFilterLogs", [fid])
+    assert refused["_status"] == 502 and refused["error"]["code"] == -32603
