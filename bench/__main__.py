@@ -54,6 +54,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "scale": {"duration": 5.0, "rate": 0.0},
     "mix": {"duration": 10.0, "rate": 0.0},
     "soak": {"duration": 600.0, "rate": 300.0},
+    "filters": {"duration": 20.0, "rate": 50.0},
 }
 
 
@@ -67,6 +68,7 @@ _SHORT = {
     "scale": "1..N gateway workers, closed loop: throughput vs the ideal line, CPU per part",
     "mix": "a dapp read mix from many keys: node calls per call, cache hits, vs the bare proxy",
     "soak": "minutes of mixed traffic, refusals, WebSocket churn, hostile clients: slopes",
+    "filters": "many keys polling a filter every 4 s: CPU and Redis per poll vs eth_getLogs",
 }
 
 
@@ -207,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     rr = parsers["redis-restart"]
     _outage(rr, ("kill", "term"))
     rr.add_argument("--max-recovery", type=duration_arg("s"), default=5.0)
+    parsers["filters"].add_argument("--keys", type=int, default=200, help="keys, one filter each")
     sc = parsers["scale"]
     sc.add_argument(
         "--max-workers", type=int, default=0, help="largest worker count (0: min(8, CPUs))"

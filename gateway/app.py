@@ -21,6 +21,9 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import setup_dashboard
+from gateway.filters.live import live_gauge
+from gateway.filters.methods import add_filter_methods
+from gateway.filters.store import FilterStore
 from gateway.limits.leasing import LeaseLimiter, LeaseSettings
 from gateway.limits.limiter import (
     ADMIT_LUA,
@@ -276,8 +279,15 @@ async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
     resources only once their contexts ran: binding here keeps one lifecycle.
     """
     insight = app.get(T.INSIGHT)
+    cfg = app[T.CONFIG]
+    filter_store = FilterStore(
+        app[T.REDIS], cfg.redis.prefix, cfg.filters.ttl_s, cfg.filters.max_per_key
+    )
+    filters_live = live_gauge(app[T.METRICS].registry)
     for handler in app[HANDLERS]:
         pool = app[T.POOLS][handler.network.name]
         handler.pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
         handler.bind(app[T.CLIENT_IP])
+        live = filters_live.labels(handler.network.name)
+        add_filter_methods(handler.pipeline, filter_store, app[T.ERRORS], live)
     yield

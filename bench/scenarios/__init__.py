@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.scenarios.faults import NODE_FAILURE, REDIS_RESTART, node_failure, redis_restart
+from bench.scenarios.filters import FILTERS, filters
 from bench.scenarios.limits import BURST, MANY_KEYS, burst, many_keys
 from bench.scenarios.mix import MIX, mix
 from bench.scenarios.revoke import REVOKE, revoke
@@ -31,4 +32,5 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "scale": (SCALE, scale),
     "mix": (MIX, mix),
     "soak": (SOAK, soak),
+    "filters": (FILTERS, filters),
 }

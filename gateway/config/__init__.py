@@ -14,12 +14,14 @@ from gateway.config.defaults import (
     FORBIDDEN_METHOD_PREFIXES,
 )
 from gateway.config.load import config_from_dict, listen_address, load_config
+from gateway.config.methodset import MethodSet
 from gateway.config.schema import (
     AdmissionConfig,
     CacheConfig,
     Config,
     ConfigError,
     DashboardConfig,
+    FiltersConfig,
     HedgeConfig,
     InsightConfig,
     LimitsConfig,
@@ -43,10 +45,12 @@ __all__ = [
     "Config",
     "ConfigError",
     "DashboardConfig",
+    "FiltersConfig",
     "HedgeConfig",
     "InsightConfig",
     "LimitsConfig",
     "LogConfig",
+    "MethodSet",
     "NetworkConfig",
     "PlanConfig",
     "RedisConfig",

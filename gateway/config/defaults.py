@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-# Methods a public read endpoint offers by default. Everything that signs,
-# administers the node or exposes its internals is left out on purpose.
+# Methods a public read endpoint offers by default (SPEC §3 "Methods offered"):
+# every read a hosted provider serves, forwarded even where a particular node
+# refuses one (its own answer then comes back), plus the filter methods the
+# gateway answers itself (gateway/filters). Everything that signs, administers
+# the node or exposes its internals is left out on purpose.
 DEFAULT_METHODS: tuple[str, ...] = (
+    "eth_accounts",
+    "eth_baseFee",
+    "eth_blobBaseFee",
     "eth_blockNumber",
     "eth_call",
+    "eth_capabilities",
     "eth_chainId",
+    "eth_config",
+    "eth_createAccessList",
     "eth_estimateGas",
     "eth_feeHistory",
     "eth_gasPrice",
@@ -24,9 +33,14 @@ DEFAULT_METHODS: tuple[str, ...] = (
     "eth_getBlockTransactionCountByHash",
     "eth_getBlockTransactionCountByNumber",
     "eth_getCode",
+    "eth_getFilterChanges",
+    "eth_getFilterLogs",
+    "eth_getHeaderByHash",
+    "eth_getHeaderByNumber",
     "eth_getLogs",
     "eth_getProof",
     "eth_getStorageAt",
+    "eth_getStorageValues",
     "eth_getTransactionByBlockHashAndIndex",
     "eth_getTransactionByBlockNumberAndIndex",
     "eth_getTransactionByHash",
@@ -37,9 +51,13 @@ DEFAULT_METHODS: tuple[str, ...] = (
     "eth_getUncleCountByBlockHash",
     "eth_getUncleCountByBlockNumber",
     "eth_maxPriorityFeePerGas",
+    "eth_newBlockFilter",
+    "eth_newFilter",
     "eth_protocolVersion",
     "eth_sendRawTransaction",
+    "eth_simulateV1",
     "eth_syncing",
+    "eth_uninstallFilter",
     "net_listening",
     "net_peerCount",
     "net_version",
@@ -47,17 +65,79 @@ DEFAULT_METHODS: tuple[str, ...] = (
     "web3_sha3",
 )
 
-# Prefixes that are never offered, even if an operator lists them: a public
-# gateway must not expose node administration or server-side signing.
+# BSC's finality API (BSC docs, "Finality API"), in the default list of a
+# network whose chain is BSC (mainnet 56, testnet 97).
+BSC_CHAIN_IDS: frozenset[int] = frozenset({56, 97})
+BSC_METHODS: tuple[str, ...] = (
+    "eth_getFinalizedBlock",
+    "eth_getFinalizedHeader",
+    "eth_newFinalizedHeaderFilter",
+)
+
+# Prefixes that are never offered, whatever the config says (SPEC §3):
+# node administration and server-side signing. A configured pattern that
+# could reach one of them ("eth_*", "*") is refused too.
 FORBIDDEN_METHOD_PREFIXES: tuple[str, ...] = (
     "admin_",
-    "debug_",
     "personal_",
     "miner_",
-    "txpool_",
+    "engine_",
     "eth_sign",
     "eth_sendTransaction",
 )
+
+# debug_ methods that change or stop the node, or hand out its memory and
+# profiles: an operator may offer ``debug_trace*`` but never these (a
+# ``debug_*`` pattern is refused since it would reach them).
+FORBIDDEN_DEBUG_METHODS: tuple[str, ...] = (
+    "debug_backtraceAt",
+    "debug_blockProfile",
+    "debug_chaindbCompact",
+    "debug_chaindbProperty",
+    "debug_cpuProfile",
+    "debug_dbAncient",
+    "debug_dbAncients",
+    "debug_dbGet",
+    "debug_freeOSMemory",
+    "debug_gcStats",
+    "debug_goTrace",
+    "debug_memStats",
+    "debug_mutexProfile",
+    "debug_setBlockProfileRate",
+    "debug_setGCPercent",
+    "debug_setHead",
+    "debug_setMutexProfileFraction",
+    "debug_setTrieFlushInterval",
+    "debug_stacks",
+    "debug_startCPUProfile",
+    "debug_startGoTrace",
+    "debug_stopCPUProfile",
+    "debug_stopGoTrace",
+    "debug_verbosity",
+    "debug_vmodule",
+    "debug_writeBlockProfile",
+    "debug_writeMemProfile",
+    "debug_writeMutexProfile",
+)
+
+# Not offered: the gateway keeps filters itself and keeps no mempool view
+# (SPEC §10); newPendingTransactions over WebSocket is the way to follow it.
+UNOFFERED_METHODS: tuple[str, ...] = ("eth_newPendingTransactionFilter",)
+
+# Compute units per call (SPEC §3, §5): hosted providers' proportions with
+# eth_getLogs = 50 and a plain read = 1 (the plans' rates are requests per
+# second of plain reads). A filter poll costs what the eth_getLogs it stands
+# for costs. Methods not listed cost 1; each plan's ``weights`` lays over this.
+DEFAULT_WEIGHTS: dict[str, int] = {
+    "eth_createAccessList": 20,
+    "eth_getFilterChanges": 50,
+    "eth_getFilterLogs": 50,
+    "eth_getLogs": 50,
+    "eth_newBlockFilter": 10,
+    "eth_newFilter": 10,
+    "eth_newFinalizedHeaderFilter": 10,
+    "eth_simulateV1": 40,
+}
 
 
 DEFAULT_NETWORKS: dict[str, dict[str, Any]] = {
@@ -79,12 +159,11 @@ DEFAULT_NETWORKS: dict[str, dict[str, Any]] = {
 }
 
 DEFAULT_PLANS: dict[str, dict[str, Any]] = {
-    "free": {"title": "Free", "rate": 25, "burst": 50, "weights": {"eth_getLogs": 50}},
+    "free": {"title": "Free", "rate": 25, "burst": 50},
     "payg": {
         "title": "Pay as you go",
         "rate": 300,
         "burst": 600,
-        "weights": {"eth_getLogs": 50},
         "price_per_million_cu": 0.5,
     },
 }

@@ -16,18 +16,15 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.config.defaults import (
-    DEFAULT_METHODS,
-    DEFAULT_NETWORKS,
-    DEFAULT_PLANS,
-    FORBIDDEN_METHOD_PREFIXES,
-)
+from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
+from gateway.config.methods import ExtraWeights, network_methods
 from gateway.config.schema import (
     AdmissionConfig,
     CacheConfig,
     Config,
     ConfigError,
     DashboardConfig,
+    FiltersConfig,
     HedgeConfig,
     InsightConfig,
     LimitsConfig,
@@ -52,6 +49,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "admission": AdmissionConfig,
     "ws": WsConfig,
     "log": LogConfig,
+    "filters": FiltersConfig,
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
@@ -113,6 +111,7 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if admission.max_slice < 0 or admission.lease_horizon_s < 0:
         raise ConfigError("admission: max_slice and lease_horizon_s must not be negative")
     _check_intel(sections["cache"], sections["hedge"])
+    _check_filters(sections["filters"])
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
         raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
     ws = sections["ws"]
@@ -146,7 +145,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         if ws_override:
             urls = [u.strip() for u in ws_override.split(",") if u.strip()]
             nets_raw[name]["ws_upstreams"] = urls
-    networks = tuple(_network(name, table) for name, table in nets_raw.items())
+    extra_weights = ExtraWeights()
+    networks = tuple(_network(name, table, extra_weights) for name, table in nets_raw.items())
     prefixes = [n.prefix for n in networks]
     if len(set(prefixes)) != len(prefixes):
         raise ConfigError("networks: two networks share one path prefix")
@@ -154,7 +154,7 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     _check_ready_requires(sections["server"].ready_requires, {n.name for n in networks})
 
     plans_raw = _over_defaults(raw, "plans", DEFAULT_PLANS)
-    plans = tuple(_plan(name, table) for name, table in plans_raw.items())
+    plans = tuple(_plan(name, table, extra_weights) for name, table in plans_raw.items())
 
     default_plan = raw.get("default_plan", "free")
     if default_plan not in plans_raw:
@@ -184,6 +184,15 @@ def _check_intel(cache: CacheConfig, hedge: HedgeConfig) -> None:
         raise ConfigError("hedge.percentile: must be in (0, 1]")
     if hedge.window < 1:
         raise ConfigError("hedge.window: must be at least 1")
+
+
+def _check_filters(filters: FiltersConfig) -> None:
+    if filters.ttl_s <= 0:
+        raise ConfigError("filters.ttl_s: must be above 0")
+    if filters.max_blocks_per_poll < 1:
+        raise ConfigError("filters.max_blocks_per_poll: must be at least 1")
+    if filters.reorg_polls < 1:
+        raise ConfigError("filters.reorg_polls: must be at least 1")
 
 
 def _over_defaults(
@@ -250,7 +259,7 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
     raise ConfigError(f"{path}: unsupported value")  # pragma: no cover
 
 
-def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
+def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> NetworkConfig:
     path = f"networks.{name}"
     known = {"prefix", "chain_id", "upstreams", "methods", "extra_methods", "ws_upstreams"}
     for key in table:
@@ -283,21 +292,13 @@ def _network(name: str, table: Mapping[str, Any]) -> NetworkConfig:
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("ws", "wss") or not parts.netloc:
             raise ConfigError(f"{path}.ws_upstreams[{i}]: not a ws(s) URL")
-    methods = table.get("methods", list(DEFAULT_METHODS))
-    extra = table.get("extra_methods", [])
-    for key, lst in (("methods", methods), ("extra_methods", extra)):
-        if not isinstance(lst, list) or not all(isinstance(m, str) for m in lst):
-            raise ConfigError(f"{path}.{key}: expected a list of method names")
-    allowed = frozenset(methods) | frozenset(extra)
-    for method in sorted(allowed):
-        if method.startswith(FORBIDDEN_METHOD_PREFIXES):
-            raise ConfigError(f"{path}.methods: {method!r} may never be offered publicly")
+    methods = network_methods(path, table, chain_id, extra_weights)
     return NetworkConfig(
         name=name,
         prefix=prefix,
         chain_id=chain_id,
         upstreams=tuple(upstreams),
-        methods=allowed,
+        methods=methods,
         ws_upstreams=tuple(ws_upstreams),
     )
 
@@ -325,7 +326,7 @@ def _ws_url(url: str) -> str:
     return "ws://" + url[len("http://") :]
 
 
-def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
+def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> PlanConfig:
     path = f"plans.{name}"
     known = {
         "title",
@@ -358,6 +359,11 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
     for method, units in weights.items():
         if isinstance(units, bool) or not isinstance(units, int) or units < 0:
             raise ConfigError(f"{path}.weights.{method}: expected a non-negative integer")
+    # The shipped weights, then the networks' extra methods, then the plan's own.
+    merged = {**DEFAULT_WEIGHTS, **extra_weights.weights, **weights}
+    patterns = sorted(
+        ((m[:-1], u) for m, u in merged.items() if m.endswith("*")), key=lambda p: -len(p[0])
+    )
     logs_range = table.get("max_logs_range", 0)
     if isinstance(logs_range, bool) or not isinstance(logs_range, int) or logs_range < 0:
         raise ConfigError(f"{path}.max_logs_range: expected a non-negative integer (0 = default)")
@@ -379,7 +385,8 @@ def _plan(name: str, table: Mapping[str, Any]) -> PlanConfig:
         rate=float(rate),
         burst=burst,
         daily_quota=quota,
-        weights=types.MappingProxyType(dict(weights)),
+        weights=types.MappingProxyType(merged),  # "prefix*" keys never match a name
+        weight_patterns=tuple(patterns),
         max_logs_range=logs_range,
         price_per_million_cu=float(price),
         **ws_caps,

@@ -115,10 +115,19 @@ class PlanConfig:
     # WebSocket caps (0 = the [ws] section's defaults).
     ws_max_sockets: int = 0  # open sockets per key, across every gateway process
     ws_max_subscriptions: int = 0  # subscriptions per socket
+    # The "prefix*" keys of ``weights`` as (prefix, units), longest first (derived
+    # at load); an exact name in ``weights`` wins over them.
+    weight_patterns: tuple[tuple[str, int], ...] = ()
 
     def cost(self, method: str) -> int:
         """Compute units charged for one call of ``method``."""
-        return self.weights.get(method, 1)
+        units = self.weights.get(method)
+        if units is not None:
+            return units
+        for prefix, units in self.weight_patterns:
+            if method.startswith(prefix):
+                return units
+        return 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +294,23 @@ class LogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FiltersConfig:
+    """Filters kept by the gateway (SPEC §10 "Filters"; gateway/filters)."""
+
+    ttl_s: float = 300.0  # a filter not polled this long expires (geth's 5 minutes)
+    max_per_key: int = 100  # live filters per API key, all processes together
+    # eth_getFilterChanges of a block filter returns at most this many hashes
+    # per poll (the rest come next poll); a logs filter's span per poll is
+    # the plan's eth_getLogs range limit.
+    max_blocks_per_poll: int = 256
+    # Polls remembered per logs filter (their last block's hash and the logs
+    # they delivered; blocks per block filter) to see a re-org and send its
+    # logs again with removed: true.
+    reorg_polls: int = 16
+    remember_bytes: int = 65_536  # delivered logs kept per filter for that, at most
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = ServerConfig()
     limits: LimitsConfig = LimitsConfig()
@@ -297,6 +323,7 @@ class Config:
     admission: AdmissionConfig = AdmissionConfig()
     ws: WsConfig = WsConfig()
     log: LogConfig = LogConfig()
+    filters: FiltersConfig = FiltersConfig()
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"

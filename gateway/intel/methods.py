@@ -22,12 +22,16 @@ STATE_AT: Final[dict[str, int]] = {
     "eth_getStorageAt": 2,
     "eth_call": 1,
     "eth_getProof": 2,
+    "eth_createAccessList": 1,
+    "eth_simulateV1": 1,
+    "eth_getStorageValues": 1,
 }
 
 # Reads about one block named by number or tag in param 0.
 BLOCK_BY_NUMBER: Final = frozenset(
     {
         "eth_getBlockByNumber",
+        "eth_getHeaderByNumber",
         "eth_getBlockTransactionCountByNumber",
         "eth_getBlockReceipts",  # also takes a block hash (EIP-1898 style)
         "eth_getTransactionByBlockNumberAndIndex",
@@ -41,6 +45,7 @@ BLOCK_BY_NUMBER: Final = frozenset(
 BY_HASH: Final = frozenset(
     {
         "eth_getBlockByHash",
+        "eth_getHeaderByHash",
         "eth_getTransactionByHash",
         "eth_getTransactionReceipt",
         "eth_getBlockTransactionCountByHash",
@@ -57,11 +62,19 @@ CONSTANT: Final = frozenset({"eth_chainId", "net_version"})
 # state) but may still be coalesced and hedged: calling twice changes nothing.
 OTHER_READS: Final = frozenset(
     {
+        "eth_accounts",
+        "eth_baseFee",
+        "eth_blobBaseFee",
         "eth_blockNumber",
+        "eth_capabilities",  # this node's retention: asked, never kept
+        "eth_config",
         "eth_estimateGas",
         "eth_feeHistory",
         "eth_gasPrice",
         "eth_getLogs",
+        # BSC's finality API: the finalized block moves with the head.
+        "eth_getFinalizedBlock",
+        "eth_getFinalizedHeader",
         "eth_maxPriorityFeePerGas",
         "eth_protocolVersion",
         "eth_syncing",
@@ -73,8 +86,9 @@ OTHER_READS: Final = frozenset(
 )
 
 # Every method safe to send twice (hedge, retry after it may have arrived) or to
-# share between callers (coalesce). An allowlist on purpose: an operator's
-# ``extra_methods`` such as eth_getFilterChanges change node state per call.
+# share between callers (coalesce). An allowlist on purpose: node-side filter
+# calls change node state per call (the gateway answers the filter methods
+# itself: gateway/filters), and an operator's ``extra_methods`` are unknown.
 READS: Final = frozenset(STATE_AT) | BLOCK_BY_NUMBER | BY_HASH | CONSTANT | OTHER_READS
 
 _HEX_NUMBER: Final = re.compile(r"0x[0-9a-fA-F]{1,64}\Z")

@@ -10,6 +10,8 @@ path stays on one Cluster slot):
     p:{H}:q:f:<slot>     request insight: one flush slot's per-method sums
     p:{H}:q:h:<hour>     request insight: latency histogram of an hour
     p:{H}:q:log          request insight: the key's recent call log
+    p:{H}:f:<id>         a filter kept by the gateway (hash, TTL filters.ttl_s)
+    p:{H}:fs             the key's live filters (sorted set id -> expiry ms)
 
 Per account, email, key id (``{<acct>}`` tags an account's keys together):
 
@@ -137,3 +139,14 @@ def keys_channel(prefix: str) -> str:
 def ws_sockets(prefix: str, khash: str) -> str:
     """A key's open WebSocket leases (sorted set, all processes); the key's hash tag."""
     return f"{prefix}:{{{khash}}}:ws"
+
+
+# -- filters kept by the gateway (gateway/filters) -------------------------------
+def filter_state(prefix: str, khash: str, filter_id: str) -> str:
+    """One filter's state hash; under its owner's tag, so another key never finds it."""
+    return f"{prefix}:{{{khash}}}:f:{filter_id}"
+
+
+def filter_index(prefix: str, khash: str) -> str:
+    """A key's live filters (sorted set id -> expiry ms), for the per-key cap."""
+    return f"{prefix}:{{{khash}}}:fs"

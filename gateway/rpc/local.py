@@ -6,7 +6,8 @@ start-up; the pipeline then treats them as offered on that transport,
 admits them like any call (the plan's weight for the name), and calls the
 handler instead of a node. A handler gets the validated call and a
 ``LocalContext`` and returns the call's ``result`` or raises ``CallError``
-(a JSON-RPC error in the node's words). Work that must wait until the
+(a JSON-RPC error in the node's words, with the HTTP status a lone call
+answers with). Work that must wait until the
 answer is on the wire (a subscription may only start notifying after the
 client has read its id) goes in ``ctx.after``; the adapter runs it with
 ``sent=True`` once written, or ``sent=False`` when the answer never went out.
@@ -27,13 +28,18 @@ TRANSPORTS: Final = (HTTP, WS)
 
 
 class CallError(Exception):
-    """A local method's refusal: the JSON-RPC error object it answers with."""
+    """A local method's refusal: the JSON-RPC error object it answers with.
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    ``status``: the HTTP status when it is the request's only call over HTTP
+    (a node read that failed: 502 / 504); a batch or a socket answers 200.
+    """
+
+    def __init__(self, code: int, message: str, data: Any = None, status: int = 200) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
+        self.status = status
 
     def obj(self) -> dict[str, Any]:
         err: dict[str, Any] = {"code": self.code, "message": self.message}

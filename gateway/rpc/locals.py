@@ -2,7 +2,8 @@
 
 Each answered call gets its whole answer in ``call.local`` (the batch and
 single-answer code then treat it like a cache hit); a local notification
-runs and drops out of the request (it has no place in the answer).
+runs and drops out of the request (it has no place in the answer). A lone
+call's refusal sets the request's HTTP status (``CallError.status``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ async def run_locals(
                 answer["result"] = await handler(call, ctx)
             except CallError as exc:
                 answer["error"] = exc.obj()
+                if not req.is_batch:
+                    req.status = exc.status
             if call.has_id:
                 call.local = orjson.dumps(answer)
                 keep.append(call)

@@ -54,6 +54,7 @@ BLOCK_PARAM: Final[dict[str, int]] = {
     "eth_getTransactionCount": 1,
     "eth_getStorageAt": 2,
     "eth_getProof": 2,
+    "eth_getStorageValues": 1,  # (address -> slots, block)
     "eth_call": 1,
     "eth_estimateGas": 1,
     "eth_createAccessList": 1,

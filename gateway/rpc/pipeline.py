@@ -145,6 +145,8 @@ class Pipeline:
             answer.key_id = admitted.key_id
             answer.known_key = bool(admitted.key_id)
         answer.method = method
+        if method == "-" and req.calls:
+            answer.not_offered = R.not_offered(req)
         return answer
 
     def parse(self, body: bytes, transport: str = "http") -> R.ParsedRequest:
@@ -244,7 +246,13 @@ class Pipeline:
             code = reply_code(body)
         failed = code != 0 or status >= 400
         self.insight.record(
-            caller.khash, answer.method, code, status, elapsed * 1000, caller.ip if failed else ""
+            caller.khash,
+            answer.method,
+            code,
+            status,
+            elapsed * 1000,
+            caller.ip if failed else "",
+            answer.not_offered,
         )
 
     def limit_headers(self, decision: Decision) -> dict[str, str]:

@@ -34,7 +34,10 @@ class ErrorKind:
 
 PARSE_ERROR: Final = ErrorKind(-32700, "Parse error", 200)
 INVALID_REQUEST: Final = ErrorKind(-32600, "Invalid Request", 200)
-METHOD_NOT_FOUND: Final = ErrorKind(-32601, "Method not found", 200)
+# geth's words, with the method's name put in by ``call_error_obj``: ethers
+# (/the method .* does not exist/i) and viem read them to fall back from
+# filters to eth_getLogs polling.
+METHOD_NOT_FOUND: Final = ErrorKind(-32601, "the method %s does not exist/is not available", 200)
 UNAUTHORIZED: Final = ErrorKind(-32001, "Invalid authentication credentials", 401)
 FORBIDDEN: Final = ErrorKind(-32001, "Invalid authentication credentials", 403)
 RATE_LIMITED: Final = ErrorKind(-32005, "Rate limit exceeded", 429)
@@ -53,6 +56,11 @@ INTERNAL_ERROR: Final = ErrorKind(-32603, "Internal error", 500)
 # A call the gateway refuses on its params (the eth_getLogs range guard); its
 # ``data`` says why and what the limit is.
 INVALID_PARAMS: Final = ErrorKind(-32602, "Invalid params", 200)
+# A filter id that is unknown, expired, or another key's (geth's words).
+FILTER_NOT_FOUND: Final = ErrorKind(-32000, "filter not found", 200)
+# A key at its cap of live filters (gateway/filters); ``data`` names the cap.
+TOO_MANY_FILTERS: Final = ErrorKind(-32000, "too many filters", 200)
+MAX_METHOD_NAME: Final = 64  # a refused method's name is echoed cut to this many characters
 
 
 class ParseError(Exception):
@@ -267,7 +275,16 @@ def _zero_id(parsed: Any) -> bool:
 
 def call_error_obj(call: Call) -> dict[str, Any]:
     assert call.error is not None
+    if call.error is METHOD_NOT_FOUND:
+        obj = error_obj(METHOD_NOT_FOUND, call.id, call.reason)
+        obj["error"]["message"] = not_offered_message(call.method)
+        return obj
     return error_obj(call.error, call.id, call.reason)
+
+
+def not_offered_message(method: str) -> str:
+    """geth's -32601 text for ``method``, its name cut at ``MAX_METHOD_NAME`` characters."""
+    return METHOD_NOT_FOUND.message % method[:MAX_METHOD_NAME]
 
 
 # -- canonical forwarding --------------------------------------------------------

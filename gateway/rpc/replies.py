@@ -21,7 +21,7 @@ from gateway.rpc.relay import Relay
 class ParsedRequest:
     """What the pipeline learned from a body: its calls, or why it has none."""
 
-    __slots__ = ("calls", "error", "guarded", "is_batch", "plan")
+    __slots__ = ("calls", "error", "guarded", "is_batch", "plan", "status")
 
     def __init__(
         self,
@@ -34,14 +34,17 @@ class ParsedRequest:
         self.error = error
         self.plan = ""  # the key's plan, once admitted (its eth_getLogs range limit)
         self.guarded: int | None = None  # the range limit judged before admission
+        self.status = 200  # a lone local call's refusal may set its own (rpc.local.CallError)
 
 
 class Answer:
     """One request's answer. ``body`` is empty for 204 (only notifications).
 
     ``relay``: a large single answer to stream (the body is then empty);
-    ``method``: the metrics label; ``key_id``: the key's id once admission
-    knew it; ``known_key``: an existing key (its calls count in insight);
+    ``method``: the metrics label; ``not_offered``: the one method name the
+    calls sent that is not offered (for the key's call log, never a label);
+    ``key_id``: the key's id once admission knew it; ``known_key``: an
+    existing key (its calls count in insight);
     ``is_error``: a node error inside a 200 (insight reads its code).
     """
 
@@ -53,6 +56,7 @@ class Answer:
         "key_id",
         "known_key",
         "method",
+        "not_offered",
         "relay",
         "status",
     )
@@ -69,6 +73,7 @@ class Answer:
         self.headers = headers if headers is not None else {}
         self.relay = relay
         self.method = "-"
+        self.not_offered = ""
         self.key_id = ""
         self.known_key = False
         self.is_error = False
@@ -116,7 +121,9 @@ def local_answer(req: ParsedRequest, headers: dict[str, str]) -> Answer:
     ]
     if not items:
         return Answer(b"", 204, headers)
-    return Answer(orjson.dumps(items if req.is_batch else items[0]), 200, headers)
+    if req.is_batch:
+        return Answer(orjson.dumps(items), 200, headers)
+    return Answer(orjson.dumps(items[0]), req.status, headers)
 
 
 def upstream_failed(kind: rpc.ErrorKind, req: ParsedRequest, headers: dict[str, str]) -> Answer:
@@ -132,3 +139,13 @@ def upstream_failed(kind: rpc.ErrorKind, req: ParsedRequest, headers: dict[str, 
         if c.answered
     ]
     return Answer(orjson.dumps(items), kind.http_status, headers)
+
+
+def not_offered(req: ParsedRequest) -> str:
+    """The one method name, as sent, that a request's calls asked for and is not offered.
+
+    For the key's call log (SPEC §6), never a metrics label: what a client
+    sends is unbounded. "" when the calls named none, or several.
+    """
+    names = {c.method for c in req.calls if c.error is rpc.METHOD_NOT_FOUND}
+    return names.pop() if len(names) == 1 else ""

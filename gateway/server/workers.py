@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config import Config
+from gateway.config import Config, MethodSet
 from gateway.ops.metrics import MULTIPROC_ENV, multiprocess_dir
 from gateway.ops.metricsport import SupervisorMetricsListener
 from gateway.server.protocol import ListenError, bind_listener
@@ -79,6 +79,8 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
     """``cfg`` in the TOML shape ``config_from_dict`` reads (for worker processes)."""
 
     def plain(value: Any) -> Any:
+        if isinstance(value, MethodSet):  # names, then its patterns as "prefix*"
+            return sorted(value) + [p + "*" for p in value.patterns]
         if isinstance(value, frozenset):
             return sorted(value)
         if isinstance(value, tuple):
@@ -108,10 +110,12 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
             "admission",
             "ws",
             "log",
+            "filters",
         )
     }
     raw["networks"] = {n.name: table(n, ("name",)) for n in cfg.networks}
-    raw["plans"] = {p.name: table(p, ("name",)) for p in cfg.plans}
+    # A plan's weights hold its "prefix*" patterns too; weight_patterns is derived.
+    raw["plans"] = {p.name: table(p, ("name", "weight_patterns")) for p in cfg.plans}
     raw["default_plan"] = cfg.default_plan
     return raw
 

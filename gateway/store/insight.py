@@ -101,6 +101,23 @@ class _Sums:
 # (ms since epoch, method, JSON-RPC code, HTTP status, latency ms, client IP)
 _Entry = tuple[int, str, int, int, float, str]
 
+# The per-method sums count every call to a method that is not offered under
+# this one name: what a client calls is unbounded, a key's insight hashes are
+# not. The call log (capped at log_cap) names the method as sent.
+NOT_OFFERED = "(not offered)"
+MAX_SHOWN_METHOD = 64
+
+
+def shown_method(sent: str) -> str:
+    """A method name as the client sent it, for the call log: cut at 64 characters,
+    characters that would not print (controls, lone surrogates) as U+FFFD."""
+    cut = sent[:MAX_SHOWN_METHOD]
+    if cut.isprintable():
+        return cut
+    return "".join(
+        ch if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF else "\ufffd" for ch in cut
+    )
+
 
 class InsightSink:
     """Per-process aggregator of answered calls; ``flush()`` writes one pipeline."""
@@ -133,13 +150,20 @@ class InsightSink:
         http_status: int,
         latency_ms: float,
         client_ip: str,
+        not_offered: str = "",
     ) -> None:
         """Count one answered call (``code`` 0 = success); memory only, no I/O.
 
         Only keys that exist should be recorded (the caller knows after
         admission): distinct keys pending per flush are capped at
         ``max_keys``, so a flood of made-up keys cannot grow memory.
+        ``not_offered``: the method the client sent when it is not offered;
+        the call log shows it (``shown_method``), the sums count it as
+        ``NOT_OFFERED``.
         """
+        logged = method
+        if not_offered:
+            method, logged = NOT_OFFERED, shown_method(not_offered)
         per_key = self._sums.get(khash)
         if per_key is None:
             if len(self._sums) >= self._max_keys:
@@ -160,7 +184,7 @@ class InsightSink:
             if calls is None:
                 calls = self._logs[khash] = deque(maxlen=self._log_cap)
             calls.append(
-                (int(time.time() * 1000), method, code, http_status, latency_ms, client_ip)
+                (int(time.time() * 1000), logged, code, http_status, latency_ms, client_ip)
             )
 
     async def flush(self, now_ms: int | None = None) -> None:

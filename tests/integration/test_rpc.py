@@ -233,7 +233,7 @@ async def test_methods_not_offered(
 ) -> None:
     resp, body = await post(client, f"/bsc/{api_key}", {**CALL, "method": method})
     assert resp.status == 200
-    assert_error(body, -32601, "Method not found", 7)
+    assert_error(body, -32601, f"the method {method} does not exist/is not available", 7)
     assert fwd(mock_nodes["bsc"]) == 0
 
 

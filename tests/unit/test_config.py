@@ -64,7 +64,10 @@ def test_config_file_from_env(tmp_path: Path) -> None:
         ({"networks": {"bsc": {"upstreams": []}}}, "networks.bsc.upstreams"),
         ({"networks": {"bsc": {"prefix": "bsc"}}}, "networks.bsc.prefix"),
         ({"networks": {"bsc": {"chainid": 56}}}, "networks.bsc.chainid"),
-        ({"networks": {"bsc": {"extra_methods": ["debug_traceCall"]}}}, "networks.bsc.methods"),
+        (
+            {"networks": {"bsc": {"extra_methods": ["admin_peers"]}}},
+            "networks.bsc.extra_methods[0]",
+        ),
         ({"networks": {"x": {"upstreams": ["http://a"]}}}, "networks.x.chain_id"),
         ({"plans": {"free": {"rate": 0}}}, "plans.free.rate"),
         ({"plans": {"free": {"weights": {"eth_getLogs": -1}}}}, "plans.free.weights.eth_getLogs"),

@@ -101,6 +101,16 @@ def test_every_package_states_its_imports() -> None:
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
     assert packages <= set(_rules())
     assert {"config", "rpc", "limits", "upstream", "redis", "store", "dashboard"} <= packages
+    assert {"ws", "filters"} <= packages  # the pipeline's plug-ins
+
+
+def test_the_pipeline_does_not_know_its_plug_ins() -> None:
+    """rpc -> filters would make the pipeline depend on one kind of local method."""
+    rules = _rules()
+    for plugin in ("filters", "ws"):
+        assert not _permitted(f"gateway.{plugin}.service", rules["rpc"]), plugin
+    assert _permitted("gateway.rpc.params", rules["filters"])
+    assert not _permitted("gateway.ws.calls", rules["filters"])
 
 
 def test_imports_point_the_declared_way() -> None:

@@ -22,7 +22,6 @@ PENDING = {
     "gateway/demo/mockws.py",
     "gateway/limits/leasing.py",
     "gateway/redis/mux.py",
-    "gateway/rpc/handler.py",
     "gateway/rpc/protocol.py",
     "gateway/server/protocol.py",
     "gateway/server/runner.py",
@@ -32,7 +31,6 @@ PENDING = {
     "gateway/upstream/nodeclient.py",
     "gateway/upstream/pool.py",
     "gateway/ws/fanout.py",
-    "gateway/ws/upgrade.py",
 }
 
 

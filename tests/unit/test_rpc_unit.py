@@ -192,7 +192,8 @@ def test_restore_batch_maps_answers_back_by_gateway_id() -> None:
     assert is_error  # the missing answer
     assert body == (
         b'[{"jsonrpc":"2.0","id":18446744073709551616,"result":1.50},'
-        b'{"jsonrpc":"2.0","id":"b","error":{"code":-32601,"message":"Method not found"}},'
+        b'{"jsonrpc":"2.0","id":"b","error":{"code":-32601,'
+        b'"message":"the method nope does not exist/is not available"}},'
         b'{"jsonrpc":"2.0","id":null,"result":"0x2"},'
         b'{"jsonrpc":"2.0","id":4,"error":{"code":-32603,"message":"Upstream unavailable",'
         b'"data":"no answer from node"}}]'
@@ -208,6 +209,10 @@ def test_a_batch_whose_forwarded_calls_are_notifications_needs_no_node_answer() 
     ]
     body, is_error = rpc.restore_batch(b"", calls, 1)  # the node answered 204
     assert orjson.loads(body) == [
-        {"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}}
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "error": {"code": -32601, "message": "the method nope does not exist/is not available"},
+        }
     ]
     assert not is_error

@@ -1,0 +1,123 @@
+"""A network's offered methods from its TOML table: names, patterns, weights, refusals.
+
+``methods`` (replaces the default list) and ``extra_methods`` (adds to it)
+take method names or prefix patterns (``"debug_trace*"``); ``extra_methods``
+may also be a table of name or pattern = compute units, so an operator who
+runs trace-capable nodes offers ``debug_trace*`` with its weight in one
+line. Whatever the config says, nothing that administers the node or signs
+with its keys is offered (defaults.py), and a pattern that could reach such
+a method is refused at load with the config path in the message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gateway.config.defaults import (
+    BSC_CHAIN_IDS,
+    BSC_METHODS,
+    DEFAULT_METHODS,
+    FORBIDDEN_DEBUG_METHODS,
+    FORBIDDEN_METHOD_PREFIXES,
+    UNOFFERED_METHODS,
+)
+from gateway.config.methodset import MethodSet
+from gateway.config.schema import ConfigError
+
+# A JSON-RPC method name as nodes define them (namespace_name), optionally a
+# trailing "*" for "every method starting with this".
+_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\*?\Z")
+
+
+class ExtraWeights:
+    """The weights the networks' ``extra_methods`` tables give, merged into every plan.
+
+    Weights live in plans (the limiter charges per plan); a method offered
+    with a weight on one network gets that weight in each plan that does not
+    set its own. Two networks giving one method two weights is refused,
+    since one plan can charge only one.
+    """
+
+    def __init__(self) -> None:
+        self.weights: dict[str, int] = {}
+        self._where: dict[str, str] = {}
+
+    def add(self, method: str, units: int, path: str) -> None:
+        known = self.weights.get(method)
+        if known is not None and known != units:
+            raise ConfigError(
+                f"{path}: weight {units} differs from {self._where[method]}'s {known}; "
+                "set it per plan in plans.<name>.weights instead"
+            )
+        self.weights[method] = units
+        self._where[method] = path
+
+
+def default_methods(chain_id: int) -> list[str]:
+    """The shipped method list of a network on chain ``chain_id``."""
+    names = list(DEFAULT_METHODS)
+    if chain_id in BSC_CHAIN_IDS:
+        names.extend(BSC_METHODS)
+    return names
+
+
+def refusal(method: str) -> str | None:
+    """Why ``method`` (a name or a ``prefix*`` pattern) may never be offered, or None."""
+    if method.endswith("*"):
+        prefix = method[:-1]
+        for closed in FORBIDDEN_METHOD_PREFIXES:
+            if closed.startswith(prefix) or prefix.startswith(closed):
+                return f"the pattern reaches {closed}*, which is never offered"
+        for name in (*FORBIDDEN_DEBUG_METHODS, *UNOFFERED_METHODS):
+            if name.startswith(prefix):
+                return f"the pattern reaches {name}, which is never offered"
+        return None
+    if method.startswith(FORBIDDEN_METHOD_PREFIXES) or method in FORBIDDEN_DEBUG_METHODS:
+        return "node administration and server-side signing are never offered"
+    if method in UNOFFERED_METHODS:
+        return "the gateway keeps filters itself and has no pending-transaction filter"
+    return None
+
+
+def network_methods(
+    path: str, table: Mapping[str, Any], chain_id: int, extra_weights: ExtraWeights
+) -> MethodSet:
+    """The ``MethodSet`` of the network at ``path`` (``networks.bsc``); ConfigError if wrong."""
+    methods = table.get("methods", default_methods(chain_id))
+    if not isinstance(methods, list):
+        raise ConfigError(f"{path}.methods: expected a list of method names")
+    extra = table.get("extra_methods", [])
+    weighted: dict[str, int] = {}
+    as_table = isinstance(extra, Mapping)
+    if isinstance(extra, Mapping):
+        for method, units in extra.items():
+            if isinstance(units, bool) or not isinstance(units, int) or units < 0:
+                where = f"{path}.extra_methods.{method}"
+                raise ConfigError(f"{where}: expected a non-negative integer (compute units)")
+            weighted[method] = units
+        extra = list(extra)
+    elif not isinstance(extra, list):
+        raise ConfigError(f"{path}.extra_methods: expected a list of method names or a table")
+    names: set[str] = set()
+    patterns: set[str] = set()
+    for key, items in (("methods", methods), ("extra_methods", extra)):
+        for i, method in enumerate(items):
+            where = (
+                f"{path}.{key}.{method}"
+                if as_table and key == "extra_methods"
+                else (f"{path}.{key}[{i}]")
+            )
+            if not isinstance(method, str) or not _NAME.match(method):
+                raise ConfigError(f"{where}: not a method name or a 'prefix*' pattern")
+            why = refusal(method)
+            if why is not None:
+                raise ConfigError(f"{where}: {method!r} may never be offered publicly ({why})")
+            if method.endswith("*"):
+                patterns.add(method[:-1])
+            else:
+                names.add(method)
+    for method, units in weighted.items():
+        extra_weights.add(method, units, f"{path}.extra_methods.{method}")
+    return MethodSet(names, patterns)

@@ -1,0 +1,42 @@
+"""The methods a network offers: exact names plus operator prefix patterns ("debug_trace*").
+
+A ``frozenset`` of names, so every ``method in network.methods`` check of the
+request path keeps its one hash lookup; a name that is not in the set is
+then tried against the (few, usually zero) prefixes. Patterns are only ever
+configured by the operator, and load.py refuses any that reaches a method
+that is never offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+class MethodSet(frozenset[str]):
+    """Offered method names (the set itself) and prefixes (``patterns``)."""
+
+    patterns: tuple[str, ...]
+
+    def __new__(cls, names: Iterable[str] = (), patterns: Iterable[str] = ()) -> MethodSet:
+        self = super().__new__(cls, names)
+        self.patterns = tuple(sorted(set(patterns)))
+        return self
+
+    def __contains__(self, method: object) -> bool:
+        if frozenset.__contains__(self, method):
+            return True
+        if self.patterns and type(method) is str:
+            return method.startswith(self.patterns)
+        return False
+
+    def __or__(self, other: Any) -> MethodSet:
+        """Union keeps the patterns (the WebSocket path adds its own local methods)."""
+        extra = other.patterns if isinstance(other, MethodSet) else ()
+        return MethodSet(frozenset.__or__(self, frozenset(other)), (*self.patterns, *extra))
+
+    def __reduce__(self) -> Any:
+        return (MethodSet, (frozenset(self), self.patterns))
+
+    def __repr__(self) -> str:
+        return f"MethodSet({sorted(self)!r}, patterns={self.patterns!r})"

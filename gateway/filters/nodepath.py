@@ -1,0 +1,82 @@
+"""The node path a filter's reads take: the pipeline's own read path (``rpc.reads``).
+
+``ReadPath(reads)`` is a ``NodeCall``: each read (``eth_getLogs``,
+``eth_getBlockByNumber``, ``eth_blockNumber``) goes through
+``Reads.single``, exactly as a client's forwarded read does: answered from
+the network's cache when it can be, else sent once for every identical
+caller (coalesced), hedged, routed to a node that has the block it names,
+and kept when its finality allows. So a thousand filters polled at one head
+cost one node call per distinct read.
+
+A large answer (relayed in pieces to a client) is read whole here, up to
+``limits.max_buffered_answer_bytes``, since its logs are parsed; past it,
+502, as for any answer the gateway cannot hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.filters.changes import NodeError
+from gateway.intel.cache import result_bytes
+from gateway.rpc import protocol as rpc
+from gateway.rpc.reads import Reads
+from gateway.rpc.relay import Relay
+from gateway.upstream.pool import UpstreamError
+
+_ID = 0  # the id the read is answered with here (never sent: the pipeline picks the node's)
+
+
+class ReadPath:
+    """``await path(method, params)`` -> the ``result`` as JSON bytes, or ``NodeError``."""
+
+    def __init__(self, reads: Reads) -> None:
+        self._reads = reads
+
+    async def __call__(self, method: str, params: list[Any]) -> bytes:
+        call = rpc.Call(method=method, params=params, id=_ID, has_id=True)
+        try:
+            out = await self._reads.single(call)
+            reply = await _whole(out) if isinstance(out, Relay) else out[0]
+        except UpstreamError as exc:
+            kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
+            raise NodeError(kind) from None
+        except rpc.BadAnswer:
+            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, "bad node answer") from None
+        result = result_bytes(reply)
+        if result is None:
+            raise _node_error(reply)
+        return result
+
+
+async def _whole(relay: Relay) -> bytes:
+    """A relayed answer read to its end, at most ``relay.buffer_limit`` bytes."""
+    try:
+        parts = [await relay.start()]
+        have = len(parts[0])
+        async for chunk in relay.rest():
+            have += len(chunk)
+            if have > relay.buffer_limit:
+                raise UpstreamError(
+                    "filter read over limits.max_buffered_answer_bytes", too_large=True
+                )
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        relay.close()
+
+
+def _node_error(reply: bytes) -> NodeError:
+    """The node's own error, in its words; a reply that is no answer at all is a 502."""
+    try:
+        obj = orjson.loads(reply)
+    except orjson.JSONDecodeError:
+        return NodeError(rpc.UPSTREAM_UNAVAILABLE, "bad node answer")
+    error = obj.get("error") if type(obj) is dict else None
+    if type(error) is dict and type(error.get("code")) is int:
+        message = error.get("message")
+        kind = rpc.ErrorKind(error["code"], message if type(message) is str else "", 200)
+        return NodeError(kind, error.get("data"))
+    return NodeError(rpc.UPSTREAM_UNAVAILABLE, "bad node answer")

@@ -1,0 +1,140 @@
+"""SPEC §3 "Methods offered": the default lists, operator patterns with weights, refusals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.config import ConfigError, config_from_dict
+from gateway.rpc import protocol as rpc
+from gateway.server.workers import config_to_raw
+
+HOSTED_READS = (
+    "eth_blobBaseFee",
+    "eth_createAccessList",
+    "eth_simulateV1",
+    "eth_getHeaderByNumber",
+    "eth_getHeaderByHash",
+    "eth_newFilter",
+    "eth_newBlockFilter",
+    "eth_getFilterChanges",
+    "eth_getFilterLogs",
+    "eth_uninstallFilter",
+    "eth_getBlockReceipts",
+    "eth_getProof",
+    "eth_feeHistory",
+    # every eth_ method of the execution-apis test suite
+    "eth_baseFee",
+    "eth_capabilities",
+    "eth_config",
+    "eth_getStorageValues",
+)
+BSC_FINALITY = ("eth_getFinalizedHeader", "eth_getFinalizedBlock", "eth_newFinalizedHeaderFilter")
+
+
+def test_default_lists_hold_the_hosted_reads_and_bsc_finality_on_bsc_only() -> None:
+    cfg = config_from_dict({})
+    bsc, opbnb = cfg.network("bsc").methods, cfg.network("opbnb").methods
+    for method in HOSTED_READS:
+        assert method in bsc and method in opbnb, method
+    for method in BSC_FINALITY:
+        assert method in bsc and method not in opbnb, method
+    for method in ("eth_newPendingTransactionFilter", "debug_traceTransaction", "eth_sign"):
+        assert method not in bsc and method not in opbnb
+
+
+def test_default_weights_follow_hosted_proportions() -> None:
+    plan = config_from_dict({}).plan("free")
+    assert plan.cost("eth_getLogs") == 50
+    # a poll stands for an eth_getLogs: never cheaper
+    assert plan.cost("eth_getFilterChanges") == plan.cost("eth_getFilterLogs") == 50
+    assert plan.cost("eth_simulateV1") > plan.cost("eth_createAccessList") > plan.cost("eth_call")
+    assert plan.cost("eth_call") == plan.cost("eth_blockNumber") == 1
+
+
+def test_operator_offers_a_pattern_with_a_weight_and_plans_may_override_it() -> None:
+    cfg = config_from_dict(
+        {
+            "networks": {"bsc": {"extra_methods": {"debug_trace*": 500, "txpool_status": 10}}},
+            "plans": {"payg": {"rate": 300, "weights": {"debug_traceCall": 200}}},
+            "filters": {"ttl_s": 60.0, "max_per_key": 7},
+        }
+    )
+    bsc = cfg.network("bsc").methods
+    assert "debug_traceTransaction" in bsc and "debug_traceBlockByNumber" in bsc
+    assert "txpool_status" in bsc and "txpool_content" not in bsc
+    assert "debug_traceTransaction" not in cfg.network("opbnb").methods  # per network
+    free, payg = cfg.plan("free"), cfg.plan("payg")
+    assert free.cost("debug_traceTransaction") == 500 and free.cost("txpool_status") == 10
+    assert payg.cost("debug_traceCall") == 200 and payg.cost("debug_traceTransaction") == 500
+    assert payg.cost("eth_getLogs") == 50  # the plan's own weights lay over the shipped ones
+    # the pattern is understood by the request path's validation
+    call = rpc.validate_call(
+        {"jsonrpc": "2.0", "id": 1, "method": "debug_traceTransaction", "params": []}, bsc
+    )
+    assert call.error is None
+    # and survives the hand-over to worker processes, and the WS path's union
+    assert "debug_traceCall" in (bsc | {"eth_subscribe"})
+    raw = orjson.loads(orjson.dumps(config_to_raw(cfg)))
+    again = config_from_dict(raw)
+    assert again == cfg and "debug_traceCall" in again.network("bsc").methods
+    assert again.filters.max_per_key == 7  # the [filters] section reaches the workers
+    assert again.plan("free").cost("debug_traceTransaction") == 500
+
+
+@pytest.mark.parametrize(
+    "extra,path",
+    [
+        (["admin_peers"], "networks.bsc.extra_methods[0]"),
+        (["eth_sendTransaction"], "networks.bsc.extra_methods[0]"),
+        (["eth_signTypedData_v4"], "networks.bsc.extra_methods[0]"),
+        (["engine_newPayloadV3"], "networks.bsc.extra_methods[0]"),
+        (["eth_call", "personal_*"], "networks.bsc.extra_methods[1]"),
+        (["eth_*"], "networks.bsc.extra_methods[0]"),  # would reach eth_sign
+        (["debug_*"], "networks.bsc.extra_methods[0]"),  # would reach debug_setHead
+        (["debug_setHead"], "networks.bsc.extra_methods[0]"),
+        (["eth_newPendingTransactionFilter"], "networks.bsc.extra_methods[0]"),
+        (["*"], "networks.bsc.extra_methods[0]"),
+        ([""], "networks.bsc.extra_methods[0]"),
+        ({"miner_*": 1}, "networks.bsc.extra_methods.miner_*"),
+        ({"debug_trace*": -1}, "networks.bsc.extra_methods.debug_trace*"),
+    ],
+)
+def test_never_offerable_methods_are_refused_at_load(extra: Any, path: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict({"networks": {"bsc": {"extra_methods": extra}}})
+    assert str(exc.value).startswith(path + ":"), exc.value
+
+
+def test_methods_list_is_checked_too() -> None:
+    with pytest.raises(ConfigError, match=r"^networks\.opbnb\.methods\[1\]: 'admin_peers'"):
+        config_from_dict({"networks": {"opbnb": {"methods": ["eth_call", "admin_peers"]}}})
+
+
+def test_two_networks_giving_one_pattern_two_weights_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^networks\.opbnb\.extra_methods\.trace_\*: weight 300"):
+        config_from_dict(
+            {
+                "networks": {
+                    "bsc": {"extra_methods": {"trace_*": 500}},
+                    "opbnb": {"extra_methods": {"trace_*": 300}},
+                }
+            }
+        )
+
+
+def test_not_offered_uses_geths_words_with_the_name_cut_at_64() -> None:
+    methods = config_from_dict({}).network("bsc").methods
+    long_name = "eth_" + "x" * 100
+    for name, shown in (("eth_nonexistent", "eth_nonexistent"), (long_name, long_name[:64])):
+        call = rpc.validate_call({"jsonrpc": "2.0", "id": 3, "method": name}, methods)
+        obj = rpc.call_error_obj(call)
+        assert obj["error"] == {
+            "code": -32601,
+            "message": f"the method {shown} does not exist/is not available",
+        }
+    assert (
+        rpc.FILTER_NOT_FOUND.code == -32000 and rpc.FILTER_NOT_FOUND.message == "filter not found"
+    )
