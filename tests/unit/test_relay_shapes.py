@@ -9,7 +9,8 @@ import pytest
 
 from gateway.rpc import protocol as rpc
 from gateway.rpc.relay import Relay
-from gateway.upstream.nodeclient import NodeStream, UpstreamError
+from gateway.upstream.errors import UpstreamError
+from gateway.upstream.nodeclient import NodeStream
 
 
 class _Stream:
