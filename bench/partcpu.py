@@ -119,4 +119,8 @@ async def snapshot(stack: Stack | None) -> PartsSnapshot:
     redis_cpu = None
     if stack.redis is not None and stack.redis.alive:
         redis_cpu = await redis_info_cpu(stack.redis_port)
+        if redis_cpu is not None and "redis-server" in cpu_s:
+            # INFO counts in microseconds; /proc in clock ticks (10 ms), too
+            # coarse for a Redis that leased admission keeps nearly idle
+            cpu_s["redis-server"] = redis_cpu
     return PartsSnapshot(cpu_s, cpus, cpu_busy(), redis_cpu)
