@@ -93,13 +93,6 @@ class NodeStream:
             raise UpstreamError("answer over the size limit", sent=True, too_large=True)
         return chunk
 
-    async def read_all(self) -> bytes:
-        """The rest of the answer (bounded by ``max_bytes``)."""
-        parts = []
-        while chunk := await self.read():
-            parts.append(chunk)
-        return b"".join(parts)
-
     def close(self) -> None:
         if not self._done:
             self._done = True
