@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
+from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.methods import ExtraWeights, network_methods
 from gateway.config.schema import (
     AdmissionConfig,
@@ -24,7 +25,6 @@ from gateway.config.schema import (
     Config,
     ConfigError,
     DashboardConfig,
-    FiltersConfig,
     HedgeConfig,
     InsightConfig,
     LimitsConfig,
@@ -34,7 +34,6 @@ from gateway.config.schema import (
     RedisConfig,
     ServerConfig,
     UpstreamConfig,
-    WsConfig,
 )
 
 _SECTIONS: dict[str, type[Any]] = {
