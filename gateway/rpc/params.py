@@ -32,6 +32,10 @@ which every field appears once, so the gateway and the node judge the same
 thing by construction.
 
 Refusals are -32602 with geth's words in ``error.data.reason``.
+
+It stays whole because the filter and the EIP-1898 block object are read by the
+same Go rules (``go_members``, the hex readers, ``Refused``), and most of its
+length is this docstring and geth's exact refusal words.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ resumes once the reader has taken them, so a client that does not read
 holds the node connection paused, not hundreds of megabytes. ``max_bytes``
 caps any answer: refused from its Content-Length when that is known,
 cut off when the bytes run past it.
+
+It stays whole because the client, the connection protocol and the stream share
+one connection's life on every call (its parser, its deadline timer, its return
+to the pool once a stream is read out or aborted).
 """
 
 from __future__ import annotations
