@@ -14,7 +14,7 @@ from gateway.config.defaults import (
     FORBIDDEN_METHOD_PREFIXES,
 )
 from gateway.config.listening import FiltersConfig, WsConfig
-from gateway.config.load import config_from_dict, listen_address, load_config
+from gateway.config.load import config_from_dict, listen_address, load_config, read_toml
 from gateway.config.methodset import MethodSet
 from gateway.config.schema import (
     AdmissionConfig,
@@ -60,4 +60,5 @@ __all__ = [
     "data_dir",
     "listen_address",
     "load_config",
+    "read_toml",
 ]
