@@ -37,7 +37,3 @@ KEY_EVENTS = web.AppKey("key_events", KeyEvents)
 # Per-request values the access log reads (never the key itself).
 RPC_METHOD = web.RequestKey("rpc_method", str)
 KEY_ID = web.RequestKey("key_id", str)
-# Request insight (gateway/store/insight.py): the hash of an existing key, and
-# whether a node's answer held an error (so a big reply is not scanned twice).
-KEY_HASH = web.RequestKey("key_hash", str)
-REPLY_ERROR = web.RequestKey("reply_error", bool)

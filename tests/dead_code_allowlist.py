@@ -19,6 +19,10 @@ _.on_header
 _.on_headers_complete
 _.on_body
 _.on_message_complete
+_.do_GET  # http.server handler methods (ops.metricsport): called by BaseHTTPRequestHandler
+_.log_message  # http.server override (ops.metricsport): silences its stderr log
+_.daemon_threads  # socketserver.ThreadingMixIn attribute (ops.metricsport)
+_.address_family  # socketserver.TCPServer attribute (ops.metricsport): IPv6 bind
 
 # -- read by Jinja templates (dashboard/templates/key_requests.html) -------------
 _.error_count  # store.insightquery.MethodRow

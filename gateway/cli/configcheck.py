@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.config import Config, ConfigError, config_from_dict
+from gateway.config import Config, ConfigError, config_from_dict, read_toml
 
 _MAX_ROUNDS = 200  # far more settings than a config has; a guard against a loop
 # Environment variables the loader reads, by the config path they set.
@@ -34,17 +33,10 @@ def check(
     """(the config if it loads, every problem found); ``path`` None reads $GATEWAY_CONFIG."""
     env = dict(os.environ if env is None else env)
     path = path or env.get("GATEWAY_CONFIG") or None
-    raw: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as fh:
-                raw = tomllib.load(fh)
-        except FileNotFoundError:
-            return None, [f"{path}: config file not found"]
-        except IsADirectoryError:
-            return None, [f"{path}: is a directory, not a config file"]
-        except tomllib.TOMLDecodeError as exc:
-            return None, [f"{path}: not valid TOML: {exc}"]
+    try:
+        raw: dict[str, Any] = {} if path is None else read_toml(path)
+    except ConfigError as exc:
+        return None, [str(exc)]
     problems: list[str] = []
     seen: dict[str, int] = {}
     first: Config | None = None

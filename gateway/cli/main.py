@@ -7,6 +7,11 @@ next: 1 the request was wrong (no such key), 2 the config is wrong, 3 Redis
 cannot be reached or refused our password. Never a traceback, never a
 password (URLs are shown without their credentials). Options must be spelled
 out in full: ``--worker 2`` is an error, not a guess at ``--workers``.
+
+It stays whole because the argument parser (``build_parser``, a third of the
+file) and the dispatch of each command onto it change together; the larger
+commands' bodies already live in their own modules (configcheck, keycaps,
+accountlist, security).
 """
 
 from __future__ import annotations

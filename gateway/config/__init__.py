@@ -13,7 +13,8 @@ from gateway.config.defaults import (
     DEFAULT_PLANS,
     FORBIDDEN_METHOD_PREFIXES,
 )
-from gateway.config.load import config_from_dict, listen_address, load_config
+from gateway.config.listening import FiltersConfig, WsConfig
+from gateway.config.load import config_from_dict, listen_address, load_config, read_toml
 from gateway.config.methodset import MethodSet
 from gateway.config.schema import (
     AdmissionConfig,
@@ -21,7 +22,6 @@ from gateway.config.schema import (
     Config,
     ConfigError,
     DashboardConfig,
-    FiltersConfig,
     HedgeConfig,
     InsightConfig,
     LimitsConfig,
@@ -31,7 +31,6 @@ from gateway.config.schema import (
     RedisConfig,
     ServerConfig,
     UpstreamConfig,
-    WsConfig,
     data_dir,
 )
 
@@ -61,4 +60,5 @@ __all__ = [
     "data_dir",
     "listen_address",
     "load_config",
+    "read_toml",
 ]

@@ -2,6 +2,10 @@
 
 Every mistake is reported with the config path that caused it, e.g.
 ``networks.bsc.upstreams[0]: not an http(s) URL``, so an operator can find it.
+
+It stays whole because every section goes through the same stages (the
+``_SECTIONS`` table, env, unknown keys, defaults, validation) and reports with
+the same config path, so a check added in one place reads like its neighbours.
 """
 
 from __future__ import annotations
@@ -17,39 +21,23 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
+from gateway.config.listening import FiltersConfig
 from gateway.config.methods import ExtraWeights, network_methods
 from gateway.config.schema import (
-    AdmissionConfig,
     CacheConfig,
     Config,
     ConfigError,
-    DashboardConfig,
-    FiltersConfig,
     HedgeConfig,
-    InsightConfig,
-    LimitsConfig,
-    LogConfig,
     NetworkConfig,
     PlanConfig,
-    RedisConfig,
-    ServerConfig,
-    UpstreamConfig,
-    WsConfig,
 )
 
+# The TOML sections: every field of Config that holds a section dataclass, in
+# Config's order (networks and plans are tables of tables, read below).
 _SECTIONS: dict[str, type[Any]] = {
-    "server": ServerConfig,
-    "limits": LimitsConfig,
-    "redis": RedisConfig,
-    "upstream": UpstreamConfig,
-    "dashboard": DashboardConfig,
-    "cache": CacheConfig,
-    "hedge": HedgeConfig,
-    "insight": InsightConfig,
-    "admission": AdmissionConfig,
-    "ws": WsConfig,
-    "log": LogConfig,
-    "filters": FiltersConfig,
+    name: hint
+    for name, hint in typing.get_type_hints(Config).items()
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint)
 }
 _TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
 
@@ -61,16 +49,20 @@ def load_config(
     env = os.environ if env is None else env
     if path is None:
         path = env.get("GATEWAY_CONFIG") or None
-    raw: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as fh:
-                raw = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return config_from_dict(raw, env)
+    return config_from_dict({} if path is None else read_toml(path), env)
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed file; a missing, unreadable-as-file or invalid one is a ``ConfigError``."""
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
 def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
@@ -277,21 +269,9 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
     chain_id = table.get("chain_id")
     if isinstance(chain_id, bool) or not isinstance(chain_id, int) or chain_id <= 0:
         raise ConfigError(f"{path}.chain_id: expected a positive integer")
-    upstreams = table.get("upstreams", [])
-    if not isinstance(upstreams, list) or not upstreams:
-        raise ConfigError(f"{path}.upstreams: expected a non-empty list of URLs")
-    for i, url in enumerate(upstreams):
-        parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"{path}.upstreams[{i}]: not an http(s) URL")
+    upstreams = _url_list(table.get("upstreams", []), f"{path}.upstreams", "http")
     ws_default = [_ws_url(u) for u in upstreams]
-    ws_upstreams = table.get("ws_upstreams", ws_default)
-    if not isinstance(ws_upstreams, list) or not ws_upstreams:
-        raise ConfigError(f"{path}.ws_upstreams: expected a non-empty list of URLs")
-    for i, url in enumerate(ws_upstreams):
-        parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("ws", "wss") or not parts.netloc:
-            raise ConfigError(f"{path}.ws_upstreams[{i}]: not a ws(s) URL")
+    ws_upstreams = _url_list(table.get("ws_upstreams", ws_default), f"{path}.ws_upstreams", "ws")
     methods = network_methods(path, table, chain_id, extra_weights)
     return NetworkConfig(
         name=name,
@@ -317,6 +297,18 @@ def _check_redis_url(url: str, *, from_env: bool) -> None:
         raise ConfigError(f"{where}: expected a redis://, rediss:// or unix:// URL")
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigError(f"{where}: no host (redis://host:6379/0)")
+
+
+def _url_list(urls: Any, where: str, scheme: str) -> list[str]:
+    """A non-empty list of ``scheme`` or ``scheme``-s URLs (http(s), ws(s)), each with a host."""
+    if not isinstance(urls, list) or not urls:
+        raise ConfigError(f"{where}: expected a non-empty list of URLs")
+    for i, url in enumerate(urls):
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in (scheme, scheme + "s") or not parts.netloc:
+            article = "an" if scheme == "http" else "a"  # the messages' words as before
+            raise ConfigError(f"{where}[{i}]: not {article} {scheme}(s) URL")
+    return urls
 
 
 def _ws_url(url: str) -> str:

@@ -13,6 +13,9 @@ hash from a re-organised-away fork answers ``null`` as real nodes do.
 
 Uses mocknode's private ``_Conn``, ``_call`` and ``_delay``; both modules
 live in this repository and change together.
+
+It stays whole because ``Chain`` and ``ChainNode`` are one mock (a node is a
+view of the chain ``lag`` blocks behind), and only tests import it.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ Request ids are echoed exactly: numbers of any size keep their literal bytes
 (orjson refuses integers beyond 64 bits, so such bodies are re-read with the
 stdlib parser, keeping every number as an :class:`orjson.Fragment`); strings
 come back as equal JSON strings.
+
+It stays whole because it is one piece of test scaffolding with one entry point
+(``start_mock_node``): its fault options, Go-style request decoding, canned
+answers and raw protocol change together whenever a test needs a new fault, and
+only tests, the demo and the bench import it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ Switches: ``Chain.mine()`` (or a block timer, ``block_time_s``),
 are sent again with ``removed: true``, as geth does), ``node.drop()`` (close
 every socket now), ``node.down`` (refuse new sockets and HTTP calls),
 ``node.muted`` (keep sockets open but send no notifications: a stalled node).
+
+It stays whole because the shared ``Chain`` (blocks, logs, re-orgs) and the
+node that serves it are one mock: every switch a failover test flips reaches
+both, and only tests, the demo and the bench import it.
 """
 
 from __future__ import annotations

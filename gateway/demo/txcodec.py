@@ -10,6 +10,10 @@ dependencies have none of them, and a demo that must run offline from
 Python from their specifications (FIPS 202's Keccak-f[1600]; the yellow
 paper's RLP; SEC 1 §4.1.6 recovery). Slow (milliseconds per transaction)
 and never on the gateway's path: only the mock nodes use it.
+
+It stays whole because Keccak-256, RLP and ecrecover serve one function
+(``decode_raw_tx``), are written from their specifications and never change,
+and only the mock nodes import it.
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ So ``bytes`` is the traced memory of the entries within a few per cent, and
 a full cache of one network holds at most ``max_bytes`` of it
 (``tests/integration/test_intel_cache_app.py`` fills a real app's caches
 with tiny and with large answers and measures it).
+
+It stays whole because the key builder, the byte accounting and the LRU are one
+measured contract (the bound above holds only when keys, sizes and eviction
+agree), and a third of it is this docstring.
 """
 
 from __future__ import annotations

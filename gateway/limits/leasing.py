@@ -23,6 +23,10 @@ bucket that drains back within ``lease_idle_s``.
 
 A refusal is remembered until its retry time (a key over its limit costs no
 round trip per request either). Usage counters go to ``UsageSink``.
+
+It stays whole because the lease, the cached key record and the remembered
+refusal are one per-key entry (``_Key``) that every admission reads and writes
+in one step, and the exactness argument above covers all three.
 """
 
 from __future__ import annotations

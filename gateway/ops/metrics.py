@@ -11,6 +11,10 @@ process use. The text is served on its own listener (``gateway.ops.metricsport``
 
 The handler and the pools call the label children cached here (one dict
 lookup per request), never ``.labels()`` on the hot path.
+
+It stays whole because every collector must be registered on the one per-app
+registry with the multiprocess mode chosen above; the classes are the metric
+names, one group per concept (app, network, node, intel).
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ one the CLI and dashboard use: ``db`` (path or ``?db=``), user and password
 redis-py itself would build from ``ssl_ca_certs``, ``ssl_cert_reqs``,
 ``ssl_check_hostname``, ... . Two parsers once disagreed: keys written to
 db 3 were looked up in db 0, and a private CA failed every call.
+
+It stays whole because the endpoint, the batching protocol and the client share
+the failure model above (one timer per tick, reconnect pacing, the NOSCRIPT re-
+send), which only holds when read as one.
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ which every field appears once, so the gateway and the node judge the same
 thing by construction.
 
 Refusals are -32602 with geth's words in ``error.data.reason``.
+
+It stays whole because the filter and the EIP-1898 block object are read by the
+same Go rules (``go_members``, the hex readers, ``Refused``), and most of its
+length is this docstring and geth's exact refusal words.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ from typing import Any, Final
 
 # geth eth/filters: at most this many topic positions (errExceedMaxTopics).
 MAX_TOPICS: Final = 4
+# geth eth/filters: at most this many addresses in one filter (errExceedMaxAddresses).
+# Past it a filter is refused here, before it costs a node scan or a Redis entry.
+MAX_ADDRESSES: Final = 1000
 BLOCK_TAGS: Final = frozenset({"earliest", "latest", "pending", "safe", "finalized"})
 _MAX_INT64: Final = (1 << 63) - 1
 
@@ -203,7 +210,8 @@ def read_filter(obj: Any) -> LogFilter | str:
     """Read ``obj`` as geth's ``FilterCriteria.UnmarshalJSON`` does; a str is why not.
 
     JSON ``null`` (Go: the empty filter) reads as ``{}``. More topic
-    positions than ``MAX_TOPICS`` are refused here ("exceed max topics"), as
+    positions than ``MAX_TOPICS`` ("exceed max topics") or more addresses
+    than ``MAX_ADDRESSES`` ("exceed max addresses") are refused here, as
     geth's ``eth_getLogs`` and ``eth_newFilter`` refuse them.
     """
     try:
@@ -247,6 +255,8 @@ def _read_address(value: Any) -> str | list[str] | None:
             raise Refused(f"invalid address: {exc}") from None
     if type(value) is not list:
         raise Refused("invalid addresses in query")
+    if len(value) > MAX_ADDRESSES:
+        raise Refused(f"exceed max addresses: {len(value)} given, at most {MAX_ADDRESSES}")
     for i, item in enumerate(value):
         if type(item) is not str:
             raise Refused(f"non-string address at index {i}")

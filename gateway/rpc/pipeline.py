@@ -41,7 +41,8 @@ __all__ = ["Caller", "Pipeline"]
 _NONE: tuple[After, ...] = ()  # no local follow-ups
 _MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON decoder
 
-_STATUS_ERROR = {
+# The error a refused admission answers with; the WebSocket upgrade uses it too.
+REFUSED_ERROR: dict[Status, rpc.ErrorKind] = {
     Status.UNAUTHORIZED: rpc.UNAUTHORIZED,
     Status.FORBIDDEN: rpc.FORBIDDEN,
     Status.RATE_LIMITED: rpc.RATE_LIMITED,
@@ -267,7 +268,7 @@ class Pipeline:
         }
 
     def _refused(self, decision: Decision, req: R.ParsedRequest) -> R.Answer:
-        kind = _STATUS_ERROR[decision.status]
+        kind = REFUSED_ERROR[decision.status]
         if kind is not rpc.RATE_LIMITED:
             return R.request_error(kind, req)
         self.net_metrics.rate_limited()

@@ -9,6 +9,10 @@ bits into floats, so whenever a parsed id (or anything we must re-encode)
 holds a float, the body is parsed again with the stdlib parser keeping every
 number literal as an ``orjson.Fragment``; encoding a Fragment writes the
 original digits back byte for byte.
+
+It stays whole because parsing, the error catalogue and the id restoring are
+one contract: what ``loads_exact`` keeps of an id is what ``restore_single``
+and ``restore_batch`` write back byte for byte.
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@ The runner also opens the ``/metrics`` listener (``gateway.ops.metricsport``) on
 On shutdown the runner stops listening, answers in-flight requests with
 ``Connection: close``, waits up to ``server.drain_timeout_s`` for them and
 only then runs the app's cleanup (pools, Redis).
+
+It stays whole because the three watchdog phases, the connection cap, the
+malformed-HTTP answer and the drain all hook the same ``GatewayProtocol``
+callbacks, and the runner that drains must see every such protocol; a sixth of
+the module is this docstring.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 This module is also each worker's entry point (``python -m gateway.server.runner
 --worker ...``, started by the supervisor only).
+
+It stays whole because the three ways to serve (one process, a worker started
+by the supervisor, the offline demo) share the event loop and open-files setup
+here, and the demo's key and banner are most of the rest.
 """
 
 from __future__ import annotations

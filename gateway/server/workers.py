@@ -28,6 +28,10 @@ once with a clear message.
 * SIGINT/SIGTERM: passed on to every worker; the supervisor exits when all
   have. A worker still running ``_KILL_AFTER_S`` past its drain timeout is
   killed, so a stuck worker cannot keep the supervisor (and the port) forever.
+
+It stays whole because the supervisor's signals, restarts, reload and shutdown
+all act on one set of ``_Worker`` records and the shared readiness pipe; split
+up, each part would need the whole supervisor's state.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ record's hash tag) and a hint. Revoked and expired records (and their
 an account keeps at most ``max_inactive_keys`` of them: history must not grow
 without bound. Writes that span slots (a key and its indexes) are ordered so a
 crash in between leaves nothing usable behind.
+
+It stays whole because every writer of a key record (create, rotate, revoke,
+the allowlists and their normalizers) must keep the same crash-safe order of
+the key and its indexes, which is checkable only with the writers side by side.
 """
 
 from __future__ import annotations

@@ -22,6 +22,11 @@ tokens, session ids) are stored as SHA-256: they carry 40+ bits of
 randomness, so a fast hash is enough and a Redis dump hands out nothing
 usable. The TOTP secret must be read back to check codes, so it is stored
 as is, like every hosted provider's authenticator seed.
+
+It stays whole because sessions, two-step log-in, recovery codes, deletion and
+reset links all write the same account and session records through one
+``SecurityStore``, so the Redis layout above is kept, and checked, in one
+place.
 """
 
 from __future__ import annotations

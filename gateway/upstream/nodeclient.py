@@ -25,6 +25,10 @@ resumes once the reader has taken them, so a client that does not read
 holds the node connection paused, not hundreds of megabytes. ``max_bytes``
 caps any answer: refused from its Content-Length when that is known,
 cut off when the bytes run past it.
+
+It stays whole because the client, the connection protocol and the stream share
+one connection's life on every call (its parser, its deadline timer, its return
+to the pool once a stream is read out or aborted).
 """
 
 from __future__ import annotations
@@ -92,13 +96,6 @@ class NodeStream:
             self.close()
             raise UpstreamError("answer over the size limit", sent=True, too_large=True)
         return chunk
-
-    async def read_all(self) -> bytes:
-        """The rest of the answer (bounded by ``max_bytes``)."""
-        parts = []
-        while chunk := await self.read():
-            parts.append(chunk)
-        return b"".join(parts)
 
     def close(self) -> None:
         if not self._done:

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 INVALID_PARAMS: Final = rpc.ErrorKind(-32602, "Invalid params", 200)
 SUBSCRIBE = "eth_subscribe"
 UNSUBSCRIBE = "eth_unsubscribe"
-LOCAL_METHODS: Final = frozenset({SUBSCRIBE, UNSUBSCRIBE})
 KINDS: Final = frozenset({"newHeads", "logs", "newPendingTransactions"})
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")

@@ -24,6 +24,11 @@ and repairs the streams before resuming them:
 
 Notifications that arrive while a stream is being repaired wait in a
 backlog and go through the same rules afterwards.
+
+It stays whole because ``UpSub`` and ``Feed`` are two halves of one state
+machine: a feed's failover re-subscribes each UpSub and drives its repair (its
+``filling`` flag, ``_repair``), and an UpSub reaches back to its feed for the
+node socket and its release.
 """
 
 from __future__ import annotations

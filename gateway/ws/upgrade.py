@@ -33,7 +33,7 @@ from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.http import RpcHttp
-from gateway.rpc.pipeline import Caller
+from gateway.rpc.pipeline import REFUSED_ERROR, Caller
 from gateway.rpc.relay import Relay
 from gateway.upstream.errors import UpstreamError
 from gateway.ws.leases import LeaseUnavailable, new_token
@@ -43,15 +43,6 @@ from gateway.ws.session import CLOSE_REVOKED, KeyState, Session
 log = logging.getLogger("gateway.ws")
 
 _CORS = {"Access-Control-Allow-Origin": "*"}
-_REFUSED = {
-    Status.UNAUTHORIZED: rpc.UNAUTHORIZED,
-    Status.FORBIDDEN: rpc.FORBIDDEN,
-    Status.RATE_LIMITED: rpc.RATE_LIMITED,
-    Status.QUOTA_EXCEEDED: rpc.RATE_LIMITED,
-    Status.TOO_EXPENSIVE: rpc.RATE_LIMITED,
-    Status.KEY_RATE_CAPPED: rpc.RATE_LIMITED,
-    Status.KEY_DAILY_CAPPED: rpc.RATE_LIMITED,
-}
 
 
 class WsRoute:
@@ -91,7 +82,7 @@ class WsRoute:
                 return _refuse(rpc.SERVICE_UNAVAILABLE, 503)
             decision = Decision(Status.ADMITTED, "")
         if decision.status is not Status.ADMITTED:
-            kind = _REFUSED[decision.status]
+            kind = REFUSED_ERROR[decision.status]
             return _refuse(kind, kind.http_status)
         request[T.KEY_ID] = decision.key_id
         plan = svc.plan(decision.plan)

@@ -254,17 +254,20 @@ async def test_filter_calls_in_a_batch_and_bad_params(
     make_app: AppFactory, chain: Chain, api_key: str
 ) -> None:
     client = await make_app()
+    many = ["0x" + f"{i:040x}" for i in range(1001)]
     body = [
         {"jsonrpc": "2.0", "id": 1, "method": "eth_newBlockFilter", "params": []},
         {"jsonrpc": "2.0", "id": 2, "method": "eth_blockNumber", "params": []},
         {"jsonrpc": "2.0", "id": 3, "method": "eth_getFilterChanges", "params": ["0x" + "0" * 32]},
         {"jsonrpc": "2.0", "id": 4, "method": "eth_newFilter", "params": [{"topics": "x"}]},
         {"jsonrpc": "2.0", "id": 5, "method": "eth_newPendingTransactionFilter", "params": []},
+        # geth's cap on a filter's addresses (the filters' old reader had it too)
+        {"jsonrpc": "2.0", "id": 6, "method": "eth_newFilter", "params": [{"address": many}]},
     ]
     resp = await client.post(f"/bsc/{api_key}", data=orjson.dumps(body), headers=JSON)
     assert resp.status == 200
     answers = orjson.loads(await resp.read())
-    assert [a["id"] for a in answers] == [1, 2, 3, 4, 5]
+    assert [a["id"] for a in answers] == [1, 2, 3, 4, 5, 6]
     assert answers[0]["result"].startswith("0x") and answers[1]["result"] == hex(5_000)
     assert answers[2]["error"] == {"code": -32000, "message": "filter not found"}
     assert answers[3]["error"]["code"] == -32602
@@ -272,6 +275,8 @@ async def test_filter_calls_in_a_batch_and_bad_params(
         "code": -32601,
         "message": "the method eth_newPendingTransactionFilter does not exist/is not available",
     }
+    assert answers[5]["error"]["code"] == -32602
+    assert answers[5]["error"]["data"]["reason"].startswith("invalid argument 0: exceed max addr")
 
 
 async def test_a_filter_made_over_websocket_is_polled_over_http(

@@ -89,3 +89,22 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
     bad.write_text("[limits\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad, env={})
+    # the server reads the file as `gateway config check` does: a folder is one clear line
+    with pytest.raises(ConfigError, match="is a directory, not a config file"):
+        load_config(tmp_path, env={})
+
+
+@pytest.mark.parametrize(
+    ("key", "url", "message"),
+    [
+        ("upstreams", "ws://n:1", "networks.bsc.upstreams[0]: not an http(s) URL"),
+        ("upstreams", "https://", "networks.bsc.upstreams[0]: not an http(s) URL"),
+        ("ws_upstreams", "http://n:1", "networks.bsc.ws_upstreams[0]: not a ws(s) URL"),
+        ("ws_upstreams", 5, "networks.bsc.ws_upstreams[0]: not a ws(s) URL"),
+    ],
+)
+def test_node_url_lists_name_the_bad_entry(key: str, url: object, message: str) -> None:
+    net = {"chain_id": 56, "upstreams": ["http://n:1"], key: [url]}
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict({"networks": {"bsc": net}}, env={})
+    assert str(exc.value) == message

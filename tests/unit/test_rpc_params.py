@@ -26,6 +26,7 @@ from gateway.intel.methods import STATE_AT
 from gateway.rpc import protocol as rpc
 from gateway.rpc.params import (
     BLOCK_PARAM,
+    MAX_ADDRESSES,
     LogFilter,
     canonical_filter,
     canonical_params,
@@ -253,6 +254,8 @@ def test_filters_are_rebuilt_canonically(obj: Any, rebuilt: dict[str, Any]) -> N
         ([{"topics": [5]}], "invalid argument 0: invalid topic(s)"),
         ([{"topics": ["0x12"]}], "invalid argument 0: hex has invalid length 1"),
         ([{"Topics": [None] * 5}], "exceed max topics"),
+        ([{"address": [ADDR] * 1001}], "invalid argument 0: exceed max addresses: 1001 given"),
+        ([{"Address": [5] * 1001}], "invalid argument 0: exceed max addresses: 1001 given"),
         ([], "missing value for required argument 0"),
         (None, "missing value for required argument 0"),
         ({"filter": {}}, "non-array args"),
@@ -264,6 +267,11 @@ def test_bad_filters_are_refused_in_geths_words(params: Any, reason: str) -> Non
     forwarded, why = canonical_params("eth_getLogs", params)
     assert why is not None and why.startswith(reason), why
     assert forwarded is params
+
+
+def test_a_filter_may_name_up_to_max_addresses() -> None:
+    obj = {"address": [ADDR] * MAX_ADDRESSES}
+    assert canonical_params("eth_newFilter", [obj]) == ([obj], None)
 
 
 @pytest.mark.parametrize(
