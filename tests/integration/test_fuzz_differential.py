@@ -62,8 +62,35 @@ def _own_params_check(method: str, params: Any, direct: dict[str, Any], gw: dict
     return d is not None and g is not None and d.get("code") == g.get("code")
 
 
+def _null_filter_as_geth(
+    method: str, params: Any, direct: dict[str, Any], gw: dict[str, Any]
+) -> bool:
+    """``eth_getLogs(null)``: geth decodes null into an empty filter (the latest
+    block's logs), and the gateway forwards that rebuild (docs/PARAMS.md);
+    Hardhat refuses null. The gateway keeps geth's reading."""
+    return method == "eth_getLogs" and params == [None] and "error" in direct and "result" in gw
+
+
+def _upper_0x_block_as_geth(
+    method: str, params: Any, direct: dict[str, Any], gw: dict[str, Any]
+) -> bool:
+    """A ``0X``-prefixed block number in a filter: geth's hexutil reads it, and the
+    gateway forwards it as lower-case ``0x`` (docs/PARAMS.md); Hardhat refuses it.
+    Addresses and other values keep their spelling (the 0X cache test below)."""
+    filt = params[0] if type(params) is list and params and type(params[0]) is dict else {}
+    blocks = [filt.get(k) for k in ("fromBlock", "toBlock")]
+    return (
+        method == "eth_getLogs"
+        and any(type(b) is str and b.startswith("0X") for b in blocks)
+        and "error" in direct
+        and "error" not in gw
+    )
+
+
 REFUSALS: dict[str, Callable[[str, Any, dict[str, Any], dict[str, Any]], bool]] = {
+    "a 0X block number in a filter read as geth reads it": _upper_0x_block_as_geth,
     "eth_getLogs block range over the gateway's limit": _logs_range_guard,
+    "eth_getLogs(null) read as geth reads it (the empty filter)": _null_filter_as_geth,
     "both refuse the params, in different words": _own_params_check,
 }
 
