@@ -228,9 +228,12 @@ async def test_slowloris_closed_within_header_timeout_while_serving(
 
         task = asyncio.create_task(trickle())
         try:
-            async with asyncio.timeout(5):
-                while await reader.read(1024):
-                    pass
+            try:
+                async with asyncio.timeout(5):
+                    while await reader.read(1024):
+                        pass
+            except ConnectionResetError:
+                pass  # dropped with a reset (its trickled bytes were unread): closed all the same
             return time.monotonic() - started
         finally:
             task.cancel()
