@@ -7,6 +7,7 @@ integration tests need no shared conftest changes; it holds no tests.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -167,3 +168,13 @@ class User:
 
 def new_email() -> str:
     return f"user-{secrets.token_hex(4)}@example.com"
+
+
+async def wait_for_request_log(user: User, path: str, rows: int) -> Element:
+    """The key's Requests page once it lists at least ``rows`` calls (insight flushes late)."""
+    for _ in range(100):
+        doc = await user.get(path)
+        if len(doc.find_all(data_testid="request-log-row")) >= rows:
+            return doc
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {rows} logged calls on {path}")

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from gateway.config import Config
 from gateway.rpc.auth import generate_key, key_hash
 from tests.helpers.config import Client, MakeConfig
-from tests.helpers.dashboard import Element, User, new_email, parse
+from tests.helpers.dashboard import Element, User, new_email, parse, wait_for_request_log
 
 AiohttpClient = Callable[..., Any]
 
@@ -145,15 +145,6 @@ async def _rpc(client: Client, key: str, method: str) -> int:
     return int(resp.status)
 
 
-async def _wait_for_log(user: User, path: str, rows: int) -> Element:
-    for _ in range(100):
-        doc = await user.get(path)
-        if len(doc.find_all(data_testid="request-log-row")) >= rows:
-            return doc
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"fewer than {rows} logged calls on {path}")
-
-
 @pytest.mark.slow
 async def test_requests_page_shows_real_failed_calls_and_filters(
     client: Client, aiohttp_client: AiohttpClient
@@ -168,7 +159,7 @@ async def test_requests_page_shows_real_failed_calls_and_filters(
     limited = statuses.count(429)
     assert limited >= 2 and statuses.count(200) >= 3
     assert await _rpc(client, key, "eth_noSuchMethod") in (200, 429)
-    doc = await _wait_for_log(user, path, limited + 1)
+    doc = await wait_for_request_log(user, path, limited + 1)
 
     hour = doc.find(data_testid="method-insight", data_window="hour")
     row = hour.find(data_method="eth_blockNumber")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -13,7 +12,7 @@ import pytest
 from gateway.config import Config
 from gateway.store.insight import NOT_OFFERED, InsightSink, shown_method
 from tests.helpers.config import Client, MakeConfig
-from tests.helpers.dashboard import Element, User, new_email
+from tests.helpers.dashboard import User, new_email, wait_for_request_log
 
 AiohttpClient = Callable[..., Any]
 LONG = "eth_" + "getSomethingVeryLongThatNoNodeOffers" * 3  # 112 characters
@@ -22,15 +21,6 @@ LONG = "eth_" + "getSomethingVeryLongThatNoNodeOffers" * 3  # 112 characters
 @pytest.fixture
 def config(make_config: MakeConfig) -> Config:
     return make_config({"insight": {"interval_s": 0.05}})
-
-
-async def _wait_for_rows(user: User, path: str, rows: int) -> Element:
-    for _ in range(100):
-        doc = await user.get(path)
-        if len(doc.find_all(data_testid="request-log-row")) >= rows:
-            return doc
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"fewer than {rows} logged calls on {path}")
 
 
 async def test_a_method_not_offered_is_logged_as_sent_and_found_by_the_filter(
@@ -49,7 +39,7 @@ async def test_a_method_not_offered_is_logged_as_sent_and_found_by_the_filter(
         await ws.send_json({"jsonrpc": "2.0", "id": 2, "method": "eth_overTheSocket"})
         assert (await ws.receive_json(timeout=5))["error"]["code"] == -32601
     path = f"/dashboard/keys/{key_id}/requests"
-    doc = await _wait_for_rows(user, path, 3)
+    doc = await wait_for_request_log(user, path, 3)
     rows = doc.find(data_testid="request-log").find_all(data_testid="request-log-row")
     assert {r.attrs["data-method"] for r in rows} == {
         LONG[:64],
