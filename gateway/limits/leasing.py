@@ -164,7 +164,11 @@ class LeaseLimiter:
             weights = key.weights
             cost = 0
             for method, n in methods.items():
-                cost += weights.get(method, 1) * n
+                units = weights.get(method)
+                if units is None:  # a weight by pattern (``debug_trace*``), or the default 1
+                    assert key.plan is not None  # set with ``weights``
+                    units = key.plan.cost(method)
+                cost += units * n
             if cost < 1:
                 cost = 1
         key.rate_count += 1  # the rate itself is worked out when a slice is sized

@@ -87,6 +87,18 @@ async def test_weights_and_batch_cost_are_charged_as_a_whole(
     assert d.status is Status.TOO_EXPENSIVE
 
 
+async def test_a_weight_by_pattern_is_charged_on_every_call(
+    make_limiter: MakeLimiter, api_key: str
+) -> None:
+    """``debug_trace* = 5``: each call costs 5, the first (a cold lease) and the
+    ones a warm lease admits locally alike (the local path once charged 1)."""
+    limiter = make_limiter(plans(free={"weights": {"debug_trace*": 5}})).limiter
+    khash = key_hash(api_key)
+    got = [await limiter.admit(khash, 1, {"debug_traceCall": 1}, now_ms=T0) for _ in range(5)]
+    assert [d.status for d in got] == [Status.ADMITTED] * 4 + [Status.RATE_LIMITED]  # 4 x 5 = 20
+    assert got[-1].remaining < 5
+
+
 async def test_daily_quota(make_limiter: MakeLimiter, store: Store, account: str) -> None:
     limiter = make_limiter(plans(free={"daily_quota": 3})).limiter
     key, _ = await store.create_key(account)
