@@ -38,7 +38,13 @@ from gateway.upstream.node import Node
 
 log = logging.getLogger("gateway.upstream")
 
-_SUBSCRIBE: Final = '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'
+# The socket's own chain id first (id 0), then the subscription (id 1): the WS
+# URL is configured apart from the HTTP one the probe verifies, so a socket on
+# another chain must never move this network's head (SPEC §7).
+_HELLO: Final = (
+    '{"jsonrpc":"2.0","id":0,"method":"eth_chainId","params":[]}',
+    '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}',
+)
 _MAX_FRAME: Final = 1 << 20  # a header is ~1 KB; a node sending more is not one to trust
 
 
@@ -57,7 +63,8 @@ def ws_urls(network: NetworkConfig) -> list[str]:
 
 
 class SubscriptionRefused(Exception):
-    """The node answered ``eth_subscribe`` with an error (or not at all)."""
+    """The node answered ``eth_subscribe`` with an error (or not at all), or its socket
+    is on another chain."""
 
 
 def header_report(frame: Any) -> HeadReport | None:
@@ -89,12 +96,14 @@ class HeadFollower:
         session: aiohttp.ClientSession,
         cfg: UpstreamConfig,
         *,
+        chain_id: int,
         on_head: Callable[[Node, HeadReport], None],
         on_lost: Callable[[Node], None],
         lines: RateLimitedLog,
         connect_timeout_s: float,
     ) -> None:
         self.network = network
+        self.chain_id = chain_id
         self.node = node
         self.session = session
         self.cfg = cfg
@@ -104,6 +113,7 @@ class HeadFollower:
         self.connect_timeout_s = connect_timeout_s
         self.shown = redact_url(node.ws_url)  # for logs: the key-free form
         self.live = False  # subscribed right now
+        self.no_ws = False  # the URL refused the WebSocket handshake (said once)
         self.heads = 0  # headers taken (tests and the bench read it)
 
     async def run(self) -> None:
@@ -114,6 +124,12 @@ class HeadFollower:
             try:
                 await self._follow()
                 reason: tuple[str, str] = ("Closed", "the node closed the socket")
+            except aiohttp.WSServerHandshakeError as exc:
+                reason = error_fields(exc, self.node.ws_url)
+                if 400 <= exc.status < 500:  # no WebSocket here (most public RPC URLs)
+                    self._no_websocket(reason)
+                    await asyncio.sleep(self.cfg.ws_reconnect_max_s * random.uniform(0.8, 1.2))
+                    continue
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
                 reason = error_fields(exc, self.node.ws_url)
             except SubscriptionRefused as exc:
@@ -137,14 +153,22 @@ class HeadFollower:
             )
         try:
             async with asyncio.timeout(self.cfg.probe_timeout_s):
-                await ws.send_str(_SUBSCRIBE)
-                while True:  # the answer to eth_subscribe (a header may not come first)
+                for request in _HELLO:
+                    await ws.send_str(request)
+                answers: dict[int, Any] = {}
+                while len(answers) < len(_HELLO):  # a header may come before the answers
                     msg = await ws.receive()
                     if msg.type is not aiohttp.WSMsgType.TEXT:
                         raise SubscriptionRefused(f"socket ended before the answer ({msg.type})")
                     frame = orjson.loads(msg.data)
-                    if type(frame) is dict and frame.get("id") == 1:
-                        break
+                    if type(frame) is dict and frame.get("id") in (0, 1):
+                        answers[frame["id"]] = frame
+            chain = answers[0].get("result")
+            if chain != hex(self.chain_id):
+                raise SubscriptionRefused(
+                    f"the socket's eth_chainId is {str(chain)[:40]}, expected {hex(self.chain_id)}"
+                )
+            frame = answers[1]
             if type(frame.get("result")) is not str:
                 raise SubscriptionRefused(f"eth_subscribe answered {str(frame.get('error'))[:200]}")
             self._set_live(True)
@@ -160,6 +184,8 @@ class HeadFollower:
 
     def _set_live(self, live: bool) -> None:
         node = self.node
+        if live:
+            self.no_ws = False
         if live and not self.live:
             key = (node.name, "newHeads")
             if self.lines.recovered(key) or not self.heads:
@@ -173,6 +199,30 @@ class HeadFollower:
         self.live = node.newheads = live
         if node.metrics is not None:
             node.metrics.ws_heads.set(1 if live else 0)
+
+    def _no_websocket(self, reason: tuple[str, str]) -> None:
+        """Say once that this URL has no WebSocket; retried at the longest interval, quietly."""
+        self._set_live(False)
+        if self.no_ws:
+            return
+        self.no_ws = True
+        node = self.node
+        log.info(
+            "upstream has no newHeads socket network=%s node=%s url=%s error=%s: %s "
+            "(the head is polled; set ws_upstreams to a WebSocket URL for a fresher head)",
+            self.network,
+            node.name,
+            self.shown,
+            reason[0],
+            reason[1],
+            extra={
+                "network": self.network,
+                "node": node.name,
+                "target": self.shown,
+                "error_class": reason[0],
+                "error": reason[1],
+            },
+        )
 
     def _failed(self, reason: tuple[str, str], delay: float) -> None:
         suppressed = self.lines.failed((self.node.name, "newHeads"))

@@ -172,6 +172,7 @@ class NodePool:
                     node,
                     session,
                     self.cfg,
+                    chain_id=self.network.chain_id,
                     on_head=self._on_ws_head,
                     on_lost=lambda _node: self._probe_soon.set(),
                     lines=self.lines,

@@ -192,6 +192,55 @@ async def test_a_node_of_another_chain_gets_no_calls_and_is_reported(
     assert mismatch == {"bsc-0": 0.0, "bsc-1": 1.0, "opbnb-0": 0.0}
 
 
+async def test_a_newheads_socket_on_another_chain_moves_no_head(
+    make_config: MakeConfig,
+    aiohttp_client: Any,
+    chains: dict[str, Chain],
+    api_key: str,
+    store: Store,
+    account: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``ws_upstreams`` is configured apart from the HTTP URL the probe verifies: a
+    socket on chain 204 (heads at 50,000,000) under bsc must never move bsc's head."""
+    caplog.set_level(logging.INFO, "gateway.upstream")
+    good = await start_ws_node(chains["bsc"])
+    wrong = await start_ws_node(chains["opbnb"])
+    chains["opbnb"].block_time_s = 0.1
+    chains["opbnb"].start()
+    cfg = make_config(
+        {
+            "networks": {"bsc": {"ws_upstreams": ["ws" + wrong.url[len("http") :]]}},
+            "plans": {"free": {"rate": 10_000, "burst": 10_000}},
+        },
+        upstreams={"bsc": [good.url], "opbnb": [wrong.url]},
+    )
+    client: Client = await aiohttp_client(create_app(cfg))
+    await eventually(lambda: "expected 0x38" in caplog.text, 5.0)
+    await asyncio.sleep(0.5)  # blocks of the wrong chain keep coming meanwhile
+    status, answer = await _call(client, api_key, "eth_blockNumber", [])
+    assert status == 200 and int(answer["result"], 16) < 50_000_000, answer
+    assert client.app[T.POOLS]["bsc"].intel.heads.head.number < 50_000_000
+    line = next(r for r in caplog.records if "expected 0x38" in r.getMessage())
+    assert "network=bsc node=bsc-0" in line.getMessage()
+
+
+async def test_an_upstream_without_websocket_is_said_once(
+    make_config: MakeConfig, aiohttp_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Most public RPC URLs refuse the WebSocket handshake (4xx): one line saying the
+    head is polled, then quiet retries, not a warning every backoff period."""
+    caplog.set_level(logging.INFO, "gateway.upstream")
+    cfg = make_config({"upstream": {"ws_reconnect_min_s": 0.05, "ws_reconnect_max_s": 0.1}})
+    client: Client = await aiohttp_client(create_app(cfg))
+    await eventually(lambda: "has no newHeads socket" in caplog.text, 5.0)
+    await asyncio.sleep(1.0)  # about ten more refused handshakes per node
+    said = [r.getMessage() for r in caplog.records if "newHeads" in r.getMessage()]
+    networks = len(client.app[T.POOLS])
+    assert len([m for m in said if "has no newHeads socket" in m]) == networks, said
+    assert not [m for m in said if "newHeads failed" in m], said
+
+
 async def test_probe_failure_lines_name_the_upstream_and_the_recovery(
     make_config: MakeConfig,
     aiohttp_client: Any,
