@@ -76,12 +76,10 @@ class WsService:
     def subscription_cap(self, plan: PlanConfig) -> int:
         return plan.ws_max_subscriptions or self.wcfg.max_subscriptions_per_socket
 
-    def key_state(
-        self, khash: str, key_id: str, plan: PlanConfig, origin: str, ip_bits: str
-    ) -> KeyState:
+    def key_state(self, khash: str, key_id: str, plan: PlanConfig) -> KeyState:
         state = self.keys.get(khash)
         if state is None:
-            state = self.keys[khash] = KeyState(khash, key_id, plan, origin, ip_bits)
+            state = self.keys[khash] = KeyState(khash, key_id, plan)
         state.plan = plan
         return state
 

@@ -58,11 +58,8 @@ class KeyState:
 
     __slots__ = (
         "expiry",
-        "ip",
-        "ip_bits",
         "key_id",
         "khash",
-        "origin",
         "pending",
         "plan",
         "reserving",
@@ -70,17 +67,14 @@ class KeyState:
         "throttled_until",
     )
 
-    def __init__(self, khash: str, key_id: str, plan: PlanConfig, origin: str, ip_bits: str):
+    def __init__(self, khash: str, key_id: str, plan: PlanConfig):
         self.khash = khash
         self.key_id = key_id
         self.plan = plan
-        self.origin = origin
-        self.ip_bits = ip_bits
         self.sessions: set[Session] = set()
         self.pending = 0
         self.throttled_until = 0.0
         self.expiry: asyncio.TimerHandle | None = None
-        self.ip = ""  # the client address of the latest socket (request insight)
         # (network, kind, filter) -> subscribe calls of this key awaiting the node
         self.reserving: dict[tuple[str, str, bytes], int] = {}
 

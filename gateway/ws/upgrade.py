@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -74,7 +75,8 @@ class WsRoute:
             return _refuse(rpc.UNAUTHORIZED, 401)
         khash = key_hash(key)
         origin = request.headers.get(hdrs.ORIGIN, "")
-        bits = ip_bits(request.config_dict[T.CLIENT_IP](request))
+        ip = request.config_dict[T.CLIENT_IP](request)
+        bits = ip_bits(ip)
         try:
             decision = await svc.limiter.admit(khash, 0, {}, origin, bits)
         except LimiterUnavailable:
@@ -86,8 +88,9 @@ class WsRoute:
             return _refuse(kind, kind.http_status)
         request[T.KEY_ID] = decision.key_id
         plan = svc.plan(decision.plan)
-        state = svc.key_state(khash, decision.key_id, plan, origin, bits)
-        state.ip = request.config_dict[T.CLIENT_IP](request)
+        state = svc.key_state(khash, decision.key_id, plan)
+        # this socket's own origin and address: its frames are judged by them
+        caller = Caller(khash, origin, ip, bits, "ws", None)
         cap = svc.socket_cap(plan)
         lease = new_token()
         try:
@@ -99,14 +102,16 @@ class WsRoute:
         if not leased:
             return _refuse(rpc.RATE_LIMITED, 429, f"at most {cap} open sockets per key")
         try:
-            return await self._serve(request, svc, state, khash, lease)
+            return await self._serve(request, svc, state, caller, lease)
         finally:  # the socket is closed (or never opened): its lease goes
             if lease:
                 svc.spawn(svc.leases.release(khash, lease))
 
     async def _serve(
-        self, request: web.Request, svc: WsService, state: KeyState, khash: str, lease: str
+        self, request: web.Request, svc: WsService, state: KeyState, caller: Caller, lease: str
     ) -> web.StreamResponse:
+        khash = caller.khash
+        assert khash is not None
         expires: int | None = None
         with contextlib.suppress(RedisError, OSError, ValueError, TypeError):
             exp = await svc.redis.hget(record_key(svc.cfg.redis.prefix, khash), "exp")
@@ -132,7 +137,7 @@ class WsRoute:
             lease,
             svc.cfg.server.write_timeout_s,
         )
-        caller = Caller(khash, state.origin, state.ip, state.ip_bits, "ws", sess)
+        caller = dataclasses.replace(caller, session=sess)
         svc.register(sess, expires)
         limit = asyncio.Semaphore(wcfg.max_in_flight_per_socket)
         try:
