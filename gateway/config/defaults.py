@@ -106,9 +106,12 @@ FORBIDDEN_DEBUG_METHODS: tuple[str, ...] = (
     "debug_setBlockProfileRate",
     "debug_setGCPercent",
     "debug_setHead",
+    "debug_setMemoryLimit",
     "debug_setMutexProfileFraction",
     "debug_setTrieFlushInterval",
     "debug_stacks",
+    "debug_standardTraceBadBlockToFile",
+    "debug_standardTraceBlockToFile",
     "debug_startCPUProfile",
     "debug_startGoTrace",
     "debug_stopCPUProfile",
@@ -127,8 +130,11 @@ UNOFFERED_METHODS: tuple[str, ...] = ("eth_newPendingTransactionFilter",)
 # Compute units per call (SPEC §3, §5): hosted providers' proportions with
 # eth_getLogs = 50 and a plain read = 1 (the plans' rates are requests per
 # second of plain reads). A filter poll costs what the eth_getLogs it stands
-# for costs. Methods not listed cost 1; each plan's ``weights`` lays over this.
+# for costs (a plan that prices eth_getLogs prices them alike, config/load.py).
+# Traces, off by default, cost far above a log scan once an operator offers
+# them. Methods not listed cost 1; each plan's ``weights`` lays over this.
 DEFAULT_WEIGHTS: dict[str, int] = {
+    "debug_trace*": 500,
     "eth_createAccessList": 20,
     "eth_getFilterChanges": 50,
     "eth_getFilterLogs": 50,
@@ -137,6 +143,7 @@ DEFAULT_WEIGHTS: dict[str, int] = {
     "eth_newFilter": 10,
     "eth_newFinalizedHeaderFilter": 10,
     "eth_simulateV1": 40,
+    "trace_*": 500,
 }
 
 

@@ -353,6 +353,11 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
             raise ConfigError(f"{path}.weights.{method}: expected a non-negative integer")
     # The shipped weights, then the networks' extra methods, then the plan's own.
     merged = {**DEFAULT_WEIGHTS, **extra_weights.weights, **weights}
+    # A filter poll costs what the eth_getLogs it stands for costs (SPEC §10),
+    # on a plan that prices eth_getLogs its own way too.
+    for poll in ("eth_getFilterChanges", "eth_getFilterLogs"):
+        if poll not in weights:
+            merged[poll] = merged["eth_getLogs"]
     patterns = sorted(
         ((m[:-1], u) for m, u in merged.items() if m.endswith("*")), key=lambda p: -len(p[0])
     )

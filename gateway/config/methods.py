@@ -64,21 +64,31 @@ def default_methods(chain_id: int) -> list[str]:
 
 
 def refusal(method: str) -> str | None:
-    """Why ``method`` (a name or a ``prefix*`` pattern) may never be offered, or None."""
-    if method.endswith("*"):
-        prefix = method[:-1]
+    """Why ``method`` (a name or a ``prefix*`` pattern) may never be offered, or None.
+
+    Compared without case: geth matches names exactly, but other nodes need
+    not, and no spelling of a closed name is worth offering.
+    """
+    name = method.lower()
+    if name.endswith("*"):
+        prefix = name[:-1]
         for closed in FORBIDDEN_METHOD_PREFIXES:
-            if closed.startswith(prefix) or prefix.startswith(closed):
+            if closed.lower().startswith(prefix) or prefix.startswith(closed.lower()):
                 return f"the pattern reaches {closed}*, which is never offered"
-        for name in (*FORBIDDEN_DEBUG_METHODS, *UNOFFERED_METHODS):
-            if name.startswith(prefix):
-                return f"the pattern reaches {name}, which is never offered"
+        for closed in (*FORBIDDEN_DEBUG_METHODS, *UNOFFERED_METHODS):
+            if closed.lower().startswith(prefix):
+                return f"the pattern reaches {closed}, which is never offered"
         return None
-    if method.startswith(FORBIDDEN_METHOD_PREFIXES) or method in FORBIDDEN_DEBUG_METHODS:
+    if name.startswith(_CLOSED_PREFIXES) or name in _CLOSED_DEBUG:
         return "node administration and server-side signing are never offered"
-    if method in UNOFFERED_METHODS:
+    if name in _UNOFFERED:
         return "the gateway keeps filters itself and has no pending-transaction filter"
     return None
+
+
+_CLOSED_PREFIXES = tuple(p.lower() for p in FORBIDDEN_METHOD_PREFIXES)
+_CLOSED_DEBUG = frozenset(m.lower() for m in FORBIDDEN_DEBUG_METHODS)
+_UNOFFERED = frozenset(m.lower() for m in UNOFFERED_METHODS)
 
 
 def network_methods(

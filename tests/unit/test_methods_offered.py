@@ -54,6 +54,28 @@ def test_default_weights_follow_hosted_proportions() -> None:
     assert plan.cost("eth_call") == plan.cost("eth_blockNumber") == 1
 
 
+def test_traces_offered_by_name_only_cost_far_above_a_log_scan() -> None:
+    """``extra_methods = ["debug_trace*", "trace_*"]`` (no weights given): not 1 unit."""
+    cfg = config_from_dict({"networks": {"bsc": {"extra_methods": ["debug_trace*", "trace_*"]}}})
+    free = cfg.plan("free")
+    assert free.cost("debug_traceTransaction") == free.cost("trace_block") == 500
+    assert free.cost("debug_traceTransaction") > 5 * free.cost("eth_getLogs")
+
+
+def test_filter_polls_cost_what_the_plans_own_eth_getlogs_costs() -> None:
+    cfg = config_from_dict(
+        {
+            "plans": {
+                "payg": {"rate": 300, "weights": {"eth_getLogs": 200}},
+                "free": {"rate": 25, "weights": {"eth_getLogs": 80, "eth_getFilterLogs": 90}},
+            }
+        }
+    )
+    payg, free = cfg.plan("payg"), cfg.plan("free")
+    assert payg.cost("eth_getFilterChanges") == payg.cost("eth_getFilterLogs") == 200
+    assert free.cost("eth_getFilterChanges") == 80 and free.cost("eth_getFilterLogs") == 90
+
+
 def test_operator_offers_a_pattern_with_a_weight_and_plans_may_override_it() -> None:
     cfg = config_from_dict(
         {
@@ -95,6 +117,12 @@ def test_operator_offers_a_pattern_with_a_weight_and_plans_may_override_it() -> 
         (["eth_*"], "networks.bsc.extra_methods[0]"),  # would reach eth_sign
         (["debug_*"], "networks.bsc.extra_methods[0]"),  # would reach debug_setHead
         (["debug_setHead"], "networks.bsc.extra_methods[0]"),
+        (["Admin_peers"], "networks.bsc.extra_methods[0]"),  # any spelling
+        (["DEBUG_SETHEAD"], "networks.bsc.extra_methods[0]"),
+        (["Personal_*"], "networks.bsc.extra_methods[0]"),
+        (["debug_setMemoryLimit"], "networks.bsc.extra_methods[0]"),  # node settings
+        (["debug_standardTraceBlockToFile"], "networks.bsc.extra_methods[0]"),  # writes files
+        (["debug_standard*"], "networks.bsc.extra_methods[0]"),
         (["eth_newPendingTransactionFilter"], "networks.bsc.extra_methods[0]"),
         (["*"], "networks.bsc.extra_methods[0]"),
         ([""], "networks.bsc.extra_methods[0]"),
