@@ -44,6 +44,7 @@ def add_filter_methods(
         cfg.filters,
         cfg.max_logs_range,
         live=live,
+        serving=lambda: pipeline.pool.intel.serving,
     )
     FilterMethods(service, errors).register(pipeline.local, network.methods)
     return service

@@ -68,6 +68,7 @@ class FilterService:
         cfg: FiltersConfig,
         logs_range: Callable[[str], int],
         live: Gauge | None = None,
+        serving: Callable[[], bool] = lambda: True,
     ) -> None:
         self.network = network
         self._store = store
@@ -76,6 +77,9 @@ class FilterService:
         self._cfg = cfg
         self._logs_range = logs_range  # plan name -> its eth_getLogs range limit (0 = none)
         self.live = LiveFilters(cfg.ttl_s, live)  # this worker's count, for the gauge
+        # Whether a node of the network is in service: a filter answers from the
+        # head, and with no node the gateway serves no head it cannot vouch for.
+        self._serving = serving
 
     async def answer(self, khash: str, plan: str, method: str, params: Any) -> Answer:
         """The result JSON of one filter call of key ``khash``, or (error kind, data)."""
@@ -112,6 +116,8 @@ class FilterService:
         return rpc.METHOD_NOT_FOUND, None  # pragma: no cover - FILTER_METHODS only
 
     async def _head(self) -> NetworkHead:
+        if not self._serving():
+            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, "no upstream node in service")
         head = self._heads.head
         if head.known:
             return head

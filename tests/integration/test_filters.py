@@ -250,6 +250,23 @@ async def test_a_filter_survives_a_node_failover_and_another_gateway_process(
     assert seen == list(range(5_001, 5_006))  # every log exactly once
 
 
+async def test_with_no_node_in_service_polls_answer_502_not_an_empty_change_list(
+    make_app: AppFactory, nodes: list[ChainNode], api_key: str
+) -> None:
+    """SPEC §10: the gateway never serves a head it cannot vouch for, filters included."""
+    client = await make_app()
+    blocks = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]
+    logs = (await rpc(client, api_key, "eth_newFilter", [{"address": [EMITTER]}]))["result"]
+    for node in nodes:
+        await node.close()
+    await client.app[T.POOLS]["bsc"].probe_once()  # every node out of service
+    for fid in (blocks, logs):
+        answer = await rpc(client, api_key, "eth_getFilterChanges", [fid])
+        assert answer["_status"] == 502 and answer["error"]["code"] == -32603, answer
+    answer = await rpc(client, api_key, "eth_newBlockFilter", [])
+    assert answer["_status"] == 502 and "result" not in answer, answer
+
+
 async def test_filter_calls_in_a_batch_and_bad_params(
     make_app: AppFactory, chain: Chain, api_key: str
 ) -> None:
