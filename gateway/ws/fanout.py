@@ -38,6 +38,7 @@ import contextlib
 import logging
 import secrets
 import time
+from asyncio import FIRST_COMPLETED
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -313,6 +314,11 @@ class Feed:
         self.subs: dict[tuple[str, bytes], UpSub] = {}
         self.by_uid: dict[str, UpSub] = {}
         self.link: NodeLink | None = None
+        # Connection attempts refused in a row; a full round (every URL) means no
+        # node takes a socket now, and a subscribe is answered at once instead
+        # of holding its caller (and an in-flight slot) for the whole timeout.
+        self.refusals = 0
+        self._round_refused = asyncio.Event()  # set, and replaced, at each refused round
         self.counters = Counters()
         self.failovers = 0
         self.failovers_seen = 0  # what the metrics have counted so far
@@ -343,7 +349,7 @@ class Feed:
             self.spawn(self._establish(up))
         up.reserved += 1
         try:
-            await asyncio.wait_for(asyncio.shield(up.ready), self.timeout)
+            await self._ready(up)
         except LinkError as exc:
             up.reserved -= 1
             raise NodeRefused(exc.error) from None
@@ -352,6 +358,26 @@ class Feed:
             self.release(up, b"", None)
             raise
         return up
+
+    async def _ready(self, up: UpSub) -> None:
+        """Wait for ``up`` to be live: at most the timeout, and no longer than it takes
+        every node to refuse a socket (then ``TimeoutError`` at once)."""
+        if up.ready.done():
+            up.ready.result()  # raises the node's refusal
+            return
+        if self.link is None and self.refusals >= len(self.urls):
+            raise TimeoutError("no node takes a WebSocket now")
+        ready: asyncio.Future[Any] = asyncio.shield(up.ready)
+        refused: asyncio.Future[Any] = asyncio.ensure_future(self._round_refused.wait())
+        try:
+            await asyncio.wait({ready, refused}, timeout=self.timeout, return_when=FIRST_COMPLETED)
+            live = ready.done()
+        finally:
+            refused.cancel()
+            ready.cancel()  # the shield only (a no-op once done): the subscription goes on
+        if not live:
+            raise TimeoutError("no node accepted the subscription")
+        ready.result()
 
     def release(self, up: UpSub, cid: bytes, sess: Session | None) -> None:
         """Detach one client subscription; the last one out unsubscribes upstream."""
@@ -441,12 +467,16 @@ class Feed:
                         type(exc).__name__,
                     )
                 failures += 1
+                self.refusals = failures
+                if failures % len(self.urls) == 0:  # every node refused: say so to waiters
+                    self._round_refused.set()
+                    self._round_refused = asyncio.Event()
                 self._index = url_index + 1
                 # Each full round of refusals doubles the wait (at most 5 s).
                 rounds = min(failures // len(self.urls), 4)
                 await asyncio.sleep(min(5.0, self.cfg.reconnect_delay_s * 2**rounds))
                 continue
-            failures = 0
+            failures = self.refusals = 0
             self.link = link
             resumed = [up for up in self.subs.values() if up.ready.done() and not up.dead]
             for up in resumed:
