@@ -187,7 +187,15 @@ class WsRoute:
         """A large answer as one fragmented text message, each piece once the last drained."""
         errors, khash = self.pipeline.errors, caller.khash or ""
         try:
-            async with sess.stream_lock:
+            # Behind another large answer of this socket: its node connection sits
+            # unread meanwhile, so the wait is bounded (one piece's drain time).
+            try:
+                async with asyncio.timeout(sess.drain_timeout_s):
+                    await sess.stream_lock.acquire()
+            except TimeoutError:
+                errors.add(khash)
+                return sess.push(rpc.error_body(rpc.UPSTREAM_TIMEOUT, relay.client_id))
+            try:
                 try:
                     first = await relay.start()
                 except (UpstreamError, rpc.BadAnswer) as exc:
@@ -221,6 +229,8 @@ class WsRoute:
                     return False
                 finally:
                     sess.end_stream()
+            finally:
+                sess.stream_lock.release()
         finally:
             relay.close()
 
