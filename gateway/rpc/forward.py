@@ -97,7 +97,10 @@ async def forward_calls(
                 reply.close()
             return R.Answer(b"", 204, headers)
         if req.is_batch and isinstance(reply, NodeStream):  # parsed whole: bounded
-            reply = await read_bounded(reply, pipe.cfg.limits.max_buffered_answer_bytes)
+            limits = pipe.cfg.limits
+            reply = await read_bounded(
+                reply, limits.max_buffered_answer_bytes, deadline_s=limits.upstream_timeout_s
+            )
     except UpstreamError as exc:
         return R.upstream_failed(_failed(pipe, khash, exc), req, headers)
     if isinstance(reply, NodeStream):

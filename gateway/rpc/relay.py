@@ -24,6 +24,7 @@ within its bound is refused, never buffered without limit.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -139,23 +140,30 @@ class Relay:
         self.stream.close()
 
 
-async def read_bounded(stream: NodeStream, limit: int, have: int = 0) -> bytes:
+async def read_bounded(
+    stream: NodeStream, limit: int, have: int = 0, deadline_s: float | None = None
+) -> bytes:
     """The rest of an answer that must be held whole (a batch, an odd layout), up to ``limit``.
 
     Past it, ``UpstreamError`` (502): an answer the gateway cannot relay in
-    pieces is refused rather than held without bound.
+    pieces is refused rather than held without bound. ``deadline_s`` bounds the
+    whole read (504 past it): each read has its own timeout, but a node that
+    trickles bytes would otherwise hold the caller (and its in-flight slot).
     """
     parts = []
     try:
-        while chunk := await stream.read():
-            have += len(chunk)
-            if have > limit:
-                raise UpstreamError(
-                    "answer that cannot be relayed in pieces is over "
-                    "limits.max_buffered_answer_bytes",
-                    too_large=True,
-                )
-            parts.append(chunk)
+        async with asyncio.timeout(deadline_s):
+            while chunk := await stream.read():
+                have += len(chunk)
+                if have > limit:
+                    raise UpstreamError(
+                        "answer that cannot be relayed in pieces is over "
+                        "limits.max_buffered_answer_bytes",
+                        too_large=True,
+                    )
+                parts.append(chunk)
+    except TimeoutError:
+        raise UpstreamError("answer not read whole in time", timeout=True) from None
     finally:
         stream.close()  # no-op once read to the end
     return b"".join(parts)
