@@ -195,7 +195,7 @@ async def _admission_ctx(app: web.Application) -> AsyncIterator[None]:
     def runner(lua: str) -> ScriptRunner:
         if mux is not None:
             return MuxScript(mux, lua)
-        return RedisScript(app[T.REDIS], lua, cfg.redis.failure_log_interval_s)
+        return RedisScript(app[T.REDIS], lua, cfg.redis.failure_log_interval_s, app[T.REDIS_URL])
 
     if cfg.admission.mode == "exact":
         app[T.LIMITER] = ExactLimiter(runner(ADMIT_LUA), cfg.plans, cfg.redis.prefix)

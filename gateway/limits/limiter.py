@@ -151,18 +151,30 @@ class RedisScript:
     "Redis could not be asked" becomes ``LimiterUnavailable``.
     """
 
-    def __init__(self, redis: Redis | RedisCluster, lua: str, log_interval_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        redis: Redis | RedisCluster,
+        lua: str,
+        log_interval_s: float = 10.0,
+        address: str = "",
+    ) -> None:
         self._script = redis.register_script(lua)
-        self._failed = FailureLog(log_interval_s)
+        self._failed = FailureLog(log_interval_s, address)  # the address redacted
+        self._down = False  # a failure was seen: the next success logs the recovery
 
     async def __call__(self, keys: Sequence[str], args: Sequence[str]) -> Any:
         try:
-            return await self._script(keys=list(keys), args=list(args))
+            result = await self._script(keys=list(keys), args=list(args))
         # RedisClusterException (no node reachable, slot not covered) is not a
         # RedisError, yet it means the same: Redis could not be asked.
         except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            self._down = True
             self._failed(exc)  # the mux logs its own failures the same way
             raise LimiterUnavailable(str(exc)) from exc
+        if self._down:
+            self._down = False
+            self._failed.ok()
+        return result
 
 
 class MuxScript:

@@ -28,6 +28,8 @@ from redis.asyncio import Redis
 
 from gateway import typedefs as T
 from gateway.config import Config
+from gateway.config.redact import redact_url
+from gateway.limits.limiter import LimiterUnavailable, RedisScript
 from gateway.redis.embedded import RedisProcess
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
@@ -224,3 +226,32 @@ async def test_redis_hung_sigstop_under_load(
     assert worst < TIMEOUT_MS / 1000 * 4  # never redis-py's minute of retries
     assert set(after) == {200}
     assert first_ok is not None and recovered_ms < 500
+
+
+async def test_the_redis_py_runner_names_its_redis_and_logs_the_recovery(
+    own_redis: RedisProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SPEC §7 on the redis-py / Cluster path (``RedisScript``): the failure line names
+    the Redis address and the error, and one line says it recovered."""
+    caplog.set_level(logging.INFO, "gateway.redis")
+    client = Redis.from_url(own_redis.url, socket_timeout=0.2, socket_connect_timeout=0.2)
+    script = RedisScript(client, "return 1", 0.0, own_redis.url)
+    try:
+        assert await script([], []) == 1
+        assert own_redis.proc is not None
+        os.kill(own_redis.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(LimiterUnavailable):
+                await script([], [])
+        finally:
+            os.kill(own_redis.proc.pid, signal.SIGCONT)
+        assert await script([], []) == 1
+        assert await script([], []) == 1
+    finally:
+        await client.aclose()
+    address = redact_url(own_redis.url)  # as every log line writes it
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.redis"]
+    failed = [m for m in lines if m.startswith("redis unavailable on the hot path")]
+    assert len(failed) == 1 and f"redis={address}" in failed[0], lines
+    assert "error=" in failed[0] and "redis=?" not in failed[0]
+    assert lines.count(f"redis recovered redis={address}") == 1, lines
