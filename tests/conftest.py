@@ -87,7 +87,14 @@ def make_config(redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]) ->
         **replace: Any,
     ) -> Config:
         raw = dict(raw or {})
-        redis_table = {"url": redis_url, "prefix": prefix, **raw.pop("redis", {})}
+        # A hot-path Redis timeout of 250 ms (the default) is a stall on a loaded CI
+        # box (one 503 in a full run, Nov 25); tests of Redis timeouts set their own.
+        redis_table = {
+            "url": redis_url,
+            "prefix": prefix,
+            "timeout_ms": 2000,
+            **raw.pop("redis", {}),
+        }
         nets = {name: {"upstreams": [node.url]} for name, node in mock_nodes.items()}
         for name, urls in (upstreams or {}).items():
             nets[name] = {"upstreams": urls}

@@ -108,7 +108,12 @@ async def keys_on_two_shards(
 
 @pytest.fixture
 async def app_client(make_config: MakeConfig, aiohttp_client: Callable[..., Any]) -> Client:
-    cfg = make_config({"plans": {"payg": {"rate": 1_000_000, "burst": 1_000_000}}})
+    cfg = make_config(
+        {
+            "plans": {"payg": {"rate": 1_000_000, "burst": 1_000_000}},
+            "redis": {"timeout_ms": 250},  # the production default: a hung node fails fast
+        }
+    )
     client: Client = await aiohttp_client(TestServer(create_app(cfg)))
     return client
 
