@@ -431,6 +431,18 @@ class NodePool:
             if node.down_until and now >= node.down_until and node.in_service():
                 node.down_until = 0.0
                 node.consecutive_failures = 0
+                if self.lines.recovered((node.name, "out")):
+                    log.info(
+                        "upstream back in rotation network=%s node=%s url=%s",
+                        self.network.name,
+                        node.name,
+                        node.display,
+                        extra={
+                            "network": self.network.name,
+                            "node": node.name,
+                            "target": node.display,
+                        },
+                    )
             if node.metrics is not None:  # 1: in rotation and fresh
                 node.metrics.healthy.set(1 if node.usable(now) and not node.lagging else 0)
 

@@ -113,6 +113,7 @@ async def test_down_node_read_is_retried_elsewhere(
 async def test_failing_node_taken_out_then_probed_back(
     nodes: list[MockNode], make_pool: PoolFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, "gateway.upstream")
     clock = Clock()
     key = "0123456789abcdef0123456789abcdef"  # a provider key in the path (the mock ignores it)
     urls = [f"{nodes[0].url}/v3/{key}", *(n.url for n in nodes[1:])]
@@ -137,6 +138,8 @@ async def test_failing_node_taken_out_then_probed_back(
     assert nodes[0].requests > hits
     assert f"upstream taken out network=bsc node=bsc-0 url={nodes[0].url}/v3/***" in caplog.text
     assert "error=UpstreamError: bsc-0: HTTP 500" in caplog.text
+    back = f"upstream back in rotation network=bsc node=bsc-0 url={nodes[0].url}/v3/***"
+    assert caplog.text.count(back) == 1  # once, when the cooldown ended
     assert key not in caplog.text  # URLs may hold a provider key
 
 
