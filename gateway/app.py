@@ -181,7 +181,13 @@ async def _key_events_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _usage_ctx(app: web.Application) -> AsyncIterator[None]:
     """Usage counters summed in this process, flushed each interval and on exit."""
     cfg = app[T.CONFIG]
-    sink = UsageSink(app[T.STORE].redis, cfg.redis.prefix, interval_s=cfg.admission.usage_flush_s)
+    sink = UsageSink(
+        app[T.STORE].redis,
+        cfg.redis.prefix,
+        interval_s=cfg.admission.usage_flush_s,
+        address=app[T.REDIS_URL],
+        log_interval_s=cfg.redis.failure_log_interval_s,
+    )
     app[T.USAGE] = sink
     async with _running(sink.run(), "usage-flush"):
         yield

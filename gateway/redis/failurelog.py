@@ -31,6 +31,13 @@ def error_fields(exc: BaseException, url: str = "") -> tuple[str, str]:
     return type(exc).__name__, scrub(message, url) if url else message
 
 
+def shown_address(address: str) -> str:
+    """A Redis URL with its password masked, or ``host:port`` as it is; ``?`` when unknown."""
+    if not address:
+        return "?"
+    return redact_url(address) if "://" in address else address
+
+
 def redis_failure(address: str, exc: BaseException) -> str:
     """One Redis failure as a line's tail: ``redis=<address> error=<Class>: <message>``.
 
@@ -38,9 +45,8 @@ def redis_failure(address: str, exc: BaseException) -> str:
     For callers that log a Redis failure themselves (the WebSocket key-events
     listener's reconnect line).
     """
-    shown = redact_url(address) if "://" in address else address
     cls, message = error_fields(exc, address)
-    return f"redis={shown} error={cls}: {message}"
+    return f"redis={shown_address(address)} error={cls}: {message}"
 
 
 class RateLimitedLog:
@@ -86,7 +92,7 @@ class FailureLog:
 
     def __init__(self, interval_s: float, address: str = "") -> None:
         self._limit = RateLimitedLog(interval_s)
-        self._address = redact_url(address) if "://" in address else address
+        self._address = shown_address(address)
 
     def __call__(self, exc: BaseException) -> None:
         suppressed = self._limit.failed(None)
@@ -94,7 +100,7 @@ class FailureLog:
             return
         cls, message = error_fields(exc)
         extra: dict[str, Any] = {
-            "target": self._address or "?",
+            "target": self._address,
             "error_class": cls,
             "error": message,
             "suppressed": suppressed,
@@ -115,6 +121,6 @@ class FailureLog:
         if self._limit.recovered(None):
             log.info(
                 "redis recovered redis=%s",
-                self._address or "?",
-                extra={"target": self._address or "?"},
+                self._address,
+                extra={"target": self._address},
             )

@@ -11,7 +11,8 @@ reconnects with a backoff; the cache's own TTL is the last safety net.
 One subscription per process serves everyone who cares (``add``): the
 leased admission's record cache and the WebSocket service's revocation
 check both listen here. A lost subscription is logged once per
-``log_interval_s`` with the Redis address, the error class and message.
+``log_interval_s`` with the Redis address, the error class and message
+(``gateway.redis.failurelog``), and one line says when it is back.
 
 ``PUBLISH`` reaches every node of a Redis Cluster (Redis 6.2 has no sharded
 pub/sub), so one subscription to any node is enough.
@@ -22,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from gateway.redis.failurelog import RateLimitedLog, redis_failure
 from gateway.redis.keyspace import keys_channel
 
 log = logging.getLogger("gateway.keyevents")
@@ -50,9 +51,7 @@ class KeyEvents:
         self._connect = connect
         self._channel = keys_channel(prefix)
         self._listeners: list[Listener] = []
-        self._log_interval = log_interval_s
-        self._log_next = 0.0
-        self._log_suppressed = 0
+        self._lines = RateLimitedLog(log_interval_s)
         self.ready = asyncio.Event()
 
     def add(self, listener: Listener) -> None:
@@ -91,6 +90,8 @@ class KeyEvents:
                     await pubsub.subscribe(self._channel)
                     self._emit(None)  # anything may have changed while we were away
                     self.ready.set()
+                    if self._lines.recovered(None):
+                        log.info("key events restored redis=%s", redis_address(redis))
                     backoff = 0.1
                     while not stopping():
                         msg = await pubsub.get_message(timeout=5.0)
@@ -111,13 +112,13 @@ class KeyEvents:
 
     def _failed(self, redis: Redis, exc: BaseException) -> None:
         """The first failure of each ``log_interval_s`` is logged, the others counted."""
-        now = time.monotonic()
-        if now < self._log_next:
-            self._log_suppressed += 1
-            return
-        self._log_next = now + self._log_interval
-        suppressed, self._log_suppressed = self._log_suppressed, 0
-        log_redis_failure(log, "key events lost, reconnecting", redis, exc, suppressed)
+        suppressed = self._lines.failed(None)
+        if suppressed is not None:
+            log.warning(
+                "key events lost, reconnecting: %s (%d similar failures not logged before)",
+                redis_failure(redis_address(redis), exc),
+                suppressed,
+            )
 
 
 def redis_address(redis: Any) -> str:
@@ -126,17 +127,3 @@ def redis_address(redis: Any) -> str:
     if kwargs.get("path"):
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-
-
-def log_redis_failure(
-    logger: logging.Logger, what: str, redis: Any, exc: BaseException, suppressed: int
-) -> None:
-    """One WARNING naming the Redis address, the error class and its message."""
-    logger.warning(
-        "%s: redis=%s error=%s message=%s (%d similar failures not logged before)",
-        what,
-        redis_address(redis),
-        exc.__class__.__name__,
-        exc,
-        suppressed,
-    )

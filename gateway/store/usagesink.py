@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.redis import keyspace as ks
+from gateway.redis.failurelog import RateLimitedLog, redis_failure, shown_address
 from gateway.redis.flushing import flush_every
 
 log = logging.getLogger("gateway.usage")
@@ -78,12 +79,16 @@ class UsageSink:
         *,
         interval_s: float = 1.0,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        address: str = "",
+        log_interval_s: float = 10.0,
     ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._interval = interval_s
         self._clock_ms = clock_ms
         self._keys: dict[str, _KeyUsage] = {}
+        self._address = address  # for log lines (its password masked there)
+        self._lines = RateLimitedLog(log_interval_s)
 
     def _entry(self, khash: str) -> _KeyUsage:
         entry = self._keys.get(khash)
@@ -148,7 +153,18 @@ class UsageSink:
             await pipe.execute()
         except Exception as exc:  # Redis down: keep the counts for the next try
             self._merge_back(batch)
-            log.warning("usage not flushed, kept for the next try: %s", exc.__class__.__name__)
+            suppressed = self._lines.failed(None)  # one line per log interval, not per flush
+            if suppressed is not None:
+                log.warning(
+                    "usage not flushed, kept for the next try (%d keys): %s "
+                    "(%d similar failures not logged before)",
+                    len(self._keys),
+                    redis_failure(self._address, exc),
+                    suppressed,
+                )
+            return
+        if self._lines.recovered(None):
+            log.info("usage flushed again redis=%s", shown_address(self._address))
 
     def _merge_back(self, batch: dict[str, _KeyUsage]) -> None:
         for khash, old in batch.items():

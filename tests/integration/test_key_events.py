@@ -87,3 +87,32 @@ async def test_a_lost_subscription_is_logged_with_address_class_and_message_rate
     assert "Error 111 connecting" in lines[0]  # the message itself
     assert not any("s3cret" in line for line in lines)
     assert not events.ready.is_set()
+
+
+async def test_a_restored_subscription_says_so_once(
+    caplog: pytest.LogCaptureFixture, redis_url: str
+) -> None:
+    """Two refused connects, then the real Redis: one failure line, one recovery line."""
+    port = free_port()  # nothing listens there
+    attempts = 0
+
+    def connect() -> Redis:
+        nonlocal attempts
+        attempts += 1
+        return pubsub_connect(f"redis://127.0.0.1:{port}/0" if attempts <= 2 else redis_url)
+
+    events = KeyEvents(connect, "p", log_interval_s=60.0)
+    task = asyncio.create_task(events.run())
+    with caplog.at_level(logging.INFO, logger="gateway.keyevents"):
+        try:
+            await eventually(events.ready.is_set, 5.0)
+            await asyncio.sleep(0.1)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.keyevents"]
+    lost = [line for line in lines if line.startswith("key events lost")]
+    back = [line for line in lines if line.startswith("key events restored redis=")]
+    assert len(lost) == 1 and "(0 similar failures" in lost[0], lines
+    assert len(back) == 1, lines

@@ -8,6 +8,9 @@ transitions, including a clock that steps back and a flush that fails.
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from redis.asyncio import Redis
 
 from gateway.redis import keyspace as ks
@@ -79,12 +82,17 @@ async def test_minute_in_progress_is_flushed_and_counting_goes_on(
     assert day == {"req": 3, "m:eth_call": 2, "m:eth_chainId": 1}
 
 
-async def test_failed_flush_keeps_counts_for_the_next(redis: Redis, prefix: str) -> None:
+async def test_failed_flush_keeps_counts_for_the_next(
+    redis: Redis, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "gateway.usage")
     clock = _Clock(T0)
     down = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)  # nothing listens
-    sink = UsageSink(down, prefix, clock_ms=clock)
+    address = "redis://:hunter22@127.0.0.1:1/0"
+    sink = UsageSink(down, prefix, clock_ms=clock, address=address, log_interval_s=60.0)
     sink.admitted(KH, 2, {"eth_call": 2})
     await sink.flush()  # fails: logged, kept
+    await sink.flush()  # fails again: counted, not logged
     assert sink.pending() == 1
     sink.admitted(KH, 1, {"eth_call": 1})
     sink._redis = redis  # Redis is back
@@ -92,6 +100,12 @@ async def test_failed_flush_keeps_counts_for_the_next(redis: Redis, prefix: str)
     day = await _hash(redis, ks.usage_day(prefix, KH, T0 // DAY))
     assert day == {"req": 3, "m:eth_call": 3}
     await down.aclose()
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.usage"]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("usage not flushed, kept for the next try (1 keys): ")
+    assert "redis=redis://***@127.0.0.1:1/0 error=ConnectionError: " in lines[0]
+    assert lines[1] == "usage flushed again redis=redis://***@127.0.0.1:1/0"
+    assert not any("hunter22" in line for line in lines)
 
 
 async def test_charges_without_calls_are_counted_by_method(redis: Redis, prefix: str) -> None:
