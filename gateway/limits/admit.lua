@@ -30,7 +30,8 @@
 -- returns {status, key_id, limit, remaining, reset_s, retry_ms, plan}
 --   status 0 admitted, 1 unknown/expired/revoked, 2 not allowed by an
 --   allowlist, 3 over the token bucket, 4 over the daily quota,
---   5 costs more than the bucket can ever hold
+--   5 costs more than the bucket can ever hold, 6 over the owner's per-key
+--   rate cap, 7 over the owner's per-key daily cap
 
 --#include keyrecord.lua
 
@@ -39,7 +40,8 @@ local HOUR_MS = 3600000
 local DAY_TTL_MS = 7862400000   -- usage by day is kept 91 days
 local HOUR_TTL_MS = 176400000   -- minutes, in hour hashes, are kept 49 h
 
-local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts')
+local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts',
+  'rcap', 'dcap')
 local key_id = rec[1]
 if not key_id then
   return {1, '', 0, 0, 0, 0, ''}
@@ -151,6 +153,17 @@ local burst = tonumber(ARGV[base + 2])
 local quota = tonumber(ARGV[base + 3])
 local cost = tonumber(ARGV[base + 4])
 local ncalls = tonumber(ARGV[2])
+-- the owner's per-key caps narrow the plan, as in lease.lua
+local rate_status, quota_status = 3, 4
+local rcap = tonumber(rec[10] or '')
+if rcap and rcap > 0 and rcap < rate then
+  rate, rate_status = rcap, 6
+  if rcap < burst then burst = math.max(1, math.floor(rcap)) end
+end
+local dcap = tonumber(rec[11] or '')
+if dcap and dcap > 0 and (quota == 0 or dcap < quota) then
+  quota, quota_status = dcap, 7
+end
 
 if cost > burst then
   return refuse('lim', ncalls, {5, key_id, burst, 0, 0, 0, plan})
@@ -160,7 +173,8 @@ if quota > 0 then
   local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
   if used + cost > quota then
     local retry = (day + 1) * DAY_MS - now
-    return refuse('lim', ncalls, {4, key_id, burst, 0, math.ceil(retry / 1000), retry, plan})
+    return refuse('lim', ncalls,
+      {quota_status, key_id, burst, 0, math.ceil(retry / 1000), retry, plan})
   end
 end
 
@@ -181,7 +195,7 @@ end
 if cost > tokens then
   local retry = math.ceil((cost - tokens) * 1000 / rate)
   local reset = math.ceil((burst - tokens) / rate)
-  return refuse('lim', ncalls, {3, key_id, burst, math.floor(tokens), reset, retry, plan})
+  return refuse('lim', ncalls, {rate_status, key_id, burst, math.floor(tokens), reset, retry, plan})
 end
 tokens = tokens - cost
 redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)

@@ -2,7 +2,8 @@
 
 Through the real app: the caps are fields ``rcap`` and ``dcap`` of the key
 record (gateway/store/keylimits.py), set with a PUBLISH on ``<prefix>:keys``;
-lease.lua narrows the plan with them in the same atomic call.
+lease.lua (and admit.lua, in ``admission.mode = "exact"``) narrows the plan
+with them in the same atomic call. Every test runs in both modes.
 """
 
 from __future__ import annotations
@@ -10,12 +11,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from gateway.config import Config
 from gateway.store.accounts import Store
 from gateway.store.keylimits import KeyLimits
-from tests.helpers.config import Client
+from tests.helpers.config import Client, MakeConfig
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}
+
+
+@pytest.fixture(params=["lease", "exact"])
+def config(make_config: MakeConfig, request: pytest.FixtureRequest) -> Config:
+    return make_config({"admission": {"mode": request.param}})
 
 
 async def _calls(client: Client, key: str, n: int) -> list[tuple[int, Any]]:
