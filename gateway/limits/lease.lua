@@ -22,7 +22,8 @@
 -- ARGV[5] units given back (leased earlier, not used)
 -- ARGV[6] P = number of plans, then P groups of 5 (see keyrecord.lua):
 --         name, rate (units/s), burst, daily quota (0 = none), cost of this request
---         (a cached key's worker passes only its plan's group, cost in ARGV[3])
+--         (every plan's group each call: the record names the plan; a warm
+--         key's cost comes in ARGV[3], -1 means "this group's cost")
 --
 -- The owner's per-key caps (record fields rcap: requests per second, dcap:
 -- compute units per day; absent = the plan's) narrow the plan: the bucket

@@ -21,8 +21,8 @@ from typing import Final
 
 from pythonjsonlogger.json import JsonFormatter
 
-_TEXT: Final = "%(asctime)s %(levelname)s %(name)s %(message)s"
-_JSON_FIELDS: Final = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# the text line's layout, and the fields a JSON line carries (plus any ``extra``)
+_FIELDS: Final = "%(asctime)s %(levelname)s %(name)s %(message)s"
 _RENAME: Final = {"asctime": "time", "levelname": "level", "name": "logger"}
 _MARK: Final = "_gateway_handler"  # on the handler this module installed
 
@@ -30,8 +30,8 @@ _MARK: Final = "_gateway_handler"  # on the handler this module installed
 def formatter(log_format: str) -> logging.Formatter:
     """The formatter for ``log.format`` (``"text"`` or ``"json"``)."""
     if log_format == "json":
-        return JsonFormatter(_JSON_FIELDS, rename_fields=dict(_RENAME))
-    return logging.Formatter(_TEXT)
+        return JsonFormatter(_FIELDS, rename_fields=dict(_RENAME))
+    return logging.Formatter(_FIELDS)
 
 
 def setup_logging(log_format: str | None = None) -> None:
