@@ -12,6 +12,7 @@ not coalesced.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -65,15 +66,20 @@ class Reads:
                 return cached_answer(orjson.dumps(call.id), hit), False
         block = policy.block if policy.block is not None else -1
         owner = False
+        left = False  # the owner was cancelled: a stream its flight brings is for nobody
+        stream: NodeStream | None = None
 
         async def flight() -> _Flight:
-            nonlocal owner
+            nonlocal owner, stream
             owner = True
             gid = self.next_gids(1)
             reply, node = await self.pool.forward_from(
                 rpc.encode_call(call, gid), stream_over=STREAM_OVER, hedge=True, min_block=block
             )
             if isinstance(reply, NodeStream):
+                if left:
+                    reply.close()  # callers that joined ask on their own (below)
+                stream = reply
                 return reply, gid, None
             return reply, gid, await self._keep(method, key, policy, head, reply, node)
 
@@ -81,7 +87,16 @@ class Reads:
         if coalescer is None:
             reply, gid, shown = await flight()
         else:
-            reply, gid, shown = await coalescer.run((key, head.tag), flight)
+            try:
+                reply, gid, shown = await coalescer.run((key, head.tag), flight)
+            except asyncio.CancelledError:
+                # The flight may go on for callers that joined; a streamed answer
+                # it brings holds a node connection until read or closed.
+                if owner:
+                    left = True
+                    if stream is not None:
+                        stream.close()
+                raise
             if isinstance(reply, NodeStream) and not owner:
                 # A streamed answer can be read once: its owner relays it,
                 # a caller that joined asks on its own.

@@ -20,13 +20,19 @@ import pytest
 from aiohttp import web
 
 from gateway.app import create_app
+from gateway.config import DEFAULT_METHODS, NetworkConfig, UpstreamConfig
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
-from gateway.rpc.relay import STREAM_OVER
+from gateway.rpc.protocol import validate_call
+from gateway.rpc.reads import Reads
+from gateway.rpc.relay import STREAM_OVER, Relay
 from gateway.store.accounts import Store
+from gateway.upstream.pool import NodePool
+from gateway.upstream.transport import LeanTransport
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.probes import PROBE_BODY
 from tests.helpers.procs import stop, wait_ready
+from tests.helpers.waiting import eventually
 
 JSON = {"Content-Type": "application/json"}
 BIG_ID = b"18446744073709551616"
@@ -235,4 +241,47 @@ async def test_big_answer_to_a_client_that_never_reads_holds_little_memory(
         if writer is not None:
             writer.transport.abort()
         stop(proc)
+        await node.close()
+
+
+async def test_a_coalesced_large_answer_whose_owner_left_is_not_held() -> None:
+    """The first caller of a coalesced read owns a streamed answer; if it is cancelled
+    (a WebSocket closed mid-call), the node connection is dropped, not held forever,
+    and the caller that joined it still gets its answer (asked on its own)."""
+    node = await _node(result_bytes=3 * STREAM_OVER, latency_ms=300, spare_probes=True)
+    net = NetworkConfig(
+        name="bsc",
+        prefix="/bsc",
+        chain_id=56,
+        upstreams=(node.url,),
+        methods=frozenset(DEFAULT_METHODS),
+    )
+    pool = NodePool(net, UpstreamConfig(), 0.5, 5.0)
+    await pool.start()
+    try:
+        await pool.probe_once()
+        gids = iter(range(1, 1000))
+        reads = Reads(pool, lambda n: next(gids), 2**20)
+        call = validate_call(
+            {"jsonrpc": "2.0", "id": 7, "method": "eth_call", "params": [{}, "latest"]},
+            DEFAULT_METHODS,
+        )
+        owner = asyncio.create_task(reads.single(call))
+        await asyncio.sleep(0.05)
+        joined = asyncio.create_task(reads.single(call))
+        await asyncio.sleep(0.05)
+        owner.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await owner
+        answer = await asyncio.wait_for(joined, 5)
+        assert isinstance(answer, Relay)
+        body = await answer.start() + b"".join([c async for c in answer.rest()])
+        assert orjson.loads(body)["id"] == 7
+        assert node.by_method["eth_call"] == 2  # the owner's flight, then the joiner's own
+        transport = pool.nodes[0].transport
+        assert isinstance(transport, LeanTransport)
+        client = transport.client
+        await eventually(lambda: client.open_connections == len(client._idle), 3.0)
+    finally:
+        await pool.close()
         await node.close()
