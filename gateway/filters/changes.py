@@ -34,12 +34,17 @@ _HASH_FETCH_BATCH: Final = 16  # block hashes asked for at once by a block filte
 
 
 class NodeError(Exception):
-    """The node path failed: its error (the catalogue's, or the node's own words)."""
+    """The node path failed: its error (the catalogue's, or the node's own words).
 
-    def __init__(self, kind: ErrorKind, data: Any = None) -> None:
+    ``too_large``: the answer was more than the gateway holds, or the node said
+    the query matched too many logs: a narrower block range may go through.
+    """
+
+    def __init__(self, kind: ErrorKind, data: Any = None, *, too_large: bool = False) -> None:
         super().__init__(kind.message)
         self.kind = kind
         self.data = data
+        self.too_large = too_large
 
 
 class Chain:
@@ -112,7 +117,9 @@ async def logs_changes(
     """(logs to answer, the next block to scan, what to remember) for one poll.
 
     ``span``: at most this many blocks are scanned per poll (the plan's
-    eth_getLogs range; 0 = no cap); the rest follows next poll.
+    eth_getLogs range; 0 = no cap); the rest follows next poll. A range whose
+    logs are too many for one answer is halved until it goes through (down to
+    one block), so a busy stretch of chain never leaves a filter stuck.
     """
     chain = Chain(call, head)
     removed: list[Any] = []
@@ -137,8 +144,16 @@ async def logs_changes(
     new: list[Any] = []
     if next_block <= upper:
         to = upper if span <= 0 else min(upper, next_block + span - 1)
-        params = {**_criteria(crit), "fromBlock": hex(next_block), "toBlock": hex(to)}
-        found = orjson.loads(await call("eth_getLogs", [params]))
+        criteria = _criteria(crit)
+        while True:
+            params = {**criteria, "fromBlock": hex(next_block), "toBlock": hex(to)}
+            try:
+                found = orjson.loads(await call("eth_getLogs", [params]))
+                break
+            except NodeError as exc:
+                if not exc.too_large or to <= next_block:
+                    raise
+                to = next_block + (to - next_block) // 2
         scanned = [log for log in found if type(log) is dict] if type(found) is list else []
         new = [log for log in scanned if _ident(log) not in still] if still else scanned
         seen = _remember(seen, [to, await chain.hash_at(to), scanned], reorg_polls, remember_bytes)

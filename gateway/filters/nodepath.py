@@ -10,11 +10,14 @@ cost one node call per distinct read.
 
 A large answer (relayed in pieces to a client) is read whole here, up to
 ``limits.max_buffered_answer_bytes``, since its logs are parsed; past it,
-502, as for any answer the gateway cannot hold.
+502, as for any answer the gateway cannot hold. That error, and a node's own
+"too many results" refusal, are marked ``too_large``: a filter's poll asks
+again for fewer blocks (``changes.logs_changes``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -27,6 +30,12 @@ from gateway.rpc.relay import Relay
 from gateway.upstream.pool import UpstreamError
 
 _ID = 0  # the id the read is answered with here (never sent: the pipeline picks the node's)
+
+# Providers' words for an eth_getLogs that matched too much, e.g. "query returned
+# more than 10000 results" (Infura) and "Log response size exceeded" (Alchemy).
+_TOO_MANY = re.compile(
+    r"more than \d+ results|max results|response size|too many (?:logs|results)", re.I
+)
 
 
 class ReadPath:
@@ -42,7 +51,7 @@ class ReadPath:
             reply = await _whole(out) if isinstance(out, Relay) else out[0]
         except UpstreamError as exc:
             kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
-            raise NodeError(kind) from None
+            raise NodeError(kind, too_large=exc.too_large) from None
         except rpc.BadAnswer:
             raise NodeError(rpc.UPSTREAM_UNAVAILABLE, "bad node answer") from None
         result = result_bytes(reply)
@@ -77,6 +86,7 @@ def _node_error(reply: bytes) -> NodeError:
     error = obj.get("error") if type(obj) is dict else None
     if type(error) is dict and type(error.get("code")) is int:
         message = error.get("message")
-        kind = rpc.ErrorKind(error["code"], message if type(message) is str else "", 200)
-        return NodeError(kind, error.get("data"))
+        text = message if type(message) is str else ""
+        kind = rpc.ErrorKind(error["code"], text, 200)
+        return NodeError(kind, error.get("data"), too_large=_TOO_MANY.search(text) is not None)
     return NodeError(rpc.UPSTREAM_UNAVAILABLE, "bad node answer")

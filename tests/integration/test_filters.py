@@ -447,3 +447,28 @@ async def test_a_filter_read_too_large_to_buffer_is_read_whole_within_the_bound(
     fid = (await rpc(small, api_key, "eth_newFilter", [{"fromBlock": hex(1_000)}]))["result"]
     refused = await rpc(small, api_key, "eth_getFilterLogs", [fid])
     assert refused["_status"] == 502 and refused["error"]["code"] == -32603
+
+
+async def test_a_poll_too_large_for_one_answer_is_split_not_stuck(
+    make_app: AppFactory, chain: Chain, api_key: str
+) -> None:
+    """A poll whose logs are past limits.max_buffered_answer_bytes asks for half the
+    blocks, then half again, until it goes through; the rest follows in later polls,
+    every log once, none lost (it was a 502 on every poll, forever)."""
+    client = await make_app(
+        {
+            "plans": {"free": {"rate": 100_000, "burst": 100_000, "max_logs_range": 20_000}},
+            "limits": {"max_buffered_answer_bytes": 1 << 20},
+        }
+    )
+    fid = (await rpc(client, api_key, "eth_newFilter", [{}]))["result"]
+    await moved(client, chain, 8_000)
+    got: list[int] = []
+    polls = 0
+    while len(got) < 8_000 and polls < 20:
+        answer = await rpc(client, api_key, "eth_getFilterChanges", [fid])
+        assert answer["_status"] == 200, answer
+        got += numbers(answer["result"])
+        polls += 1
+    assert got == list(range(5_001, 13_001))
+    assert polls > 2  # 8,000 blocks of logs are more than 1 MiB: split over polls
