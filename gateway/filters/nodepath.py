@@ -53,7 +53,7 @@ class ReadPath:
             kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
             raise NodeError(kind, too_large=exc.too_large) from None
         except rpc.BadAnswer:
-            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, "bad node answer") from None
+            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "bad node answer"}) from None
         result = result_bytes(reply)
         if result is None:
             raise _node_error(reply)
@@ -82,11 +82,11 @@ def _node_error(reply: bytes) -> NodeError:
     try:
         obj = orjson.loads(reply)
     except orjson.JSONDecodeError:
-        return NodeError(rpc.UPSTREAM_UNAVAILABLE, "bad node answer")
+        return NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "bad node answer"})
     error = obj.get("error") if type(obj) is dict else None
     if type(error) is dict and type(error.get("code")) is int:
         message = error.get("message")
         text = message if type(message) is str else ""
         kind = rpc.ErrorKind(error["code"], text, 200)
         return NodeError(kind, error.get("data"), too_large=_TOO_MANY.search(text) is not None)
-    return NodeError(rpc.UPSTREAM_UNAVAILABLE, "bad node answer")
+    return NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "bad node answer"})

@@ -112,12 +112,12 @@ class FilterService:
             return rpc.SERVICE_UNAVAILABLE, None
         except (ValueError, TypeError, AttributeError, KeyError) as exc:  # an odd node answer
             log.warning("odd node answer network=%s method=%s error=%r", self.network, method, exc)
-            return rpc.UPSTREAM_UNAVAILABLE, "bad node answer"
+            return rpc.UPSTREAM_UNAVAILABLE, {"reason": "bad node answer"}
         return rpc.METHOD_NOT_FOUND, None  # pragma: no cover - FILTER_METHODS only
 
     async def _head(self) -> NetworkHead:
         if not self._serving():
-            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, "no upstream node in service")
+            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "no upstream node in service"})
         head = self._heads.head
         if head.known:
             return head
@@ -126,7 +126,7 @@ class FilterService:
         try:
             return NetworkHead(int(number, 16))
         except (TypeError, ValueError):
-            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, "no block number") from None
+            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "no block number"}) from None
 
     async def _new(self, khash: str, kind: str, params: Any) -> Answer:
         crit = LogFilter()

@@ -263,6 +263,8 @@ async def test_with_no_node_in_service_polls_answer_502_not_an_empty_change_list
     for fid in (blocks, logs):
         answer = await rpc(client, api_key, "eth_getFilterChanges", [fid])
         assert answer["_status"] == 502 and answer["error"]["code"] == -32603, answer
+        # a reason in error.data as everywhere else: an object, never a bare string
+        assert answer["error"]["data"] == {"reason": "no upstream node in service"}, answer
     answer = await rpc(client, api_key, "eth_newBlockFilter", [])
     assert answer["_status"] == 502 and "result" not in answer, answer
 
