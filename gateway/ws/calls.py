@@ -13,30 +13,35 @@ concurrent frames cannot pass a cap together.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from gateway.rpc import protocol as rpc
 from gateway.rpc.local import WS, CallError, LocalContext, LocalMethods
+from gateway.rpc.params import read_filter
 from gateway.ws.fanout import NodeRefused, UpSub, new_client_id
 from gateway.ws.session import Session
 
 if TYPE_CHECKING:
     from gateway.ws.service import WsService
 
-INVALID_PARAMS: Final = rpc.ErrorKind(-32602, "Invalid params", 200)
+INVALID_PARAMS: Final = rpc.INVALID_PARAMS
 SUBSCRIBE = "eth_subscribe"
 UNSUBSCRIBE = "eth_unsubscribe"
 KINDS: Final = frozenset({"newHeads", "logs", "newPendingTransactions"})
 
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
-_TOPIC = re.compile(r"0x[0-9a-fA-F]{64}\Z")
-
 
 def subscribe_params(params: Any) -> tuple[str, list[Any], bytes] | str:
-    """(kind, params for the node, canonical filter) or the reason it is refused."""
+    """(kind, params for the node, canonical filter) or the reason it is refused.
+
+    A logs filter is read as the node reads it (``rpc.params.read_filter``:
+    member names folded as Go folds them, the last one wins, unknown ones
+    ignored, geth's words for a bad value), then made canonical (addresses and
+    topics lowercased, sorted, once each) so identical filters share one
+    upstream subscription. Subscriptions are shared live feeds, so a block
+    range or hash is refused rather than ignored.
+    """
     if type(params) is not list or not params or type(params[0]) is not str:
         return 'params must be ["newHeads" | "logs" | "newPendingTransactions", filter?]'
     kind = params[0]
@@ -49,43 +54,33 @@ def subscribe_params(params: Any) -> tuple[str, list[Any], bytes] | str:
         return kind, [kind], b""
     if len(rest) > 1:
         return "logs takes one filter object"
-    flt = rest[0] if rest else {}
-    if type(flt) is not dict:
-        return "the logs filter must be an object"
-    unknown = set(flt) - {"address", "topics"}
-    if unknown:
-        return f"the logs filter takes address and topics only, not {sorted(unknown)[0]!r}"
+    flt = read_filter(rest[0] if rest else {})
+    if isinstance(flt, str):
+        return flt
+    if flt.block_hash is not None or {flt.from_block, flt.to_block} - {None, "latest"}:
+        # geth's own "new logs" case is from and to both latest (or absent)
+        return "a logs subscription follows new blocks: no fromBlock, toBlock or blockHash"
     out: dict[str, Any] = {}
-    address = flt.get("address")
-    if address is not None:
-        addrs = [address] if type(address) is str else address
-        if type(addrs) is not list or not all(type(a) is str and _ADDRESS.match(a) for a in addrs):
-            return "address must be a 0x address or a list of them"
-        if len(addrs) > 1000:
-            return "at most 1000 addresses"
+    if flt.address is not None:
+        addrs = [flt.address] if type(flt.address) is str else flt.address
         norm = sorted({a.lower() for a in addrs})
         if norm:
-            out["address"] = norm[0] if type(address) is str else norm
-    topics = flt.get("topics")
-    if topics is not None:
-        if type(topics) is not list or len(topics) > 4:
-            return "topics must be a list of at most 4 positions"
-        tnorm: list[Any] = []
-        for pos in topics:
-            if pos is None:
-                tnorm.append(None)
-            elif type(pos) is str and _TOPIC.match(pos):
-                tnorm.append(pos.lower())
-            elif type(pos) is list and all(type(t) is str and _TOPIC.match(t) for t in pos):
-                tnorm.append(sorted({t.lower() for t in pos}) or None)
-            else:
-                return "each topic must be null, a 32-byte hex string or a list of them"
+            out["address"] = norm[0] if type(flt.address) is str else norm
+    if flt.topics is not None:
+        tnorm = [_topic_position(pos) for pos in flt.topics]
         while tnorm and tnorm[-1] is None:
             tnorm.pop()
         if tnorm:
             out["topics"] = tnorm
     canon = orjson.dumps(out, option=orjson.OPT_SORT_KEYS)
     return kind, [kind, out], canon
+
+
+def _topic_position(pos: str | list[str] | None) -> str | list[str] | None:
+    """One topic position, canonical: lowercased, alternatives sorted once each; [] = any."""
+    if pos is None or type(pos) is str:
+        return pos if pos is None else pos.lower()
+    return sorted({t.lower() for t in pos}) or None
 
 
 def _cap_error(reason: str) -> CallError:

@@ -59,6 +59,25 @@ def test_logs_filters_have_one_canonical_form() -> None:
     assert not isinstance(listed, str) and listed[1][1] == {"address": [a]}
 
 
+def test_a_logs_filter_is_read_as_the_node_reads_it() -> None:
+    """SPEC §3: member names fold as Go folds them, the last wins, unknown ones are
+    ignored (never forwarded), and "latest" ends are geth's own new-logs case."""
+    a, b = "0x" + "ab" * 20, "0x" + "cd" * 20
+    t = "0x" + "ef" * 32
+    plain = C.subscribe_params(["logs", {"address": b, "topics": [t]}])
+    folded = C.subscribe_params(
+        ["logs", {"Address": a, "ADDRESS": b, "Topics": [t], "fromBlock": "latest", "x": 1}]
+    )
+    assert not isinstance(plain, str) and folded == plain
+    assert plain[1] == ["logs", {"address": b, "topics": [t]}]
+    whole = C.subscribe_params(["logs", None])  # Go: null is the empty filter
+    assert not isinstance(whole, str) and whole[1] == ["logs", {}]
+    assert C.subscribe_params(["logs", {"address": "0x12"}]) == (
+        "invalid address: hex has invalid length 1 after decoding; expected 20 for address"
+    )
+    assert "fromBlock" in str(C.subscribe_params(["logs", {"FROMBLOCK": "0x1"}]))
+
+
 @pytest.mark.parametrize(
     "params",
     [
