@@ -5,7 +5,9 @@
                    hash, logs delivered), ver (bumped by every poll); PEXPIRE ttl
     p:{H}:fs       sorted set id -> expiry ms: the key's live filters (the cap)
 
-The name holds the owner's key hash, so another key's lookup finds nothing
+Expiry times in the index are Redis's clock (``TIME``), not a gateway
+process's: processes whose clocks disagree still agree on which filters
+count against the cap. The name holds the owner's key hash, so another key's lookup finds nothing
 (``filter not found``), and each of a key's filter calls touches one Cluster
 slot. Creation checks the cap and writes in one script; a poll writes back
 only if ``ver`` is still what it read (compare-and-set in one script): two
@@ -16,7 +18,6 @@ never both deliver the same changes.
 from __future__ import annotations
 
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,32 +25,48 @@ import orjson
 
 from gateway.redis import keyspace as ks
 
+# Redis's clock in ms, unless a test injects one in ARGV[1]
+_NOW_LUA: Final = """
+local function now_ms()
+  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
 # KEYS[1] index zset  KEYS[2] filter hash
-# ARGV[1] now ms  ARGV[2] ttl ms  ARGV[3] cap  ARGV[4] id  ARGV[5...] field, value pairs
+# ARGV[1] now ms or ""  ARGV[2] ttl ms  ARGV[3] cap  ARGV[4] id  ARGV[5...] field, value pairs
 # returns 1 created, 0 the key is at its cap
-CREATE_LUA: Final = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+CREATE_LUA: Final = (
+    _NOW_LUA
+    + """
+local now = now_ms()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-local expiry = tonumber(ARGV[1]) + tonumber(ARGV[2])
+local expiry = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[4])
 redis.call('HSET', KEYS[2], unpack(ARGV, 5))
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
+)
 
 # KEYS[1] index zset  KEYS[2] filter hash
-# ARGV[1] now ms  ARGV[2] ttl ms  ARGV[3] id  ARGV[4] ver read  ARGV[5...] field, value pairs
-# returns 1 written, 0 another poll wrote first (or the filter is gone)
-SAVE_LUA: Final = """
+# ARGV[1] now ms or ""  ARGV[2] ttl ms  ARGV[3] id  ARGV[4] ver read  ARGV[5...] field, value
+# pairs; returns 1 written, 0 another poll wrote first (or the filter is gone)
+SAVE_LUA: Final = (
+    _NOW_LUA
+    + """
 if redis.call('HGET', KEYS[2], 'ver') ~= ARGV[4] then return 0 end
 redis.call('HSET', KEYS[2], 'ver', tonumber(ARGV[4]) + 1, unpack(ARGV, 5))
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-local expiry = tonumber(ARGV[1]) + tonumber(ARGV[2])
+local expiry = now_ms() + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[3])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
 """
+)
 
 _ID_HEX: Final = frozenset("0123456789abcdef")
 
@@ -164,8 +181,8 @@ class FilterStore:
         return int(deleted) == 1
 
 
-def _now(now_ms: int | None) -> int:
-    return int(time.time() * 1000) if now_ms is None else now_ms
+def _now(now_ms: int | None) -> int | str:
+    return "" if now_ms is None else now_ms  # "": Redis's own clock
 
 
 def _flat(fields: tuple[tuple[str, Any], ...]) -> list[Any]:

@@ -9,6 +9,7 @@ The chain node puts one log in every block (address 0x22..22).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from gateway.demo.chainnode import Chain, ChainNode, start_chain_node
 from gateway.filters.service import FilterService
 from gateway.filters.store import FilterStore
 from gateway.intel.head import HeadTracker, NetworkHead
+from gateway.redis import keyspace as ks
 from gateway.redis.embedded import free_port
 from gateway.rpc import protocol
 from gateway.store.accounts import Store
@@ -474,3 +476,21 @@ async def test_a_poll_too_large_for_one_answer_is_split_not_stuck(
         polls += 1
     assert got == list(range(5_001, 13_001))
     assert polls > 2  # 8,000 blocks of logs are more than 1 MiB: split over polls
+
+
+async def test_filter_expiry_is_on_redis_clock_not_the_process_clock(
+    redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes whose clocks disagree by a day still agree on which filters count
+    against the cap: the index is kept on Redis's TIME."""
+    store = FilterStore(redis, prefix, ttl_s=300, max_per_key=1)
+    khash = "ab" * 32
+    monkeypatch.setattr(time, "time", lambda: 86_400.0)  # a process clock stuck in 1970
+    first = await store.create(khash, "bsc", "blocks", {}, 1, [])
+    assert first is not None
+    assert await store.create(khash, "bsc", "blocks", {}, 1, []) is None  # at the cap
+    seconds, micros = await redis.time()
+    now_ms = seconds * 1000 + micros // 1000
+    ((member, expiry),) = await redis.zrange(ks.filter_index(prefix, khash), 0, -1, withscores=True)
+    assert (member.decode() if isinstance(member, bytes) else member) == first
+    assert abs(expiry - (now_ms + 300_000)) < 5_000
