@@ -491,6 +491,7 @@ async def test_filter_expiry_is_on_redis_clock_not_the_process_clock(
     assert await store.create(khash, "bsc", "blocks", {}, 1, []) is None  # at the cap
     seconds, micros = await redis.time()
     now_ms = seconds * 1000 + micros // 1000
-    ((member, expiry),) = await redis.zrange(ks.filter_index(prefix, khash), 0, -1, withscores=True)
+    index: list[Any] = await redis.zrange(ks.filter_index(prefix, khash), 0, -1, withscores=True)
+    ((member, expiry),) = index
     assert (member.decode() if isinstance(member, bytes) else member) == first
-    assert abs(expiry - (now_ms + 300_000)) < 5_000
+    assert abs(float(expiry) - (now_ms + 300_000)) < 5_000
