@@ -26,7 +26,7 @@ from gateway.filters.changes import NodeError
 from gateway.intel.cache import result_bytes
 from gateway.rpc import protocol as rpc
 from gateway.rpc.reads import Reads
-from gateway.rpc.relay import Relay
+from gateway.rpc.relay import Relay, failure_kind
 from gateway.upstream.pool import UpstreamError
 
 _ID = 0  # the id the read is answered with here (never sent: the pipeline picks the node's)
@@ -50,8 +50,7 @@ class ReadPath:
             out = await self._reads.single(call)
             reply = await _whole(out) if isinstance(out, Relay) else out[0]
         except UpstreamError as exc:
-            kind = rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
-            raise NodeError(kind, too_large=exc.too_large) from None
+            raise NodeError(failure_kind(exc), too_large=exc.too_large) from None
         except rpc.BadAnswer:
             raise NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "bad node answer"}) from None
         result = result_bytes(reply)

@@ -17,7 +17,7 @@ from gateway.intel.methods import READS
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
 from gateway.rpc.reads import Reads
-from gateway.rpc.relay import STREAM_OVER, Relay, read_bounded
+from gateway.rpc.relay import STREAM_OVER, Relay, failure_kind, read_bounded
 from gateway.store.errorcounts import ErrorCounter
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import NodePool, UpstreamError
@@ -44,8 +44,7 @@ def _failed(pipe: Pipeline, khash: str, exc: Exception) -> rpc.ErrorKind:
     if isinstance(exc, rpc.BadAnswer):
         log.warning("bad node answer network=%s reason=%s", pipe.network.name, exc)
         return rpc.UPSTREAM_UNAVAILABLE
-    assert isinstance(exc, UpstreamError)
-    return rpc.UPSTREAM_TIMEOUT if exc.timeout else rpc.UPSTREAM_UNAVAILABLE
+    return failure_kind(exc)
 
 
 def _done(

@@ -20,7 +20,7 @@ from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.clientip import ClientIP
 from gateway.rpc.pipeline import Caller, Pipeline
-from gateway.rpc.relay import Relay
+from gateway.rpc.relay import Relay, failure_kind
 from gateway.rpc.replies import Answer, error_answer
 from gateway.typedefs import KEY_ID, RPC_METHOD
 from gateway.upstream.errors import UpstreamError
@@ -170,7 +170,9 @@ class RpcHttp:
             if resp is None:  # nothing sent yet: a proper error answer
                 if isinstance(exc, rpc.BadAnswer):
                     log.warning("bad node answer network=%s reason=%s", self.network.name, exc)
-                return _reply(error_answer(_kind(exc), relay.client_id, None, answer.headers))
+                return _reply(
+                    error_answer(failure_kind(exc), relay.client_id, None, answer.headers)
+                )
             log.warning("node failed mid-answer network=%s error=%s", self.network.name, exc)
             if request.transport is not None:
                 request.transport.abort()
@@ -179,12 +181,6 @@ class RpcHttp:
             return resp if resp is not None else web.Response(status=499)
         finally:
             relay.close()
-
-
-def _kind(exc: Exception) -> rpc.ErrorKind:
-    if isinstance(exc, UpstreamError) and exc.timeout:
-        return rpc.UPSTREAM_TIMEOUT
-    return rpc.UPSTREAM_UNAVAILABLE
 
 
 def _reply(answer: Answer, extra: dict[str, str] | None = None) -> web.Response:

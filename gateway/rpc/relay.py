@@ -47,6 +47,13 @@ _BODY = re.compile(rb'\s*"(result|error)"\s*:')
 _TAIL = re.compile(rb',\s*"id"\s*:\s*(-?[0-9]+)\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
 
 
+def failure_kind(exc: Exception) -> rpc.ErrorKind:
+    """The client's error for a failed node call (``UpstreamError`` or ``BadAnswer``)."""
+    if isinstance(exc, UpstreamError) and exc.timeout:
+        return rpc.UPSTREAM_TIMEOUT
+    return rpc.UPSTREAM_UNAVAILABLE
+
+
 class Relay:
     """One node answer still arriving; ``start`` then ``rest``, or ``close``.
 

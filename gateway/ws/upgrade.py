@@ -35,7 +35,8 @@ from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.http import RpcHttp
 from gateway.rpc.pipeline import REFUSED_ERROR, Caller
-from gateway.rpc.relay import Relay
+from gateway.rpc.relay import failure_kind
+from gateway.rpc.replies import Answer
 from gateway.upstream.errors import UpstreamError
 from gateway.ws.leases import LeaseUnavailable, new_token
 from gateway.ws.service import WS, WsService
@@ -172,7 +173,7 @@ class WsRoute:
         sent = False
         try:
             if answer.relay is not None:
-                sent = await self._stream(sess, caller, answer.relay)
+                sent = await self._stream(sess, caller, answer)
             elif answer.body:
                 sent = sess.push(answer.body)
         finally:  # cancelled (socket gone) or failed: local methods give back what they hold
@@ -183,8 +184,14 @@ class WsRoute:
         if answer.status == 401:  # the key was revoked or expired since the upgrade
             await sess.close(CLOSE_REVOKED, "key revoked or expired", "revoked")
 
-    async def _stream(self, sess: Session, caller: Caller, relay: Relay) -> bool:
-        """A large answer as one fragmented text message, each piece once the last drained."""
+    async def _stream(self, sess: Session, caller: Caller, answer: Answer) -> bool:
+        """A large answer as one fragmented text message, each piece once the last drained.
+
+        A failure before the first piece is answered as over HTTP, and
+        ``answer.status`` says so (502 / 504) for the metrics and the log.
+        """
+        relay = answer.relay
+        assert relay is not None
         errors, khash = self.pipeline.errors, caller.khash or ""
         try:
             # Behind another large answer of this socket: its node connection sits
@@ -194,19 +201,18 @@ class WsRoute:
                     await sess.stream_lock.acquire()
             except TimeoutError:
                 errors.add(khash)
+                answer.status = rpc.UPSTREAM_TIMEOUT.http_status
                 return sess.push(rpc.error_body(rpc.UPSTREAM_TIMEOUT, relay.client_id))
             try:
                 try:
                     first = await relay.start()
                 except (UpstreamError, rpc.BadAnswer) as exc:
                     errors.add(khash)
-                    kind = (
-                        rpc.UPSTREAM_TIMEOUT
-                        if isinstance(exc, UpstreamError) and exc.timeout
-                        else rpc.UPSTREAM_UNAVAILABLE
-                    )
+                    kind = failure_kind(exc)
+                    answer.status = kind.http_status
                     return sess.push(rpc.error_body(kind, relay.client_id))
                 if relay.is_error:
+                    answer.is_error = True
                     errors.add(khash)
                 if relay.whole:
                     return sess.push(first)

@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 import pytest
 
+from gateway import typedefs as T
 from gateway.demo.mocknode import MockNode, MockNodeOptions
 from gateway.rpc.relay import STREAM_OVER
 from gateway.store.accounts import Store
@@ -226,3 +227,24 @@ async def test_a_batch_answer_over_the_buffer_bound_is_refused_on_both(
     assert orjson.loads(over_http) == [
         {"jsonrpc": "2.0", "id": 5, "error": {"code": -32603, "message": "Upstream unavailable"}}
     ]
+
+
+async def test_a_large_answer_failing_before_its_head_is_counted_alike(
+    make_config: MakeConfig, mock_nodes: dict[str, MockNode], keys: dict[str, str]
+) -> None:
+    """A large node answer that is not ours (another id): 502 on HTTP, the same body on
+    WebSocket, and both counted as 502 in gateway_requests_total (WS said 200)."""
+    wrong = b'{"jsonrpc":"2.0","id":999999,"result":"0x' + b"ab" * BIG + b'"}'
+    mock_nodes["opbnb"].options = MockNodeOptions(
+        chain_id=204, block_time_s=0, raw_answer=wrong, spare_probes=True
+    )
+    body = _call("eth_call", [{"to": "0x" + "2" * 40}, "latest"], b"4")
+    async with served(make_config()) as srv, aiohttp.ClientSession() as http:
+        url = f"{srv.url}/opbnb/{keys['key']}"
+        status, over_http = await _over_http(http, url, body)
+        over_ws = await _over_ws(http, url, body)
+        requests = srv.app[T.METRICS].requests
+        counted = requests.labels("opbnb", "eth_call", "502")._value.get()
+    assert status == 502 and over_ws == over_http
+    _error(-32603, b"4")(over_http)
+    assert counted == 2
