@@ -44,33 +44,26 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gateway.intel.methods import STATE_AT, TAGS
+
 # geth eth/filters: at most this many topic positions (errExceedMaxTopics).
 MAX_TOPICS: Final = 4
 # geth eth/filters: at most this many addresses in one filter (errExceedMaxAddresses).
 # Past it a filter is refused here, before it costs a node scan or a Redis entry.
 MAX_ADDRESSES: Final = 1000
-BLOCK_TAGS: Final = frozenset({"earliest", "latest", "pending", "safe", "finalized"})
 _MAX_INT64: Final = (1 << 63) - 1
 
 # Where a method takes a block that may be an EIP-1898 object (geth's
-# ``rpc.BlockNumberOrHash``). Every index of ``intel.methods.STATE_AT`` is here
-# with the same position (a unit test keeps them in step).
+# ``rpc.BlockNumberOrHash``): every read of state at a block (the cache's own
+# table, so both always read the same block), and three more that take one.
 BLOCK_PARAM: Final[dict[str, int]] = {
-    "eth_getBalance": 1,
-    "eth_getCode": 1,
-    "eth_getTransactionCount": 1,
-    "eth_getStorageAt": 2,
-    "eth_getProof": 2,
-    "eth_getStorageValues": 1,  # (address -> slots, block)
-    "eth_call": 1,
+    **STATE_AT,
     "eth_estimateGas": 1,
-    "eth_createAccessList": 1,
-    "eth_simulateV1": 1,
     "eth_getBlockReceipts": 0,
     "debug_traceCall": 1,
 }
 # Methods whose param 0 is a log filter (geth's ``FilterCriteria``).
-FILTER_METHODS: Final = frozenset({"eth_getLogs", "eth_newFilter"})
+LOG_FILTER_PARAM: Final = frozenset({"eth_getLogs", "eth_newFilter"})
 
 _FILTER_FIELDS: Final = ("blockHash", "fromBlock", "toBlock", "address", "topics")
 _BLOCK_FIELDS: Final = ("blockNumber", "blockHash", "requireCanonical")
@@ -134,7 +127,7 @@ def read_block_number(value: Any) -> str | int:
     """
     if type(value) is not str:
         raise Refused("hex string without 0x prefix")
-    if value in BLOCK_TAGS:
+    if value in TAGS:
         return value
     if not value:
         raise Refused("empty hex string")
@@ -360,7 +353,7 @@ def canonical_params(method: str, params: Any) -> tuple[Any, str | None]:
     Only the objects the gateway judges are rebuilt; every other param is
     forwarded as sent. Cheap for everything else: one dict lookup.
     """
-    if method in FILTER_METHODS:
+    if method in LOG_FILTER_PARAM:
         return _filter_params(params)
     index = BLOCK_PARAM.get(method)
     if index is None or type(params) is not list or len(params) <= index:
