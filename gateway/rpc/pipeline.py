@@ -200,8 +200,7 @@ class Pipeline:
         req.plan = decision.plan
         if decision.status is not Status.ADMITTED:
             refused = self._refused(decision, req)
-            refused.key_id = decision.key_id
-            refused.known_key = bool(decision.key_id)
+            refused.key_id = decision.key_id  # run() reads it (known_key) as for any answer
             return refused
         self.guard.learned(khash, decision.plan)
         return decision

@@ -32,8 +32,8 @@ from gateway import typedefs as T
 from gateway.limits.limiter import Decision, LimiterUnavailable, Status, ip_bits
 from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
-from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
-from gateway.rpc.http import RpcHttp
+from gateway.rpc.auth import key_hash
+from gateway.rpc.http import RpcHttp, rpc_key
 from gateway.rpc.pipeline import REFUSED_ERROR, Caller
 from gateway.rpc.relay import failure_kind
 from gateway.rpc.replies import Answer
@@ -69,10 +69,8 @@ class WsRoute:
     async def _open(self, request: web.Request, svc: WsService) -> web.StreamResponse:
         if svc.draining:
             return _refuse(rpc.SERVICE_UNAVAILABLE, 503, "shutting down")
-        key = extract_key(
-            request.match_info.get("key", ""), request.headers.get(hdrs.AUTHORIZATION)
-        )
-        if key is BAD_KEY or not key or not well_formed(key):
+        key = rpc_key(request)  # exactly as over HTTP: /bsc/KEY/extra is never a key
+        if key is None:
             return _refuse(rpc.UNAUTHORIZED, 401)
         khash = key_hash(key)
         origin = request.headers.get(hdrs.ORIGIN, "")
