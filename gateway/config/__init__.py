@@ -14,7 +14,13 @@ from gateway.config.defaults import (
     FORBIDDEN_METHOD_PREFIXES,
 )
 from gateway.config.listening import FiltersConfig, WsConfig
-from gateway.config.load import config_from_dict, listen_address, load_config, read_toml
+from gateway.config.load import (
+    config_from_dict,
+    listen_address,
+    load_config,
+    read_toml,
+    ws_url_for,
+)
 from gateway.config.methodset import MethodSet
 from gateway.config.schema import (
     AdmissionConfig,
@@ -61,4 +67,5 @@ __all__ = [
     "listen_address",
     "load_config",
     "read_toml",
+    "ws_url_for",
 ]

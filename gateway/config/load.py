@@ -270,7 +270,7 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
     if isinstance(chain_id, bool) or not isinstance(chain_id, int) or chain_id <= 0:
         raise ConfigError(f"{path}.chain_id: expected a positive integer")
     upstreams = _url_list(table.get("upstreams", []), f"{path}.upstreams", "http")
-    ws_default = [_ws_url(u) for u in upstreams]
+    ws_default = [ws_url_for(u) for u in upstreams]
     ws_upstreams = _url_list(table.get("ws_upstreams", ws_default), f"{path}.ws_upstreams", "ws")
     methods = network_methods(path, table, chain_id, extra_weights)
     return NetworkConfig(
@@ -311,8 +311,8 @@ def _url_list(urls: Any, where: str, scheme: str) -> list[str]:
     return urls
 
 
-def _ws_url(url: str) -> str:
-    """An http(s) node URL with the matching ws(s) scheme."""
+def ws_url_for(url: str) -> str:
+    """An http(s) node URL with the matching ws(s) scheme (the default ``ws_upstreams``)."""
     if url.startswith("https://"):
         return "wss://" + url[len("https://") :]
     return "ws://" + url[len("http://") :]

@@ -30,7 +30,7 @@ from typing import Any, Final
 import aiohttp
 import orjson
 
-from gateway.config import NetworkConfig, UpstreamConfig
+from gateway.config import NetworkConfig, UpstreamConfig, ws_url_for
 from gateway.config.redact import redact_url
 from gateway.intel.head import HeadReport
 from gateway.redis.failurelog import RateLimitedLog, error_fields
@@ -57,7 +57,7 @@ def ws_urls(network: NetworkConfig) -> list[str]:
     http, ws = network.upstreams, network.ws_upstreams
     if len(ws) == len(http):
         return list(ws)
-    derived = {"ws" + url[len("http") :]: url for url in http if url.startswith("http")}
+    derived = {ws_url_for(url): url for url in http if url.startswith("http")}
     by_http = {derived[url]: url for url in ws if url in derived}
     return [by_http.get(url, "") for url in http]
 
