@@ -45,10 +45,16 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
             "bench.micro.watchdog",
             ["web.AppRunner, 16 conns", "GatewayRunner (watchdog, cap), 16 conns"],
         ),
+        (
+            "bench.micro.serving",
+            ["app, 16 conns", "lowlevel, 16 conns", "gateway, 16 conns", "raw, 16 conns"],
+        ),
     ],
 )
 def test_micro_benchmark_runs(module: str, names: list[str]) -> None:
-    extra = ["--connections", "16"] if module.endswith("watchdog") else []
+    extra = ["--connections", "16"] if module.endswith(("watchdog", "serving")) else []
+    if module.endswith("serving"):
+        extra += ["--rounds", "1"]
     if module.endswith("admission"):  # also the same pieces as of a git revision, interleaved
         extra = ["--baseline", "HEAD"]
     out = subprocess.run(
