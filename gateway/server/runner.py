@@ -291,7 +291,9 @@ def _serve_demo(cfg: Config) -> int:
                     await node.close()
                     await node.chain.stop()
 
-        app.cleanup_ctx.append(nodes_ctx)
+        # first in, so last out: the pools and head followers stop before their
+        # nodes do (stopped after them, each logged a probe failure on the way out)
+        app.cleanup_ctx.insert(0, nodes_ctx)
         app.on_startup.append(_demo_key)
         return app
 
