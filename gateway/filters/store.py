@@ -7,12 +7,12 @@
 
 Expiry times in the index are Redis's clock (``TIME``), not a gateway
 process's: processes whose clocks disagree still agree on which filters
-count against the cap. The name holds the owner's key hash, so another key's lookup finds nothing
-(``filter not found``), and each of a key's filter calls touches one Cluster
-slot. Creation checks the cap and writes in one script; a poll writes back
-only if ``ver`` is still what it read (compare-and-set in one script): two
-polls of one filter racing (a client retrying on another gateway process)
-never both deliver the same changes.
+count against the cap. The name holds the owner's key hash, so another
+key's lookup finds nothing (``filter not found``), and each of a key's
+filter calls touches one Cluster slot. Creation checks the cap and writes
+in one script; a poll writes back only if ``ver`` is still what it read
+(compare-and-set in one script): two polls of one filter racing (a client
+retrying on another gateway process) never both deliver the same changes.
 """
 
 from __future__ import annotations

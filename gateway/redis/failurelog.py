@@ -42,8 +42,8 @@ def redis_failure(address: str, exc: BaseException) -> str:
     """One Redis failure as a line's tail: ``redis=<address> error=<Class>: <message>``.
 
     ``address`` is a Redis URL or ``host:port``; a password in it is masked.
-    For callers that log a Redis failure themselves (the WebSocket key-events
-    listener's reconnect line).
+    For callers that log a Redis failure themselves (the key-events listener's
+    reconnect line, the usage flush).
     """
     cls, message = error_fields(exc, address)
     return f"redis={shown_address(address)} error={cls}: {message}"
