@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import os
 import signal
 import subprocess
@@ -158,6 +159,13 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
                 except aiohttp.ClientConnectorError:
                     errors["refused"] += 1
                     return  # the server stopped listening: this client is done
+                except aiohttp.ClientOSError as exc:
+                    # A keep-alive connection closed by the draining server just as
+                    # this client sent its next call on it: the kernel answers RST
+                    # (a CI run saw 3). Like ServerDisconnectedError, the call never
+                    # reached a node (reached_node == ok below proves none was lost).
+                    reset = exc.errno in (errno.ECONNRESET, errno.EPIPE)
+                    errors["reset" if reset else type(exc).__name__] += 1
                 except aiohttp.ClientError as exc:
                     errors[type(exc).__name__] += 1
 
@@ -195,7 +203,7 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
     assert code == 0
     assert long_status == 200  # in flight (900 ms) when SIGTERM came: finished
     assert reached_node == ok  # every call that reached a node got its answer
-    assert set(errors) <= {"refused", "ServerDisconnectedError"}
+    assert set(errors) <= {"refused", "ServerDisconnectedError", "reset"}
     assert errors["ServerDisconnectedError"] <= 2  # only a request racing an idle close
     assert 0.5 < exit_s < 5.0
     assert "Traceback" not in output
