@@ -147,23 +147,10 @@ end
 
 -- the plan of this key (unknown plan names fall back to the first plan)
 local base = plan_base(rec[2] or '')
-local plan = ARGV[base]
-local rate = tonumber(ARGV[base + 1])
-local burst = tonumber(ARGV[base + 2])
-local quota = tonumber(ARGV[base + 3])
+-- the owner's per-key caps narrow the plan (keyrecord.lua, as in lease.lua)
+local plan, rate, burst, quota, rate_status, quota_status = key_limits(rec, base)
 local cost = tonumber(ARGV[base + 4])
 local ncalls = tonumber(ARGV[2])
--- the owner's per-key caps narrow the plan, as in lease.lua
-local rate_status, quota_status = 3, 4
-local rcap = tonumber(rec[10] or '')
-if rcap and rcap > 0 and rcap < rate then
-  rate, rate_status = rcap, 6
-  if rcap < burst then burst = math.max(1, math.floor(rcap)) end
-end
-local dcap = tonumber(rec[11] or '')
-if dcap and dcap > 0 and (quota == 0 or dcap < quota) then
-  quota, quota_status = dcap, 7
-end
 
 if cost > burst then
   return refuse('lim', ncalls, {5, key_id, burst, 0, 0, 0, plan})

@@ -34,3 +34,25 @@ local function plan_base(name)
   end
   return 7
 end
+
+-- The key's limits: its plan's group (found by `plan_base`), narrowed by the
+-- owner's per-key caps (record fields 10 and 11 of the HMGET: rcap requests
+-- per second, dcap compute units per day; absent = the plan's). Returns
+-- plan, rate, burst, quota, and the refusal statuses for the bucket (3, or 6
+-- when the key's cap sets the rate) and the day (4, or 7 for the key's cap).
+local function key_limits(rec, base)
+  local rate = tonumber(ARGV[base + 1])
+  local burst = tonumber(ARGV[base + 2])
+  local quota = tonumber(ARGV[base + 3])
+  local rate_status, quota_status = 3, 4
+  local rcap = tonumber(rec[10] or '')
+  if rcap and rcap > 0 and rcap < rate then
+    rate, rate_status = rcap, 6
+    if rcap < burst then burst = math.max(1, math.floor(rcap)) end
+  end
+  local dcap = tonumber(rec[11] or '')
+  if dcap and dcap > 0 and (quota == 0 or dcap < quota) then
+    quota, quota_status = dcap, 7
+  end
+  return ARGV[base], rate, burst, quota, rate_status, quota_status
+end

@@ -63,20 +63,7 @@ end
 
 -- the key's plan (an unknown name falls back to the first plan)
 local base = plan_base(rec[2])
-local plan = ARGV[base]
-local rate = tonumber(ARGV[base + 1])
-local burst = tonumber(ARGV[base + 2])
-local quota = tonumber(ARGV[base + 3])
-local rate_status, quota_status = 3, 4
-local rcap = tonumber(rec[10] or '')
-if rcap and rcap > 0 and rcap < rate then
-  rate, rate_status = rcap, 6
-  if rcap < burst then burst = math.max(1, math.floor(rcap)) end
-end
-local dcap = tonumber(rec[11] or '')
-if dcap and dcap > 0 and (quota == 0 or dcap < quota) then
-  quota, quota_status = dcap, 7
-end
+local plan, rate, burst, quota, rate_status, quota_status = key_limits(rec, base)
 local cost = tonumber(ARGV[3])
 if cost < 0 then cost = tonumber(ARGV[base + 4]) end
 local slice = tonumber(ARGV[4])
