@@ -55,14 +55,11 @@ def _node_ready() -> bool:
     return shutil.which("node") is not None and (JS / "node_modules" / "viem").is_dir()
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The demo as a user runs it: (rpc base URL for bsc, its key)."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("demo") / "demo.log"
+def _start_demo(port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``gateway serve --demo`` as a user starts it (no GATEWAY_* from this shell)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 *(sys.executable, "-m", "gateway", "serve", "--demo"),
                 *("--host", HOST, "--port", str(port), "--metrics-listen", ""),
@@ -71,6 +68,14 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The demo as a user runs it: (rpc base URL for bsc, its key)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("demo") / "demo.log"
+    proc = _start_demo(port, log)
     try:
         deadline = time.monotonic() + 60
         key = None
@@ -168,17 +173,7 @@ def test_ctrl_c_stops_the_demo_quietly(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) ends the demo with status 0 and no warning on the way out: the
     gateway's pools stop before the mock nodes they probe (they used to go first)."""
     log = tmp_path / "demo.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "gateway", "serve", "--demo"),
-                *("--host", HOST, "--port", str(free_port()), "--metrics-listen", ""),
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = _start_demo(free_port(), log)
     try:
         deadline = time.monotonic() + 60
         while "Running on http://" not in log.read_text(errors="replace"):
