@@ -215,14 +215,18 @@ class HeadFollower:
             self.shown,
             reason[0],
             reason[1],
-            extra={
-                "network": self.network,
-                "node": node.name,
-                "target": self.shown,
-                "error_class": reason[0],
-                "error": reason[1],
-            },
+            extra=self._fields(reason),
         )
+
+    def _fields(self, reason: tuple[str, str]) -> dict[str, str]:
+        """A failure line's fields for ``log.format = "json"``."""
+        return {
+            "network": self.network,
+            "node": self.node.name,
+            "target": self.shown,
+            "error_class": reason[0],
+            "error": reason[1],
+        }
 
     def _failed(self, reason: tuple[str, str], delay: float) -> None:
         suppressed = self.lines.failed((self.node.name, "newHeads"))
@@ -239,13 +243,7 @@ class HeadFollower:
             reason[1],
             delay,
             suppressed,
-            extra={
-                "network": self.network,
-                "node": node.name,
-                "target": self.shown,
-                "error_class": reason[0],
-                "error": reason[1],
-            },
+            extra=self._fields(reason),
         )
 
 
