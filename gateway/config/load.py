@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
 from gateway.config.listening import FiltersConfig
 from gateway.config.methods import ExtraWeights, network_methods
+from gateway.config.nodes import read_nodes, read_routes
 from gateway.config.schema import (
     CacheConfig,
     Config,
@@ -269,17 +270,20 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
     chain_id = table.get("chain_id")
     if isinstance(chain_id, bool) or not isinstance(chain_id, int) or chain_id <= 0:
         raise ConfigError(f"{path}.chain_id: expected a positive integer")
-    upstreams = _url_list(table.get("upstreams", []), f"{path}.upstreams", "http")
-    ws_default = [ws_url_for(u) for u in upstreams]
+    nodes = read_nodes(table.get("upstreams", []), f"{path}.upstreams", name)
+    ws_default = [n.ws_url or ws_url_for(n.url) for n in nodes]
     ws_upstreams = _url_list(table.get("ws_upstreams", ws_default), f"{path}.ws_upstreams", "ws")
+    routes = read_routes(table.get("extra_methods", []), path, nodes)
     methods = network_methods(path, table, chain_id, extra_weights)
     return NetworkConfig(
         name=name,
         prefix=prefix,
         chain_id=chain_id,
-        upstreams=tuple(upstreams),
+        upstreams=tuple(n.url for n in nodes),
         methods=methods,
         ws_upstreams=tuple(ws_upstreams),
+        nodes=nodes,
+        routes=types.MappingProxyType(routes),
     )
 
 

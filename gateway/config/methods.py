@@ -103,6 +103,10 @@ def network_methods(
     as_table = isinstance(extra, Mapping)
     if isinstance(extra, Mapping):
         for method, units in extra.items():
+            if isinstance(units, Mapping):  # { weight, group, timeout_s }: config/nodes.py
+                if "weight" not in units:
+                    continue
+                units = units["weight"]
             if isinstance(units, bool) or not isinstance(units, int) or units < 0:
                 where = f"{path}.extra_methods.{method}"
                 raise ConfigError(f"{where}: expected a non-negative integer (compute units)")

@@ -90,6 +90,9 @@ async def forward_calls(
             idempotent=not any(c.method in NON_IDEMPOTENT for c in forward),
             stream_over=STREAM_OVER,
             hedge=all(c.method in READS for c in forward),
+            route=pipe.pool.eligibility.route(
+                ((c.method, c.params) for c in forward), pipe.pool.nodes
+            ),
         )
         if not any(c.answered for c in calls):
             if isinstance(reply, NodeStream):

@@ -28,6 +28,7 @@ from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
 from gateway.rpc.forward import forward_calls, forward_read
 from gateway.rpc.guard import LogsGuard
+from gateway.rpc.history import refuse_missing_state
 from gateway.rpc.ids import keep_raw_ids
 from gateway.rpc.local import TRANSPORTS, After, Caller, LocalMethods
 from gateway.rpc.locals import run_locals
@@ -213,6 +214,7 @@ class Pipeline:
             kind, reason = req.error
             return R.error_answer(kind, None, reason, headers)
         self.guard.after(req)
+        refuse_missing_state(self.pool, req)  # old state no node in service keeps
         followups = (
             await run_locals(self.local, self.reads, caller, req)
             if self.local.names(caller.transport)

@@ -24,6 +24,8 @@ from gateway.intel.head import NetworkHead
 from gateway.intel.methods import READS
 from gateway.intel.policy import Kind, Policy, classify
 from gateway.rpc import protocol as rpc
+from gateway.rpc.logsplit import METHOD as GETLOGS
+from gateway.rpc.logsplit import LogSplitter, refusal_text
 from gateway.rpc.relay import STREAM_OVER, Relay
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import Node, NodePool
@@ -42,6 +44,14 @@ class Reads:
         self.pool = pool
         self.next_gids = next_gids
         self.buffer_limit = buffer_limit
+        # eth_getLogs wider than a node takes: split (gateway/rpc/logsplit.py)
+        self.logs = LogSplitter(
+            pool,
+            next_gids,
+            concurrency=pool.cfg.logs_split_concurrency,
+            timeout_s=pool.total_timeout_s,
+            max_bytes=buffer_limit,
+        )
 
     async def single(self, call: rpc.Call) -> tuple[bytes, bool] | Relay:
         """One read: (answer with the client's id, is an error), or a Relay of a large one.
@@ -64,6 +74,10 @@ class Reads:
                     cache.put(key, policy, head, hit)
             if hit is not None:
                 return cached_answer(orjson.dumps(call.id), hit), False
+        if method == GETLOGS:
+            split = await self.logs.single(call)
+            if split is not None:
+                return split
         block = policy.block if policy.block is not None else -1
         owner = False
         left = False  # the owner was cancelled: a stream its flight brings is for nobody
@@ -74,8 +88,14 @@ class Reads:
             owner = True
             gid = self.next_gids(1)
             reply, node = await self.pool.forward_from(
-                rpc.encode_call(call, gid), stream_over=STREAM_OVER, hedge=True, min_block=block
+                rpc.encode_call(call, gid),
+                stream_over=STREAM_OVER,
+                hedge=True,
+                min_block=block,
+                route=self.pool.eligibility.route(((method, params),), self.pool.nodes),
             )
+            if method == GETLOGS and not isinstance(reply, NodeStream):
+                self.logs.saw(node, params, reply)  # a range refusal teaches its limit
             if isinstance(reply, NodeStream):
                 if left:
                     reply.close()  # callers that joined ask on their own (below)
@@ -105,6 +125,10 @@ class Reads:
             return Relay(reply, gid, call.id, self.buffer_limit)
         if shown is not None:
             return cached_answer(orjson.dumps(call.id), shown), False
+        if method == GETLOGS and refusal_text(reply) is not None:
+            split = await self.logs.single(call, refused=True)
+            if split is not None:
+                return split
         return rpc.restore_single(reply, gid, call.id)
 
     async def _keep(

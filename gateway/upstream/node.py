@@ -5,12 +5,19 @@ answered (``healthy``) and its ``eth_chainId`` matched the network's
 (``verified``). Both start False, so a node that has not answered its first
 check gets nothing (SPEC §7). ``down_until`` takes it out for a cooldown
 after repeated failures (``usable``). Logs, metrics and ``repr`` name a node
-``<network>-<index>`` or by ``display``, its URL with secrets masked
-(``config.redact``), never by its URL.
+by its configured ``name`` (``<network>-<index>`` unless the node table gives
+one) or by ``display``, its URL with secrets masked (``config.redact``),
+never by its URL.
+
+What the node table says of it (``config.NodeConfig``) rides along: how much
+state it keeps (``archive``, ``state_blocks``), the ``eth_getLogs`` range it
+takes (``max_logs_range``, lowered by ``logs_limit`` when it refuses a
+range in its own words: ``gateway.rpc.logsplit``) and its method ``groups``.
 """
 
 from __future__ import annotations
 
+from gateway.config import NodeConfig
 from gateway.config.redact import redact_url
 from gateway.ops.metrics import NodeMetrics
 from gateway.upstream.transport import Transport
@@ -20,18 +27,22 @@ class Node:
     """One upstream node: where it is, how to reach it, what its probes said."""
 
     __slots__ = (
+        "archive",
         "chain_id",
         "consecutive_failures",
         "display",
         "down_until",
+        "groups",
         "head",
         "healthy",
         "in_flight",
         "lagging",
         "last_error",
+        "logs_limit",
         "metrics",
         "name",
         "newheads",
+        "state_blocks",
         "transport",
         "url",
         "verified",
@@ -39,8 +50,20 @@ class Node:
     )
 
     def __init__(
-        self, url: str, name: str, metrics: NodeMetrics | None = None, ws_url: str = ""
+        self,
+        url: str,
+        name: str,
+        metrics: NodeMetrics | None = None,
+        ws_url: str = "",
+        spec: NodeConfig | None = None,
     ) -> None:
+        spec = spec if spec is not None else NodeConfig(url, name)
+        self.archive = spec.archive
+        self.state_blocks = spec.state_blocks
+        self.groups = frozenset(spec.groups)
+        # The widest eth_getLogs range it takes (0 = none known): declared, then
+        # lowered by what its refusals taught (gateway/rpc/logsplit.py).
+        self.logs_limit = spec.max_logs_range
         self.url = url
         self.ws_url = ws_url  # its newHeads source ("" = polling only)
         self.name = name

@@ -53,6 +53,7 @@ from gateway.intel.hedge import Launch, run_hedged, timed
 from gateway.intel.network import NetworkIntel
 from gateway.ops.metrics import Metrics
 from gateway.redis.failurelog import RateLimitedLog
+from gateway.upstream.eligible import ANY, Eligibility, Route
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.health import Health
 from gateway.upstream.newheads import HeadFeeds, HeadFollower, ws_urls
@@ -99,12 +100,13 @@ class NodePool:
         self.session: aiohttp.ClientSession | None = None
         self.nodes = [
             Node(
-                url,
-                f"{network.name}-{i}",
-                metrics.node(network.name, f"{network.name}-{i}") if metrics else None,
+                spec.url,
+                spec.name,  # the node table's name: logs, metrics, X-Gateway-Node
+                metrics.node(network.name, spec.name) if metrics else None,
                 ws_url=ws_url if cfg.ws_heads else "",
+                spec=spec,
             )
-            for i, (url, ws_url) in enumerate(zip(network.upstreams, ws_urls(network), strict=True))
+            for spec, ws_url in zip(network.node_table(), ws_urls(network), strict=True)
         ]
         self._next = 0
         whole = config if config is not None else Config(upstream=cfg)
@@ -113,6 +115,8 @@ class NodePool:
             whole, network.name, [n.name for n in self.nodes], redis=redis, clock=clock
         )
         self.intel_metrics = metrics.intel(network.name) if metrics else None
+        # History and method groups narrow the pick (gateway/upstream/eligible.py).
+        self.eligibility = Eligibility(network, self.intel.heads)
         # One rate limiter for every failure line of this network's nodes.
         self.lines = RateLimitedLog(cfg.failure_log_interval_s)
         self.health = Health(network, cfg, self.nodes, self.intel, self.intel_metrics, self.lines)
@@ -202,8 +206,16 @@ class NodePool:
             self.session = None
 
     # -- routing -------------------------------------------------------------
-    def pick(self, exclude: tuple[Node, ...] | list[Node] = (), min_block: int = -1) -> Node | None:
+    def pick(
+        self,
+        exclude: tuple[Node, ...] | list[Node] = (),
+        min_block: int = -1,
+        route: Route = ANY,
+    ) -> Node | None:
         """The best node not in ``exclude``: tier, then fewest in flight, round robin.
+
+        ``route``: only nodes it allows (the state a call reads, its method's
+        group: ``upstream.eligible``).
 
         ``min_block >= 0``: the call names that block, so nodes whose last
         reported head is below it are skipped while any node is known to have
@@ -222,12 +234,16 @@ class NodePool:
         now = self.clock()
         best: Node | None = None
         best_rank = 0
+        narrowed = route is not ANY
+        head = self.intel.heads.head.number
         for i in range(n):
             node = nodes[(start + i) % n]
             if exclude and node in exclude:
                 continue
             if not (node.healthy and node.verified):
                 continue  # out of service: never a client call
+            if narrowed and not route.allows(node, head):
+                continue
             if now >= node.down_until:
                 rank = node.in_flight + (1 << 20 if node.lagging else 0)
             else:
@@ -267,10 +283,16 @@ class NodePool:
         stream_over: int | None = None,
         hedge: bool = False,
         min_block: int = -1,
+        route: Route = ANY,
     ) -> bytes | NodeStream:
         """POST ``body`` to a node and return its answer (any 2xx); see ``forward_from``."""
         payload, _ = await self.forward_from(
-            body, idempotent=idempotent, stream_over=stream_over, hedge=hedge, min_block=min_block
+            body,
+            idempotent=idempotent,
+            stream_over=stream_over,
+            hedge=hedge,
+            min_block=min_block,
+            route=route,
         )
         return payload
 
@@ -282,6 +304,7 @@ class NodePool:
         stream_over: int | None = None,
         hedge: bool = False,
         min_block: int = -1,
+        route: Route = ANY,
     ) -> tuple[bytes | NodeStream, Node]:
         """POST ``body`` to a node: its answer (any 2xx) and the node that gave it.
 
@@ -289,7 +312,9 @@ class NodePool:
         longer 2xx answer comes as a ``NodeStream`` the caller must read to
         the end or close. ``hedge``: the body is an allowlisted read, so a
         slow node gets a second node asked after its hedge delay.
-        ``min_block``: the highest block the call names (routing). Raises
+        ``min_block``: the highest block the call names (routing). ``route``:
+        the nodes that may take it, and its own deadline (``timeout_s``, one
+        attempt may use all of it). Raises
         ``UpstreamError`` once the attempts, the deadline or the budget run
         out (see the module docstring), or for an answer over
         ``max_response_bytes``.
@@ -300,7 +325,9 @@ class NodePool:
             raise UpstreamError(
                 f"{self.network.name}: no upstream node in service", sent=False, node_fault=False
             )
-        deadline = self.clock() + self.total_timeout_s
+        own = route.timeout_s
+        deadline = self.clock() + (own or self.total_timeout_s)
+        attempt_s = own or self.attempt_timeout_s
         tried: list[Node] = []
         flying: list[Node] = []  # nodes with an attempt of this call in flight
         failed_last: list[Node] = []  # the node whose attempt failed last (at most one)
@@ -308,12 +335,12 @@ class NodePool:
         latency = intel.latency
 
         def factory(n: int) -> Launch[tuple[bytes | NodeStream, Node]] | None:
-            node = self.pick(tried, min_block)
+            node = self.pick(tried, min_block, route)
             if node is None and n:
                 # Every node was tried (a hedge took the other one): a retry may
                 # ask again a node whose attempt has ended, but not the one that
                 # failed last (so a one-node pool is still never asked twice).
-                node = self.pick((*flying, *failed_last), min_block)
+                node = self.pick((*flying, *failed_last), min_block, route)
             if node is None:
                 return None
             if n and tried[-1].metrics is not None:
@@ -325,7 +352,7 @@ class NodePool:
             # The attempt's coroutine is made only once its task runs: a task
             # cancelled before its first step (a hedge that lost at once, the
             # deadline) leaves no coroutine that was never awaited.
-            one = self._attempt_on(node, body, deadline, stream_over)
+            one = self._attempt_on(node, body, deadline, stream_over, attempt_s)
             flying.append(node)
             try:
                 return await timed(latency, node.name, one, self.clock)
@@ -356,7 +383,12 @@ class NodePool:
             raise UpstreamError(f"{self.network.name}: deadline reached", timeout=True) from None
 
     async def _attempt_on(
-        self, node: Node, body: bytes, deadline: float, stream_over: int | None
+        self,
+        node: Node,
+        body: bytes,
+        deadline: float,
+        stream_over: int | None,
+        attempt_s: float,
     ) -> tuple[bytes | NodeStream, Node]:
         """One attempt on ``node``, capped at the attempt timeout and what is left of the deadline.
 
@@ -373,7 +405,7 @@ class NodePool:
         node.in_flight += 1
         try:
             payload = await transport.post(
-                body, min(remaining, self.attempt_timeout_s), self.max_response_bytes, stream_over
+                body, min(remaining, attempt_s), self.max_response_bytes, stream_over
             )
         except UpstreamError as exc:
             if metrics is not None:

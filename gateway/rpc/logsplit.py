@@ -1,0 +1,252 @@
+"""``eth_getLogs`` over any range the plan allows: split into chunks nodes take, merged in order.
+
+Nodes refuse wide log queries in their own words (geth and BSC: "exceed
+maximum block range: 5000"; others "block range too large", "query
+returned more than 10000 results", "Log response size exceeded"). Each
+node's range limit is its ``max_logs_range`` from the node table, lowered
+for the life of the process by what its refusals teach (the number in the
+refusal when it gives one, else half the refused range). A call whose range
+is wider than the smallest limit of the nodes in service, or that a node
+just refused, is split here:
+
+- chunks of that size, each fetched through the pool like any read
+  (routed to a node that has its blocks, hedged, coalesced with identical
+  chunks in flight) at most ``upstream.logs_split_concurrency`` at a time;
+- a chunk a node refuses is halved again (down to one block, whose refusal
+  is then the answer: nothing narrower can be asked);
+- each chunk's answer is cached on its own (a final chunk for good), so the
+  next wide call over the same old blocks costs no node call;
+- the chunks' logs are merged in block order into one answer, equal to what
+  a node without a limit answers; a node's other error is answered as is.
+
+The whole call has one deadline (``limits.upstream_timeout_s``) and was
+admitted (charged) once, before any chunk. The merged answer is held whole,
+so it is bounded by ``limits.max_buffered_answer_bytes`` (502 above it).
+Filter polls read through ``Reads.single`` and so split the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
+
+import orjson
+
+from gateway.intel.cache import answer, call_key, result_bytes
+from gateway.intel.methods import block_ref, param
+from gateway.intel.policy import classify
+from gateway.rpc import protocol as rpc
+from gateway.upstream.pool import Node, NodePool, UpstreamError
+
+METHOD: Final = "eth_getLogs"
+# A node's words for "this range (or its result) is too big for me".
+_REFUSAL: Final = re.compile(
+    r"exceeds? (?:the )?max(?:imum)? block range|block range (?:is )?too (?:large|wide|big)"
+    r"|range (?:is )?too (?:large|wide)|more than \d+ results|too many (?:blocks|logs|results)"
+    r"|response size (?:exceeded|too large)|max(?:imum)? results",
+    re.I,
+)
+# The limit a refusal names: "exceed maximum block range: 5000", "max block range 1000".
+_LIMIT: Final = re.compile(r"block range[^0-9]{0,24}(\d{1,9})", re.I)
+
+
+def refusal_text(reply: bytes) -> str | None:
+    """The error message of a node's answer refusing a log range as too wide, else None."""
+    if len(reply) > 8192 or b'"error"' not in reply:
+        return None
+    try:
+        obj = orjson.loads(reply)
+    except orjson.JSONDecodeError:
+        return None
+    error = obj.get("error") if type(obj) is dict else None
+    if type(error) is not dict:
+        return None
+    text = " ".join(str(error.get(k, "")) for k in ("message", "data"))
+    return text if _REFUSAL.search(text) else None
+
+
+def learn(node: Node, span: int, text: str) -> None:
+    """Lower ``node``'s range limit after it refused ``span`` blocks with ``text``."""
+    named = _LIMIT.search(text)
+    limit = int(named.group(1)) if named else 0
+    if not 0 < limit < span:
+        limit = max(1, span // 2)
+    if node.logs_limit <= 0 or limit < node.logs_limit:
+        node.logs_limit = limit
+
+
+class _Answered(Exception):
+    """A chunk's node answered with an error that is not a range refusal: the call's answer."""
+
+    def __init__(self, reply: bytes, gid: int) -> None:
+        super().__init__("node error")
+        self.reply = reply
+        self.gid = gid
+
+
+class LogSplitter:
+    """One network's log splitting; bound to its pool like ``Reads``."""
+
+    def __init__(
+        self,
+        pool: NodePool,
+        next_gids: Callable[[int], int],
+        *,
+        concurrency: int,
+        timeout_s: float,
+        max_bytes: int,
+    ) -> None:
+        self.pool = pool
+        self.next_gids = next_gids
+        self.concurrency = max(1, concurrency)
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self.chunks = 0  # node chunk calls made (tests and bench read it)
+
+    def limit(self) -> int:
+        """The smallest range limit of the nodes in service (0: none known)."""
+        limits = [n.logs_limit for n in self.pool.nodes if n.logs_limit > 0 and n.in_service()]
+        return min(limits) if limits else 0
+
+    def saw(self, node: Node, params: Any, reply: bytes) -> None:
+        """An unsplit call's answer: learn from a range refusal (``Reads.single``)."""
+        text = refusal_text(reply)
+        span = self._span(params)
+        if text is not None and span is not None:
+            learn(node, span[1] - span[0] + 1, text)
+
+    def _span(self, params: Any) -> tuple[int, int] | None:
+        spec = param(params, 0)
+        if type(spec) is not dict or "blockHash" in spec:
+            return None
+        heads = self.pool.intel.heads
+        ends: list[int] = []
+        for name in ("fromBlock", "toBlock"):
+            ref = block_ref(spec.get(name, "latest"))
+            number = heads.resolve("latest" if ref == "pending" else ref)
+            if number is None:
+                return None
+            ends.append(number)
+        return (ends[0], ends[1]) if ends[0] <= ends[1] else None
+
+    async def single(self, call: rpc.Call, *, refused: bool = False) -> tuple[bytes, bool] | None:
+        """The call answered by chunks (answer, is an error), or None: send it whole.
+
+        ``refused``: a node just refused it whole, so it is split even when
+        no limit is known (in halves).
+        """
+        span = self._span(call.params)
+        if span is None:
+            return None
+        low, high = span
+        size = high - low + 1
+        limit = self.limit()
+        if limit <= 0 or limit >= size:
+            if not refused or size == 1:
+                return None
+            limit = -(-size // 2)
+        spec = dict(param(call.params, 0))
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                parts = await self._fetch(spec, low, high, limit)
+        except TimeoutError:
+            raise UpstreamError(
+                f"{self.pool.network.name}: deadline reached", timeout=True
+            ) from None
+        except _Answered as done:
+            return rpc.restore_single(done.reply, done.gid, call.id)
+        merged = _merge(parts)
+        if len(merged) > self.max_bytes:
+            raise UpstreamError(
+                "eth_getLogs answer over limits.max_buffered_answer_bytes", too_large=True
+            )
+        return answer(orjson.dumps(call.id), merged), False
+
+    async def _fetch(self, spec: dict[str, Any], low: int, high: int, size: int) -> list[bytes]:
+        gate = asyncio.Semaphore(self.concurrency)
+        bounds = [(lo, min(high, lo + size - 1)) for lo in range(low, high + 1, size)]
+        return await _gather([self._chunk(spec, lo, hi, gate) for lo, hi in bounds])
+
+    async def _chunk(
+        self, spec: dict[str, Any], low: int, high: int, gate: asyncio.Semaphore
+    ) -> list[bytes]:
+        """One chunk's result bytes (a JSON list), from the cache or a node; halved if refused."""
+        params = [{**spec, "fromBlock": hex(low), "toBlock": hex(high)}]
+        intel = self.pool.intel
+        head = intel.heads.head
+        policy = classify(METHOD, params, head)
+        key = call_key(METHOD, params)
+        cache = intel.cache
+        if cache is not None:
+            hit = cache.get(METHOD, key, policy, head)
+            if hit is not None:
+                return [hit]
+        async with gate:
+            reply, gid, node = await self._ask(params, key, high, head.tag)
+        result = result_bytes(reply)
+        if result is None:
+            text = refusal_text(reply)
+            if text is None or high == low:
+                raise _Answered(reply, gid)
+            learn(node, high - low + 1, text)
+            mid = (low + high) // 2
+            return await _gather(
+                [self._chunk(spec, low, mid, gate), self._chunk(spec, mid + 1, high, gate)]
+            )
+        if cache is not None:
+            cache.put(key, policy, head, result, node_head=intel.heads.node_head(node.name))
+        self._note_blocks(result)
+        return [result]
+
+    async def _ask(
+        self, params: list[Any], key: bytes, high: int, tag: Any
+    ) -> tuple[bytes, int, Node]:
+        """One chunk from a node, shared with an identical chunk already in flight."""
+
+        async def flight() -> tuple[bytes, int, Node]:
+            gid = self.next_gids(1)
+            self.chunks += 1
+            body = rpc.encode_call(rpc.Call(method=METHOD, params=params, id=0, has_id=True), gid)
+            reply, node = await self.pool.forward_from(body, hedge=True, min_block=high)
+            assert isinstance(reply, bytes)  # no stream_over: always whole
+            return reply, gid, node
+
+        coalescer = self.pool.intel.coalescer
+        if coalescer is None:
+            return await flight()
+        shared: tuple[bytes, int, Node] = await coalescer.run((b"split", key, tag), flight)
+        return shared
+
+    def _note_blocks(self, result: bytes) -> None:
+        """Block hashes of the logs served: EIP-1898 reads by hash are placed by number."""
+        if len(result) <= 2:
+            return
+        eligibility = self.pool.eligibility
+        last = None
+        for log in orjson.loads(result):
+            if type(log) is dict and log.get("blockHash") != last:
+                last = log.get("blockHash")
+                number = log.get("blockNumber")
+                if type(number) is str and number.startswith("0x"):
+                    eligibility.saw_block(last, int(number, 16))
+
+
+async def _gather(chunks: list[Coroutine[Any, Any, list[bytes]]]) -> list[bytes]:
+    """Every chunk's parts in order; the first failure cancels the rest and is raised as is."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(chunk) for chunk in chunks]
+    except BaseExceptionGroup as failed:
+        first: BaseException = failed
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+    return [part for task in tasks for part in task.result()]
+
+
+def _merge(parts: list[bytes]) -> bytes:
+    """JSON lists (each a chunk's logs, in block order) as one list, without re-encoding."""
+    inner = [p.strip()[1:-1].strip() for p in parts]
+    return b"[" + b",".join(i for i in inner if i) + b"]"
