@@ -22,6 +22,8 @@ from gateway.config.load import (
     ws_url_for,
 )
 from gateway.config.methodset import MethodSet
+from gateway.config.nodes import node_table
+from gateway.config.nodeshape import MethodRoute, NodeConfig
 from gateway.config.schema import (
     AdmissionConfig,
     CacheConfig,
@@ -32,9 +34,7 @@ from gateway.config.schema import (
     InsightConfig,
     LimitsConfig,
     LogConfig,
-    MethodRoute,
     NetworkConfig,
-    NodeConfig,
     PlanConfig,
     RedisConfig,
     ServerConfig,
@@ -70,6 +70,7 @@ __all__ = [
     "data_dir",
     "listen_address",
     "load_config",
+    "node_table",
     "read_toml",
     "ws_url_for",
 ]

@@ -12,12 +12,14 @@ names its config path (``networks.bsc.upstreams[1].state_blocks``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from gateway.config.schema import ConfigError, MethodRoute, NodeConfig
+from gateway.config.nodeshape import MethodRoute, NodeConfig
+from gateway.config.schema import ConfigError, NetworkConfig
 
 _NODE_KEYS: Final = ("url", "name", "ws_url", "archive", "state_blocks", "max_logs_range", "groups")
 _ROUTE_KEYS: Final = ("weight", "group", "timeout_s")
@@ -156,3 +158,33 @@ def read_routes(extra: Any, path: str, nodes: tuple[NodeConfig, ...]) -> dict[st
             )
         routes[method] = MethodRoute(group=group, timeout_s=float(timeout))
     return routes
+
+
+def node_table(network: NetworkConfig) -> tuple[NodeConfig, ...]:
+    """The network's nodes; plain ones for ``upstreams`` replaced or built without a table.
+
+    (The demo puts its own node in ``upstreams``; tests build ``NetworkConfig``
+    from URLs.) Such a node is named ``<network>-<index>`` with the defaults.
+    """
+    nodes = network.nodes
+    if tuple(n.url for n in nodes) == network.upstreams:
+        return nodes
+    return tuple(NodeConfig(u, f"{network.name}-{i}") for i, u in enumerate(network.upstreams))
+
+
+def network_raw(network: NetworkConfig, raw: dict[str, Any]) -> None:
+    """Put the node table and method routes of ``raw`` (a loaded network) back in TOML shape.
+
+    Worker processes load the parent's config again from its TOML shape
+    (``server.workers.config_to_raw``): nodes as tables, routes as
+    ``extra_methods`` tables (the methods themselves are in ``methods``).
+    """
+    raw.pop("nodes", None)
+    raw.pop("routes", None)
+    raw["upstreams"] = [
+        {**dataclasses.asdict(node), "groups": list(node.groups)} for node in node_table(network)
+    ]
+    raw["extra_methods"] = {
+        method: {"group": route.group, "timeout_s": route.timeout_s}
+        for method, route in network.routes.items()
+    }

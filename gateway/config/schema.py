@@ -2,7 +2,9 @@
 
 Nothing is mutable after loading: the app gets one ``Config`` and passes pieces
 down. Field defaults are the shipped defaults; load.py type-checks every TOML
-value against these annotations. ``[ws]`` and ``[filters]``: listening.py.
+value against these annotations. ``[ws]`` and ``[filters]``: listening.py; the
+node table's entries: nodeshape.py. It stays whole because load.py takes its
+sections from ``Config``'s fields: one file is the whole list of settings.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.config.listening import FiltersConfig, WsConfig
+from gateway.config.nodeshape import MethodRoute, NodeConfig
 
 
 class ConfigError(ValueError):
@@ -92,34 +95,6 @@ class RedisConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeConfig:
-    """One ``upstreams`` entry: a URL, or a table describing the node (config/nodes.py).
-
-    ``name`` is what logs, metrics and the ``X-Gateway-Node`` header show
-    (never the URL); ``state_blocks``: how many recent blocks' state the
-    node keeps (geth's default 128), ignored when ``archive``;
-    ``max_logs_range``: the widest ``eth_getLogs`` range it takes (0 = no
-    known limit); ``groups``: the method groups it serves (``extra_methods``).
-    """
-
-    url: str
-    name: str
-    ws_url: str = ""
-    archive: bool = False
-    state_blocks: int = 128
-    max_logs_range: int = 0
-    groups: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class MethodRoute:
-    """Where an operator-offered method goes: nodes of ``group`` ("" = any), its own timeout."""
-
-    group: str = ""
-    timeout_s: float = 0.0  # 0 = limits.upstream_timeout_s
-
-
-@dataclass(frozen=True, slots=True)
 class NetworkConfig:
     name: str
     prefix: str
@@ -129,20 +104,8 @@ class NetworkConfig:
     # Nodes' WebSocket URLs for subscriptions; default: each HTTP upstream
     # with the ws/wss scheme (SPEC §9).
     ws_upstreams: tuple[str, ...] = ()
-    # The upstreams as described (same order as ``upstreams``); empty: plain
-    # URLs named <network>-<index> with the defaults (tests build configs so).
-    nodes: tuple[NodeConfig, ...] = ()
-    # extra_methods entries with a group or a timeout, by name or "prefix*".
-    routes: Mapping[str, MethodRoute] = field(default_factory=dict)
-
-    def node_table(self) -> tuple[NodeConfig, ...]:
-        """``nodes``, or plain entries for ``upstreams`` when they were replaced or not given."""
-        nodes = self.nodes
-        if len(nodes) == len(self.upstreams) and all(
-            n.url == u for n, u in zip(nodes, self.upstreams, strict=True)
-        ):
-            return nodes
-        return tuple(NodeConfig(u, f"{self.name}-{i}") for i, u in enumerate(self.upstreams))
+    nodes: tuple[NodeConfig, ...] = ()  # the node table (config/nodes.py node_table)
+    routes: Mapping[str, MethodRoute] = field(default_factory=dict)  # extra_methods tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +159,7 @@ class UpstreamConfig:
     ws_reconnect_max_s: float = 30.0  # doubled per failure in a row up to this
     # Upstream failure lines: at most one per node and kind per this many seconds.
     failure_log_interval_s: float = 30.0
-    # An eth_getLogs split into chunks (gateway/rpc/logsplit.py) has at most this
-    # many of them at a node at once.
-    logs_split_concurrency: int = 4
+    logs_split_concurrency: int = 4  # chunks of one split eth_getLogs at nodes at once
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ from typing import Any
 import orjson
 
 from gateway.config import Config, MethodSet
+from gateway.config.nodes import network_raw
 from gateway.ops.metrics import MULTIPROC_ENV, multiprocess_dir
 from gateway.ops.metricsport import SupervisorMetricsListener
 from gateway.server.protocol import ListenError, bind_listener
@@ -118,6 +119,8 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
         )
     }
     raw["networks"] = {n.name: table(n, ("name",)) for n in cfg.networks}
+    for net in cfg.networks:  # nodes and routes as the TOML tables they came from
+        network_raw(net, raw["networks"][net.name])
     # A plan's weights hold its "prefix*" patterns too; weight_patterns is derived.
     raw["plans"] = {p.name: table(p, ("name", "weight_patterns")) for p in cfg.plans}
     raw["default_plan"] = cfg.default_plan

@@ -47,7 +47,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.config import Config, NetworkConfig, UpstreamConfig
+from gateway.config import Config, NetworkConfig, UpstreamConfig, node_table
 from gateway.intel.head import HeadReport
 from gateway.intel.hedge import Launch, run_hedged, timed
 from gateway.intel.network import NetworkIntel
@@ -106,7 +106,7 @@ class NodePool:
                 ws_url=ws_url if cfg.ws_heads else "",
                 spec=spec,
             )
-            for spec, ws_url in zip(network.node_table(), ws_urls(network), strict=True)
+            for spec, ws_url in zip(node_table(network), ws_urls(network), strict=True)
         ]
         self._next = 0
         whole = config if config is not None else Config(upstream=cfg)
