@@ -65,13 +65,18 @@ DEFAULT_METHODS: tuple[str, ...] = (
     "web3_sha3",
 )
 
-# BSC's finality API (BSC docs, "Finality API"), in the default list of a
-# network whose chain is BSC (mainnet 56, testnet 97).
+# BSC's finality API (BSC docs, "Finality API") and BSC's own reads (BSC docs,
+# "BSC API list"), in the default list of a network whose chain is BSC
+# (mainnet 56, testnet 97).
 BSC_CHAIN_IDS: frozenset[int] = frozenset({56, 97})
 BSC_METHODS: tuple[str, ...] = (
     "eth_getFinalizedBlock",
     "eth_getFinalizedHeader",
     "eth_newFinalizedHeaderFilter",
+    "eth_getBlobSidecars",
+    "eth_getBlobSidecarByTxHash",
+    "eth_getTransactionsByBlockNumber",
+    "eth_getTransactionDataAndReceipt",
 )
 
 # Prefixes that are never offered, whatever the config says (SPEC §3):
@@ -139,6 +144,7 @@ DEFAULT_WEIGHTS: dict[str, int] = {
     "eth_getFilterChanges": 50,
     "eth_getFilterLogs": 50,
     "eth_getLogs": 50,
+    "eth_getTransactionDataAndReceipt": 2,  # BSC's: a transaction and its receipt
     "eth_newBlockFilter": 10,
     "eth_newFilter": 10,
     "eth_newFinalizedHeaderFilter": 10,

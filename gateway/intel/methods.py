@@ -37,6 +37,9 @@ BLOCK_BY_NUMBER: Final = frozenset(
         "eth_getTransactionByBlockNumberAndIndex",
         "eth_getUncleByBlockNumberAndIndex",
         "eth_getUncleCountByBlockNumber",
+        # BSC's own reads of one block (a number, a tag, or for sidecars a hash)
+        "eth_getBlobSidecars",
+        "eth_getTransactionsByBlockNumber",
     }
 )
 
@@ -52,6 +55,9 @@ BY_HASH: Final = frozenset(
         "eth_getTransactionByBlockHashAndIndex",
         "eth_getUncleByBlockHashAndIndex",
         "eth_getUncleCountByBlockHash",
+        # BSC's own reads of one transaction
+        "eth_getBlobSidecarByTxHash",
+        "eth_getTransactionDataAndReceipt",
     }
 )
 

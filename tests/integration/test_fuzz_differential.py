@@ -187,6 +187,11 @@ PARAMS: dict[str, st.SearchStrategy[Any]] = {
     # BSC's finality API: (verified validators, full transactions?)
     "eth_getFinalizedHeader": st.tuples(st.integers(-1, 30)),
     "eth_getFinalizedBlock": st.tuples(st.integers(-1, 30), st.booleans()),
+    # BSC's own reads (Hardhat refuses them: both paths must agree on that)
+    "eth_getBlobSidecars": st.tuples(tags | hashes),
+    "eth_getBlobSidecarByTxHash": st.tuples(hashes),
+    "eth_getTransactionsByBlockNumber": st.tuples(tags),
+    "eth_getTransactionDataAndReceipt": st.tuples(hashes),
 }
 
 
@@ -217,8 +222,9 @@ def diff_config(make_config: MakeConfig, hardhat: str) -> Config:  # noqa: F811
         {
             "server": {"metrics_listen": ""},
             "plans": {"free": {"rate": 1_000_000, "burst": 1_000_000}},
+            # Hardhat keeps every block's state: an archive node in the node table
+            "networks": {"bsc": {"upstreams": [{"url": hardhat, "archive": True}]}},
         },
-        upstreams={"bsc": [hardhat]},
     )
 
 

@@ -188,3 +188,25 @@ async def test_a_trace_reaches_only_its_group_under_its_own_timeout(
             answer, _h = await _post(f"{gw.url}/bsc/{api_key}", "debug_traceTransaction", [tx])
             assert answer["error"]["code"] == -32603
             assert plain.calls("debug_traceTransaction") == []
+
+
+async def test_bscs_own_reads_reach_the_node(
+    make_config: MakeConfig, api_key: str, chain_node: str
+) -> None:
+    """Forwarded, not refused by the gateway: the node's own answer comes back."""
+    async with NodeRelay(chain_node) as node:
+        cfg = _config(make_config, [{"url": node.url, "name": "bsc-node"}])
+        async with served(cfg) as gw:
+            await _in_service(gw, {"bsc-node"})
+            url = f"{gw.url}/bsc/{api_key}"
+            tx = "0x" + "ab" * 32
+            for method, params in (
+                ("eth_getBlobSidecars", ["latest"]),
+                ("eth_getBlobSidecarByTxHash", [tx]),
+                ("eth_getTransactionsByBlockNumber", ["0x1"]),
+                ("eth_getTransactionDataAndReceipt", [tx]),
+            ):
+                answer, _h = await _post(url, method, params)
+                direct = await _post(chain_node, method, params)
+                assert answer.get("error") == direct[0].get("error"), method
+                assert node.calls(method) == [params]

@@ -261,3 +261,17 @@ def test_the_node_table_reaches_worker_processes() -> None:
     again = config_from_dict(orjson.loads(orjson.dumps(config_to_raw(cfg))))
     assert again == cfg
     assert node_table(again.network("bsc"))[1].name == "tracer"
+
+
+def test_bscs_own_reads_are_offered_on_bsc_with_their_weights() -> None:
+    cfg = config_from_dict({})
+    own = (
+        "eth_getBlobSidecars",
+        "eth_getBlobSidecarByTxHash",
+        "eth_getTransactionsByBlockNumber",
+        "eth_getTransactionDataAndReceipt",
+    )
+    for method in own:
+        assert method in cfg.network("bsc").methods and method not in cfg.network("opbnb").methods
+    free = cfg.plan("free")
+    assert [free.cost(m) for m in own] == [1, 1, 1, 2]
