@@ -76,7 +76,7 @@ class AccessLogger(AbstractAccessLogger):
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         method = request.method
         self.logger.info(
-            "access remote=%s http=%s path=%s rpc=%s status=%s ms=%.2f key_id=%s",
+            "access remote=%s http=%s path=%s rpc=%s status=%s ms=%.2f key_id=%s cache=%s node=%s",
             escape(request.remote or "-"),
             method if method in _METHODS else "other",
             escape(redacted_path(request.path)),
@@ -84,6 +84,8 @@ class AccessLogger(AbstractAccessLogger):
             response.status,
             time * 1000,
             escape(request.get(KEY_ID, "-") or "-"),
+            escape(response.headers.get("X-Gateway-Cache", "-")),
+            escape(response.headers.get("X-Gateway-Node", "-")),
         )
 
     @property

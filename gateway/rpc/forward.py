@@ -94,6 +94,8 @@ async def forward_calls(
                 ((c.method, c.params) for c in forward), pipe.pool.nodes
             ),
         )
+        for call in forward:
+            call.served, call.node = "miss", node.name
         if not any(c.answered for c in calls):
             if isinstance(reply, NodeStream):
                 reply.close()

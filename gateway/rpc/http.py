@@ -22,6 +22,7 @@ from gateway.rpc.clientip import ClientIP
 from gateway.rpc.pipeline import Caller, Pipeline
 from gateway.rpc.relay import Relay, failure_kind
 from gateway.rpc.replies import Answer, error_answer
+from gateway.rpc.served import BY_GATEWAY, NODE_HEADER
 from gateway.typedefs import KEY_ID, RPC_METHOD
 from gateway.upstream.errors import UpstreamError
 
@@ -30,7 +31,9 @@ log = logging.getLogger("gateway.rpc")
 JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": "RateLimit, RateLimit-Policy, Retry-After",
+    "Access-Control-Expose-Headers": (
+        "RateLimit, RateLimit-Policy, Retry-After, X-Gateway-Cache, X-Gateway-Node"
+    ),
 }
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Origin": "*",
@@ -196,6 +199,8 @@ def _reply(answer: Answer, extra: dict[str, str] | None = None) -> web.Response:
     resp.headers.update(CORS_HEADERS)
     if extra:
         resp.headers.update(extra)
+    if NODE_HEADER not in resp.headers:  # answered before the pipeline (405, 413, ...)
+        resp.headers.update(BY_GATEWAY)
     return resp
 
 

@@ -80,10 +80,11 @@ def learn(node: Node, span: int, text: str) -> None:
 class _Answered(Exception):
     """A chunk's node answered with an error that is not a range refusal: the call's answer."""
 
-    def __init__(self, reply: bytes, gid: int) -> None:
+    def __init__(self, reply: bytes, gid: int, node: str) -> None:
         super().__init__("node error")
         self.reply = reply
         self.gid = gid
+        self.node = node
 
 
 class LogSplitter:
@@ -148,15 +149,19 @@ class LogSplitter:
                 return None
             limit = -(-size // 2)
         spec = dict(param(call.params, 0))
+        served: list[str] = []  # the node of each chunk a node answered
         try:
             async with asyncio.timeout(self.timeout_s):
-                parts = await self._fetch(spec, low, high, limit)
+                parts = await self._fetch(spec, low, high, limit, served)
         except TimeoutError:
             raise UpstreamError(
                 f"{self.pool.network.name}: deadline reached", timeout=True
             ) from None
         except _Answered as done:
+            call.served, call.node = "miss", done.node
             return rpc.restore_single(done.reply, done.gid, call.id)
+        names = list(dict.fromkeys(served))  # each node once, in order
+        call.served, call.node = ("miss", ",".join(names)) if names else ("hit", "cache")
         merged = _merge(parts)
         if len(merged) > self.max_bytes:
             raise UpstreamError(
@@ -164,13 +169,20 @@ class LogSplitter:
             )
         return answer(orjson.dumps(call.id), merged), False
 
-    async def _fetch(self, spec: dict[str, Any], low: int, high: int, size: int) -> list[bytes]:
+    async def _fetch(
+        self, spec: dict[str, Any], low: int, high: int, size: int, served: list[str]
+    ) -> list[bytes]:
         gate = asyncio.Semaphore(self.concurrency)
         bounds = [(lo, min(high, lo + size - 1)) for lo in range(low, high + 1, size)]
-        return await _gather([self._chunk(spec, lo, hi, gate) for lo, hi in bounds])
+        return await _gather([self._chunk(spec, lo, hi, gate, served) for lo, hi in bounds])
 
     async def _chunk(
-        self, spec: dict[str, Any], low: int, high: int, gate: asyncio.Semaphore
+        self,
+        spec: dict[str, Any],
+        low: int,
+        high: int,
+        gate: asyncio.Semaphore,
+        served: list[str],
     ) -> list[bytes]:
         """One chunk's result bytes (a JSON list), from the cache or a node; halved if refused."""
         params = [{**spec, "fromBlock": hex(low), "toBlock": hex(high)}]
@@ -185,15 +197,19 @@ class LogSplitter:
                 return [hit]
         async with gate:
             reply, gid, node = await self._ask(params, key, high, head.tag)
+        served.append(node.name)
         result = result_bytes(reply)
         if result is None:
             text = refusal_text(reply)
             if text is None or high == low:
-                raise _Answered(reply, gid)
+                raise _Answered(reply, gid, node.name)
             learn(node, high - low + 1, text)
             mid = (low + high) // 2
             return await _gather(
-                [self._chunk(spec, low, mid, gate), self._chunk(spec, mid + 1, high, gate)]
+                [
+                    self._chunk(spec, low, mid, gate, served),
+                    self._chunk(spec, mid + 1, high, gate, served),
+                ]
             )
         if cache is not None:
             cache.put(key, policy, head, result, node_head=intel.heads.node_head(node.name))

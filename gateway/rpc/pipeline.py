@@ -33,6 +33,7 @@ from gateway.rpc.ids import keep_raw_ids
 from gateway.rpc.local import TRANSPORTS, After, Caller, LocalMethods
 from gateway.rpc.locals import run_locals
 from gateway.rpc.reads import Reads
+from gateway.rpc.served import served_headers
 from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink, reply_code
 from gateway.upstream.pool import NodePool
@@ -147,6 +148,7 @@ class Pipeline:
             answer.key_id = admitted.key_id
             answer.known_key = bool(admitted.key_id)
         answer.method = method
+        answer.headers.update(served_headers(req))  # X-Gateway-Cache / X-Gateway-Node
         if method == "-" and req.calls:
             answer.not_offered = R.not_offered(req)
         return answer

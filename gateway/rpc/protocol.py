@@ -131,6 +131,10 @@ class Call:
     error: ErrorKind | None = None
     reason: Any = None  # error.data: a string, or an object (INVALID_PARAMS)
     local: bytes | None = None  # a whole answer the gateway has (a cache hit): not forwarded
+    # How it was answered, for X-Gateway-Cache / X-Gateway-Node (rpc/served.py):
+    # "hit", "miss" or "coalesced", and the node's name(s) ("" = by the gateway).
+    served: str = ""
+    node: str = ""
 
     @property
     def answered(self) -> bool:

@@ -33,7 +33,7 @@ from gateway.upstream.pool import Node, NodePool
 # What one node call for a read gives every caller that shared it: the node's
 # answer (bytes, or a stream only its owner may read), the gateway id it
 # carries, and the result to answer with instead (a clamped eth_blockNumber).
-_Flight = tuple[bytes | NodeStream, int, bytes | None]
+_Flight = tuple[bytes | NodeStream, int, bytes | None, str]
 Misses = dict[int, tuple[bytes, Policy]]
 
 
@@ -73,6 +73,7 @@ class Reads:
                 if hit is not None:
                     cache.put(key, policy, head, hit)
             if hit is not None:
+                call.served, call.node = "hit", "cache"
                 return cached_answer(orjson.dumps(call.id), hit), False
         if method == GETLOGS:
             split = await self.logs.single(call)
@@ -100,15 +101,16 @@ class Reads:
                 if left:
                     reply.close()  # callers that joined ask on their own (below)
                 stream = reply
-                return reply, gid, None
-            return reply, gid, await self._keep(method, key, policy, head, reply, node)
+                return reply, gid, None, node.name
+            shown = await self._keep(method, key, policy, head, reply, node)
+            return reply, gid, shown, node.name
 
         coalescer = intel.coalescer
         if coalescer is None:
-            reply, gid, shown = await flight()
+            reply, gid, shown, served_by = await flight()
         else:
             try:
-                reply, gid, shown = await coalescer.run((key, head.tag), flight)
+                reply, gid, shown, served_by = await coalescer.run((key, head.tag), flight)
             except asyncio.CancelledError:
                 # The flight may go on for callers that joined; a streamed answer
                 # it brings holds a node connection until read or closed.
@@ -120,7 +122,8 @@ class Reads:
             if isinstance(reply, NodeStream) and not owner:
                 # A streamed answer can be read once: its owner relays it,
                 # a caller that joined asks on its own.
-                reply, gid, shown = await flight()
+                reply, gid, shown, served_by = await flight()
+        call.served, call.node = ("miss" if owner else "coalesced"), served_by
         if isinstance(reply, NodeStream):
             return Relay(reply, gid, call.id, self.buffer_limit)
         if shown is not None:
@@ -186,6 +189,7 @@ class Reads:
             hit = cache.get(method, key, policy, head)
             if hit is not None:
                 call.local = cached_answer(orjson.dumps(call.id), hit)
+                call.served, call.node = "hit", "cache"
             else:
                 misses[id(call)] = (key, policy)
         return misses
