@@ -250,6 +250,9 @@ class StackOptions:
     probe_interval_s: float = 1.0
     metrics_port: int = 0  # 0: the gateway's default metrics listener
     node_block_time_s: float = 3.0  # the mock nodes' head advances this often
+    # Node-table fields of each bsc node, by index (name, archive, max_logs_range, ...):
+    # the node is then written as a table (docs/DEPLOYING.md "The node table").
+    bsc_node_fields: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -374,6 +377,7 @@ class Stack:
 
     def _write_config(self) -> Path:
         upstreams = {net: [n.url for n in nodes] for net, nodes in self.nodes.items()}
+        bsc = _node_list(upstreams.get("bsc", []), self.options.bsc_node_fields)
         port = self.options.metrics_port
         metrics = f'metrics_listen = "127.0.0.1:{port}"\n' if port else ""
         text = f"""# written by bench/stack.py
@@ -390,7 +394,7 @@ max_keys_per_account = 100000
 probe_interval_s = {self.options.probe_interval_s}
 
 [networks.bsc]
-upstreams = {json.dumps(upstreams.get("bsc", []))}
+upstreams = {bsc}
 
 [networks.opbnb]
 upstreams = {json.dumps(upstreams.get("opbnb", []))}
@@ -534,3 +538,24 @@ async def wait_http(
                         return
             await asyncio.sleep(0.1)
     raise RuntimeError(f"{proc.name} not ready at {url} within {timeout_s:.0f} s:\n{proc.tail()}")
+
+
+def _node_list(urls: list[str], fields: tuple[dict[str, Any], ...]) -> str:
+    """A TOML ``upstreams`` list: plain URLs, or inline tables with each node's fields."""
+    entries = []
+    for i, url in enumerate(urls):
+        table = {"url": url, **(fields[i] if i < len(fields) else {})}
+        if len(table) == 1:
+            entries.append(json.dumps(url))
+            continue
+        items = ", ".join(f"{k} = {_toml_value(v)}" for k, v in table.items())
+        entries.append("{ " + items + " }")
+    return "[" + ", ".join(entries) + "]"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)  # strings and numbers read the same in TOML

@@ -1,10 +1,17 @@
 """A realistic dapp read mix from many keys: what the cache and coalescing save.
 
-The mix (per 100 calls): head polling (``eth_blockNumber`` 25), ``eth_chainId``
+The mix (per 100 calls): head polling (``eth_blockNumber`` 20), ``eth_chainId``
 5, ``eth_call`` at latest over 32 (contract, holder) pairs 25, ``eth_getBalance``
 at latest over 50 addresses 15, the latest block 10, recent numbered blocks 10,
-small numbered ``eth_getLogs`` ranges 5, ``eth_gasPrice`` 5. Every key sends
-the same mix in its own shuffled order, as many browser tabs of one dapp do.
+small numbered ``eth_getLogs`` ranges 5, ``eth_gasPrice`` 5, old-state reads
+(``eth_getBalance`` some 1,000 blocks back) 3, and wide ``eth_getLogs`` ranges
+(5,000 blocks) 2. Every key sends the same mix in its own shuffled order, as
+many browser tabs of one dapp do.
+
+The two bsc nodes are written as a node table: ``archive`` (keeps every
+state) and ``full`` (128 blocks), both taking at most 2,000 blocks of logs,
+so old state goes to the archive node alone and each wide range is split
+into three chunks. The report gives node calls per client call by node.
 
 The gateway and the bare pass-through proxy (bench/baseline_proxy.py, no key
 check, no cache) get the same bodies in the same run, one after the other,
@@ -61,7 +68,7 @@ _ADDRESSES = ["0x" + f"{a:040x}" for a in range(1, 51)]
 def mix_calls(rng: random.Random) -> list[tuple[str, list[Any]]]:
     """One key's 100 calls in a shuffled order (method, params)."""
     calls: list[tuple[str, list[Any]]] = []
-    calls += [("eth_blockNumber", [])] * 25
+    calls += [("eth_blockNumber", [])] * 20
     calls += [("eth_chainId", [])] * 5
     for _ in range(25):
         data = "0x70a08231" + "00" * 12 + rng.choice(_HOLDERS)[2:]
@@ -73,6 +80,14 @@ def mix_calls(rng: random.Random) -> list[tuple[str, list[Any]]]:
         low = _START - 100 + rng.randrange(10) * 10
         calls.append(("eth_getLogs", [{"fromBlock": hex(low), "toBlock": hex(low + 9)}]))
     calls += [("eth_gasPrice", [])] * 5
+    # history: state the archive node alone keeps, and ranges split into node-sized chunks
+    for _ in range(3):
+        old = hex(_START - 1_000 - rng.randrange(50))
+        calls.append(("eth_getBalance", [rng.choice(_ADDRESSES), old]))
+    for _ in range(2):
+        low = _START - 6_000 - rng.randrange(4) * 1_000
+        wide = {"fromBlock": hex(low), "toBlock": hex(low + 4_999)}
+        calls.append(("eth_getLogs", [wide]))
     rng.shuffle(calls)
     return calls
 
@@ -216,6 +231,10 @@ async def _stack(args: argparse.Namespace, metrics_port: int) -> AsyncIterator[E
         keep_dir=args.keep_stack_dir,
         metrics_port=metrics_port,
         node_block_time_s=args.block_time,
+        bsc_node_fields=(
+            {"name": "archive", "archive": True, "max_logs_range": 2_000},
+            {"name": "full", "max_logs_range": 2_000},
+        ),
     )
     log("starting a local stack (redis, mock nodes, gateway, bare proxy)")
     async with Stack.start(opts) as stack:
@@ -296,6 +315,10 @@ async def mix(args: argparse.Namespace) -> dict[str, Any]:
         figures["node calls (upstream attempts)"] = f"{node_calls:,.0f}"
         most = args.max_node_calls
         figures["node calls per client call"] = f"{per_call:.3f} (target <= {most:g})"
+        for node in sorted({labels["node"] for n, labels, _ in after if "node" in labels}):
+            calls = grew("gateway_upstream_results_total", node=node)
+            share = calls / client_calls if client_calls else float("nan")
+            figures[f"node calls per client call, node {node}"] = f"{share:.3f}"
         latency_ms, jitter_ms = node_latency(args)
         figures["mock node latency"] = (
             f"{latency_ms:g} ms + uniform 0..{jitter_ms:g} ms"
