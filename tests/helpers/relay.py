@@ -56,6 +56,8 @@ class NodeRelay:
         self.delay = delay or {}
         self.seen: list[tuple[str, Any]] = []
         self.refused = 0
+        self.in_flight: dict[str, int] = {}  # calls of a method being answered now
+        self.most_in_flight: dict[str, int] = {}  # ... and the most at once
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
@@ -92,14 +94,19 @@ class NodeRelay:
     async def _one(self, call: dict[str, Any]) -> dict[str, Any]:
         method, params = call.get("method", ""), call.get("params", [])
         self.seen.append((method, params))
-        wait = self.delay.get(method, 0.0)
-        if wait:
-            await asyncio.sleep(wait)
-        refusal = await self._refusal(method, params)
-        if refusal is not None:
-            self.refused += 1
-            return {"jsonrpc": "2.0", "id": call.get("id"), "error": refusal}
-        return await self._ask(call)
+        now = self.in_flight[method] = self.in_flight.get(method, 0) + 1
+        self.most_in_flight[method] = max(now, self.most_in_flight.get(method, 0))
+        try:
+            wait = self.delay.get(method, 0.0)
+            if wait:
+                await asyncio.sleep(wait)
+            refusal = await self._refusal(method, params)
+            if refusal is not None:
+                self.refused += 1
+                return {"jsonrpc": "2.0", "id": call.get("id"), "error": refusal}
+            return await self._ask(call)
+        finally:
+            self.in_flight[method] -= 1
 
     async def _ask(self, call: dict[str, Any]) -> dict[str, Any]:
         assert self._session is not None

@@ -116,6 +116,8 @@ async def test_a_wide_range_equals_the_nodes_own_answer(
             assert through.get("error") is None, through
             assert through["result"] == direct  # complete and in order
             assert through["id"] == 7
+            served_by = set(through["_headers"]["X-Gateway-Node"].split(","))
+            assert served_by <= {"limited", "results", "cache"}, served_by
         # Every range each relay answered was within what it takes.
         for relay, limit in ((geth_words, 500), (results_words, 300)):
             spans = [_span(p[0], head) for p in relay.calls("eth_getLogs")]
@@ -127,6 +129,14 @@ async def test_a_wide_range_equals_the_nodes_own_answer(
         through = await _post(url, "eth_getLogs", [spec])
         assert through["result"] == await rpc(chain_node, "eth_getLogs", [spec])
         assert geth_words.refused + results_words.refused == before
+        # at most logs_split_concurrency (4) chunks of one call at the nodes at once
+        most = sum(r.most_in_flight["eth_getLogs"] for r in relays)
+        assert 1 < most <= 8  # two nodes, each at most the call's 4
+        # a filter's poll reads through the same split
+        flt = await _post(url, "eth_newFilter", [{"fromBlock": "0x1", "address": emitter}])
+        logs = await _post(url, "eth_getFilterLogs", [flt["result"]])
+        wanted_logs = {"fromBlock": "0x1", "toBlock": "latest", "address": emitter}
+        assert logs["result"] == await rpc(chain_node, "eth_getLogs", [wanted_logs])
 
 
 async def test_final_chunks_are_cached_on_their_own(
@@ -190,3 +200,26 @@ def _span(spec: dict[str, Any], head: int) -> int:
         return head if ref in ("latest", "pending") else 0 if ref == "earliest" else int(ref, 16)
 
     return number(spec.get("toBlock", "latest")) - number(spec.get("fromBlock", "latest")) + 1
+
+
+async def test_a_split_call_has_one_deadline(
+    make_config: MakeConfig, api_key: str, chain_node: str, emitter: str
+) -> None:
+    """30 chunks of 0.6 s each, 4 at a time, would take 4.5 s: the call's 1 s deadline ends it."""
+    import time
+
+    async with NodeRelay(chain_node, delay={"eth_getLogs": 0.6}) as slow:
+        cfg = _config(
+            make_config,
+            [{"url": slow.url, "name": "slow", "max_logs_range": 100}],
+            limits={"upstream_timeout_s": 1.0},
+            hedge={"enabled": False},
+        )
+        async with served(cfg) as gw:
+            spec = {"fromBlock": "0x1", "toBlock": hex(3_000), "address": emitter}
+            started = time.monotonic()
+            answer = await _post(f"{gw.url}/bsc/{api_key}", "eth_getLogs", [spec])
+            elapsed = time.monotonic() - started
+    assert answer["error"]["code"] == -32603, answer
+    assert elapsed < 3.5  # not the chunks' sum
+    assert len(slow.calls("eth_getLogs")) < 30
