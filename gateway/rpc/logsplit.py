@@ -104,7 +104,6 @@ class LogSplitter:
         self.concurrency = max(1, concurrency)
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
-        self.chunks = 0  # node chunk calls made (tests and bench read it)
 
     def limit(self) -> int:
         """The smallest range limit of the nodes in service (0: none known)."""
@@ -223,7 +222,6 @@ class LogSplitter:
 
         async def flight() -> tuple[bytes, int, Node]:
             gid = self.next_gids(1)
-            self.chunks += 1
             body = rpc.encode_call(rpc.Call(method=METHOD, params=params, id=0, has_id=True), gid)
             reply, node = await self.pool.forward_from(body, hedge=True, min_block=high)
             assert isinstance(reply, bytes)  # no stream_over: always whole
