@@ -45,11 +45,15 @@ METHOD: Final = "eth_getLogs"
 _REFUSAL: Final = re.compile(
     r"exceeds? (?:the )?max(?:imum)? block range|block range (?:is )?too (?:large|wide|big)"
     r"|range (?:is )?too (?:large|wide)|more than \d+ results|too many (?:blocks|logs|results)"
-    r"|response size (?:exceeded|too large)|max(?:imum)? results",
+    r"|response size (?:exceeded|too large)|max(?:imum)? results"
+    r"|limited to (?:a )?[\d,]+[ -](?:block )?range|block range greater than",
     re.I,
 )
-# The limit a refusal names: "exceed maximum block range: 5000", "max block range 1000".
-_LIMIT: Final = re.compile(r"block range[^0-9]{0,24}(\d{1,9})", re.I)
+# The limit a refusal names: "exceed maximum block range: 5000", "max block range 1000",
+# "limited to a 5 block range", "limited to a 10,000 range".
+_LIMIT: Final = re.compile(
+    r"block range[^0-9]{0,24}(\d[\d,]{0,12})|limited to (?:a )?(\d[\d,]{0,12})[ -]", re.I
+)
 
 
 def refusal_text(reply: bytes) -> str | None:
@@ -70,7 +74,7 @@ def refusal_text(reply: bytes) -> str | None:
 def learn(node: Node, span: int, text: str) -> None:
     """Lower ``node``'s range limit after it refused ``span`` blocks with ``text``."""
     named = _LIMIT.search(text)
-    limit = int(named.group(1)) if named else 0
+    limit = int((named.group(1) or named.group(2)).replace(",", "")) if named else 0
     if not 0 < limit < span:
         limit = max(1, span // 2)
     if node.logs_limit <= 0 or limit < node.logs_limit:

@@ -213,6 +213,8 @@ def test_history_and_groups_narrow_the_pick() -> None:
         ("exceed maximum block range: 5000", 8000, 5000),  # geth, BSC
         ("query exceeds max block range 1000", 4000, 1000),  # erigon
         ("block range too large", 4000, 2000),
+        ("eth_getLogs and eth_newFilter are limited to a 5 block range", 4000, 5),  # QuickNode
+        ("eth_getLogs is limited to a 10,000 range", 40000, 10000),
         ("query returned more than 10000 results", 3000, 1500),
         (
             "Log response size exceeded. You can make eth_getLogs requests "
