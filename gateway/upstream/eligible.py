@@ -9,9 +9,10 @@ and never replace it:
   block's state, which a full node keeps only for its last ``state_blocks``
   blocks (geth's 128) and an ``archive`` node for every block. Such a call
   goes only to nodes that hold the block. An EIP-1898 object naming a block
-  by hash is placed by number where the gateway knows the hash (the head it
-  follows, and the blocks of logs it has served); an unknown hash goes to an
-  archive node when one is in service (it holds whatever the hash names).
+  by hash is placed by number where the gateway knows the hash (the heads
+  it has followed while serving, and the blocks of logs it has served); an
+  unknown hash goes to an archive node when one is in service (it holds
+  whatever the hash names).
 - **Groups**: an ``extra_methods`` entry with a ``group`` reaches only the
   nodes whose ``groups`` hold it, under its own ``timeout_s``. Grouped
   nodes still serve every other call; a batch takes the strictest of its
@@ -87,6 +88,7 @@ class Eligibility:
                 self._exact[name] = route
         self._patterns = sorted(patterns, key=lambda p: -len(p[0]))
         self._hashes: OrderedDict[str, int] = OrderedDict()
+        self._last_head: str | None = None
 
     def method_route(self, method: str) -> MethodRoute | None:
         """The ``extra_methods`` table entry of ``method``: its exact name wins over a pattern."""
@@ -135,6 +137,10 @@ class Eligibility:
 
     def route(self, calls: Iterable[tuple[str, Any]], nodes: list[Node]) -> Route:
         """The route of the calls (method, params) one node will answer together."""
+        head = self.heads.head
+        if head.hash is not None and head.hash is not self._last_head:
+            self._last_head = head.hash  # each head's hash, as requests see it move
+            self.saw_block(head.hash, head.number)
         state_at = -1
         group = ""
         timeout = 0.0

@@ -277,3 +277,35 @@ def test_bscs_own_reads_are_offered_on_bsc_with_their_weights() -> None:
         assert method in cfg.network("bsc").methods and method not in cfg.network("opbnb").methods
     free = cfg.plan("free")
     assert [free.cost(m) for m in own] == [1, 1, 1, 2]
+
+
+def test_a_head_seen_while_serving_places_its_hash_later() -> None:
+    cfg = config_from_dict(_bsc(upstreams=["http://a.example"]))
+    pool = NodePool(cfg.network("bsc"), cfg.upstream, 1.0, 5.0, config=cfg)
+    el = pool.eligibility
+    pool.intel.heads.observe("bsc-0", HeadReport(500, "0x" + "01" * 32))
+    el.route([("eth_chainId", [])], pool.nodes)  # any request sees the head
+    pool.intel.heads.observe("bsc-0", HeadReport(501, "0x" + "02" * 32))
+    el.route([("eth_chainId", [])], pool.nodes)
+    params = ["0x" + "11" * 20, {"blockHash": "0x" + "01" * 32}]
+    assert el.state_block("eth_getBalance", params, pool.nodes) == 500
+
+
+def test_served_headers_of_requests_the_gateway_answered() -> None:
+    from gateway.rpc import protocol as rpc
+    from gateway.rpc.replies import ParsedRequest
+    from gateway.rpc.served import served_headers
+
+    def call(served: str = "", node: str = "") -> rpc.Call:
+        return rpc.Call(method="eth_call", id=1, has_id=True, served=served, node=node)
+
+    assert served_headers(ParsedRequest([], False)) == {
+        "X-Gateway-Cache": "miss",
+        "X-Gateway-Node": "gateway",
+    }
+    both = served_headers(ParsedRequest([call("hit", "cache"), call()], True))
+    assert both == {"X-Gateway-Cache": "hit", "X-Gateway-Node": "cache,gateway"}
+    split = served_headers(ParsedRequest([call("miss", "a,b")], False))
+    assert split == {"X-Gateway-Cache": "miss", "X-Gateway-Node": "a,b"}
+    mixed = served_headers(ParsedRequest([call("coalesced", "a"), call("miss", "b")], True))
+    assert mixed == {"X-Gateway-Cache": "mixed", "X-Gateway-Node": "a,b"}
