@@ -5,13 +5,15 @@ maximum block range: 5000"; others "block range too large", "query
 returned more than 10000 results", "Log response size exceeded"). Each
 node's range limit is its ``max_logs_range`` from the node table, lowered
 for the life of the process by what its refusals teach (the number in the
-refusal when it gives one, else half the refused range). A call whose range
-is wider than the smallest limit of the nodes in service, or that a node
-just refused, is split here:
+refusal when it gives one, else half the refused range; 0 = takes any
+range). A call goes whole to the nodes that take its range
+(``upstream.eligible``); one wider than every node in service takes, or
+that a node just refused, is split here:
 
-- chunks of that size, each fetched through the pool like any read
-  (routed to a node that has its blocks, hedged, coalesced with identical
-  chunks in flight) at most ``upstream.logs_split_concurrency`` at a time;
+- chunks of the widest range a node in service takes, each fetched through
+  the pool like any read (routed to a node that takes it and has its
+  blocks, hedged, coalesced with identical chunks in flight), at most
+  ``upstream.logs_split_concurrency`` at a time;
 - a chunk a node refuses is halved again (down to one block, whose refusal
   is then the answer: nothing narrower can be asked);
 - each chunk's answer is cached on its own (a final chunk for good), so the
@@ -110,9 +112,13 @@ class LogSplitter:
         self.max_bytes = max_bytes
 
     def limit(self) -> int:
-        """The smallest range limit of the nodes in service (0: none known)."""
-        limits = [n.logs_limit for n in self.pool.nodes if n.logs_limit > 0 and n.in_service()]
-        return min(limits) if limits else 0
+        """The widest range a node in service takes (0: one takes any range).
+
+        Each chunk goes to the nodes that take it (``Route.logs_span``), so a
+        node with a small limit never makes the others' chunks small.
+        """
+        limits = [n.logs_limit for n in self.pool.nodes if n.in_service()]
+        return 0 if not limits or min(limits) <= 0 else max(limits)
 
     def saw(self, node: Node, params: Any, reply: bytes) -> None:
         """An unsplit call's answer: learn from a range refusal (``Reads.single``)."""
@@ -227,7 +233,10 @@ class LogSplitter:
         async def flight() -> tuple[bytes, int, Node]:
             gid = self.next_gids(1)
             body = rpc.encode_call(rpc.Call(method=METHOD, params=params, id=0, has_id=True), gid)
-            reply, node = await self.pool.forward_from(body, hedge=True, min_block=high)
+            route = self.pool.eligibility.route(((METHOD, params),), self.pool.nodes)
+            reply, node = await self.pool.forward_from(
+                body, hedge=True, min_block=high, route=route
+            )
             assert isinstance(reply, bytes)  # no stream_over: always whole
             return reply, gid, node
 

@@ -13,6 +13,9 @@ and never replace it:
   it has followed while serving, and the blocks of logs it has served); an
   unknown hash goes to an archive node when one is in service (it holds
   whatever the hash names).
+- **Log ranges**: an ``eth_getLogs`` goes only to nodes that take its range
+  (``max_logs_range``, as lowered by refusals; 0 = any range);
+  ``gateway.rpc.logsplit`` splits a range wider than every node takes.
 - **Groups**: an ``extra_methods`` entry with a ``group`` reaches only the
   nodes whose ``groups`` hold it, under its own ``timeout_s``. Grouped
   nodes still serve every other call; a batch takes the strictest of its
@@ -32,6 +35,7 @@ from typing import Any, Final
 
 from gateway.config import MethodRoute, NetworkConfig
 from gateway.intel.head import HeadTracker
+from gateway.intel.logsguard import logs_range
 from gateway.intel.methods import block_ref, param
 from gateway.upstream.node import Node
 
@@ -56,9 +60,12 @@ class Route:
     state_at: int = -1  # the oldest block whose state a call reads (-1: none)
     group: str = ""  # only nodes in this group ("" = any)
     timeout_s: float = 0.0  # the request's own deadline (0 = the pool's)
+    logs_span: int = 0  # the widest eth_getLogs range it asks (0: none)
 
     def allows(self, node: Node, head: int) -> bool:
         if self.group and self.group not in node.groups:
+            return False
+        if self.logs_span and 0 < node.logs_limit < self.logs_span:
             return False
         return self.state_at < 0 or holds_state(node, self.state_at, head)
 
@@ -144,7 +151,11 @@ class Eligibility:
         state_at = -1
         group = ""
         timeout = 0.0
+        span = 0
         for method, params in calls:
+            if method == "eth_getLogs":
+                span = max(span, logs_range(params, self.heads) or 0)
+                continue
             block = self.state_block(method, params, nodes)
             if block >= 0 and (state_at < 0 or block < state_at):
                 state_at = block
@@ -152,9 +163,9 @@ class Eligibility:
             if entry is not None:
                 group = group or entry.group
                 timeout = max(timeout, entry.timeout_s)
-        if state_at < 0 and not group and not timeout:
+        if state_at < 0 and not group and not timeout and not span:
             return ANY
-        return Route(state_at, group, timeout)
+        return Route(state_at, group, timeout, span)
 
     def holder_in_service(self, block: int, nodes: list[Node]) -> bool:
         """Whether a node in service keeps the state of ``block``."""

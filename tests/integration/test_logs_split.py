@@ -118,11 +118,15 @@ async def test_a_wide_range_equals_the_nodes_own_answer(
             assert through["id"] == 7
             served_by = set(through["_headers"]["X-Gateway-Node"].split(","))
             assert served_by <= {"limited", "results", "cache"}, served_by
-        # Every range each relay answered was within what it takes.
-        for relay, limit in ((geth_words, 500), (results_words, 300)):
-            spans = [_span(p[0], head) for p in relay.calls("eth_getLogs")]
-            answered = [s for s in spans if s <= limit]
-            assert answered, "both nodes served chunks"
+        # Both nodes refused in their own words, and what they answered was within their limits.
+        assert geth_words.refused >= 1 and results_words.refused >= 1
+        answered = [
+            _span(p[0], head)
+            for relay, limit in ((geth_words, 500), (results_words, 300))
+            for p in relay.calls("eth_getLogs")
+            if _span(p[0], head) <= limit
+        ]
+        assert len(answered) >= 8  # ~4,000 blocks in chunks of at most 500
         # The limits were learnt: a new wide call is refused by no node.
         before = geth_words.refused + results_words.refused
         spec = {"fromBlock": hex(5), "toBlock": hex(3_905), "address": emitter}
@@ -223,3 +227,27 @@ async def test_a_split_call_has_one_deadline(
     assert answer["error"]["code"] == -32603, answer
     assert elapsed < 3.5  # not the chunks' sum
     assert len(slow.calls("eth_getLogs")) < 30
+
+
+async def test_a_wide_range_goes_whole_to_the_node_that_takes_it(
+    make_config: MakeConfig, api_key: str, chain_node: str, emitter: str
+) -> None:
+    """A free-tier node (5 blocks) beside one with no limit: no 800 five-block chunks."""
+    async with (
+        NodeRelay(chain_node, max_logs_range=5) as tiny,
+        NodeRelay(chain_node) as whole,
+    ):
+        nodes = [{"url": tiny.url, "name": "tiny", "max_logs_range": 5}, whole.url]
+        cfg = _config(make_config, nodes)
+        async with served(cfg) as gw:
+            spec = {"fromBlock": "0x1", "toBlock": hex(4_000), "address": emitter}
+            for _ in range(3):
+                through = await _post(f"{gw.url}/bsc/{api_key}", "eth_getLogs", [spec])
+                assert through["result"] == await rpc(chain_node, "eth_getLogs", [spec])
+            small = {"fromBlock": "0x10", "toBlock": "0x12", "address": emitter}
+            for n in range(4):  # narrow ranges: either node (another id each: no cache)
+                await _post(f"{gw.url}/bsc/{api_key}", "eth_getLogs", [small], call_id=n)
+    assert tiny.refused == 0
+    assert all(_span(p[0], 4_000) <= 5 for p in tiny.calls("eth_getLogs"))
+    asked = len(whole.calls("eth_getLogs")) + len(tiny.calls("eth_getLogs"))
+    assert 1 <= asked <= 8  # the wide call once (then cached), the narrow ones: never 800 chunks

@@ -309,3 +309,31 @@ def test_served_headers_of_requests_the_gateway_answered() -> None:
     assert split == {"X-Gateway-Cache": "miss", "X-Gateway-Node": "a,b"}
     mixed = served_headers(ParsedRequest([call("coalesced", "a"), call("miss", "b")], True))
     assert mixed == {"X-Gateway-Cache": "mixed", "X-Gateway-Node": "a,b"}
+
+
+def test_log_ranges_go_to_nodes_that_take_them() -> None:
+    from gateway.rpc.logsplit import LogSplitter
+
+    cfg = config_from_dict(
+        _bsc(
+            upstreams=[
+                {"url": "http://tiny.example", "name": "tiny", "max_logs_range": 5},
+                {"url": "http://wide.example", "name": "wide", "max_logs_range": 2000},
+                {"url": "http://any.example", "name": "any"},
+            ]
+        )
+    )
+    pool = NodePool(cfg.network("bsc"), cfg.upstream, 1.0, 5.0, config=cfg)
+    tiny, wide, any_range = pool.nodes
+    for node in pool.nodes:
+        node.healthy = node.verified = True
+    splitter = LogSplitter(pool, lambda n: 1, concurrency=4, timeout_s=5.0, max_bytes=1 << 20)
+    assert splitter.limit() == 0  # "any" takes every range: nothing is split
+    span = [{"fromBlock": hex(100), "toBlock": hex(1_099)}]  # 1,000 blocks
+    route = pool.eligibility.route([("eth_getLogs", span)], pool.nodes)
+    assert route.logs_span == 1_000
+    assert {pool.pick(route=route) for _ in range(6)} == {wide, any_range}
+    any_range.healthy = False
+    assert splitter.limit() == 2_000  # chunks as wide as "wide" takes, never 5
+    tiny.logs_limit = 0
+    assert splitter.limit() == 0
