@@ -7,6 +7,8 @@ with no argument, which loads the config from ``GATEWAY_CONFIG`` / env.
 Such an app is served by gunicorn's own runner, so it opens its ``/metrics``
 listener itself (one cleanup_ctx); ``gateway.server:gunicorn_app`` and
 ``gateway serve`` use ``GatewayRunner``, which does that (and more).
+
+It stays whole because it is the one wiring diagram: every part, in start order.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
 from gateway.store.keyevents import KeyEvents
 from gateway.store.usagesink import UsageSink
+from gateway.tx.setup import tx_ctx
 from gateway.upstream.pool import NodePool
 from gateway.ws.setup import add_ws_route, setup_ws
 
@@ -93,6 +96,7 @@ def create_app(config: Config | None = None) -> web.Application:
         # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
         app.router.add_route("*", handler.network.prefix + "/{tail:.*}", handler.handle)
     app[HANDLERS] = handlers
+    app.cleanup_ctx.append(tx_ctx(handlers))  # after _handlers_ctx: on the bound pipelines
     setup_ws(app, handlers)
     setup_ops_routes(app)
     if cfg.dashboard.enabled:

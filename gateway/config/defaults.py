@@ -148,6 +148,9 @@ DEFAULT_WEIGHTS: dict[str, int] = {
     "eth_newBlockFilter": 10,
     "eth_newFilter": 10,
     "eth_newFinalizedHeaderFilter": 10,
+    # Bundles: no provider table prices them; twice a raw transaction's nearest
+    # price (a bundle carries at least two), offered only with private_tx endpoints.
+    "eth_sendBundle": 16,
     "eth_simulateV1": 40,
     "trace_*": 500,
 }

@@ -32,6 +32,8 @@ from gateway.config.schema import (
     NetworkConfig,
     PlanConfig,
 )
+from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS
+from gateway.config.txload import network_tx, plan_tx
 
 # The TOML sections: every field of Config that holds a section dataclass, in
 # Config's order (networks and plans are tables of tables, read below).
@@ -255,6 +257,7 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
 def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> NetworkConfig:
     path = f"networks.{name}"
     known = {"prefix", "chain_id", "upstreams", "methods", "extra_methods", "ws_upstreams"}
+    known |= NETWORK_KEYS
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -284,6 +287,7 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
         ws_upstreams=tuple(ws_upstreams),
         nodes=nodes,
         routes=types.MappingProxyType(routes),
+        tx=network_tx(path, table),
     )
 
 
@@ -334,6 +338,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         "price_per_million_cu",
         "ws_max_sockets",
         "ws_max_subscriptions",
+        *PLAN_KEYS,
     }
     for key in table:
         if key not in known:
@@ -390,6 +395,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         weight_patterns=tuple(patterns),
         max_logs_range=logs_range,
         price_per_million_cu=float(price),
+        tx=plan_tx(path, table),
         **ws_caps,
     )
 

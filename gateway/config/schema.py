@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.nodeshape import MethodRoute, NodeConfig
+from gateway.config.txconfig import NetworkTxConfig, PlanTxConfig
 
 
 class ConfigError(ValueError):
@@ -106,6 +107,7 @@ class NetworkConfig:
     ws_upstreams: tuple[str, ...] = ()
     nodes: tuple[NodeConfig, ...] = ()  # the node table (config/nodes.py node_table)
     routes: Mapping[str, MethodRoute] = field(default_factory=dict)  # extra_methods tables
+    tx: NetworkTxConfig = field(default_factory=NetworkTxConfig)  # raw transactions
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,7 @@ class PlanConfig:
     # The "prefix*" keys of ``weights`` as (prefix, units), longest first (derived
     # at load); an exact name in ``weights`` wins over them.
     weight_patterns: tuple[tuple[str, int], ...] = ()
+    tx: PlanTxConfig = field(default_factory=PlanTxConfig)  # private route, bundle rate
 
     def cost(self, method: str) -> int:
         """Compute units charged for one call of ``method``."""

@@ -9,7 +9,7 @@ answers any of these with "method not found" makes the demo look broken
 (issue 20), so every demo node (``mocknode``, ``chainnode``, ``mockws``)
 answers them all from here.
 
-Signed transactions are really read (``txcodec``): the hash is the one the
+Signed transactions are really read (``gateway.tx.codec``, the gateway's own decoder): the hash is the one the
 client computed, the sender is recovered from the signature, a nonce below
 the sender's count is refused ("nonce too low", as geth words it), and the
 transaction is kept in a ``Ledger`` shared by every node of one chain, with
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gateway.demo.txcodec import DecodedTx, contract_address, decode_raw_tx
+from gateway.tx.codec import DecodedTx, contract_address, decode_raw_tx
 
 __all__ = ["CLIENT_VERSION", "Ledger", "NodeError", "answer", "not_offered", "offers"]
 
@@ -226,7 +226,7 @@ def _tx_object(ctx: _Ctx, mined: _Mined) -> dict[str, Any]:
         "to": tx.to,
         "value": _hex(tx.value),
         "gas": _hex(tx.gas),
-        "input": tx.data,
+        "input": "0x" + tx.data.hex(),
         "v": _hex(tx.v),
         "r": _hex(tx.r),
         "s": _hex(tx.s),
@@ -260,7 +260,7 @@ def _receipt(ctx: _Ctx, params: list[Any]) -> dict[str, Any] | None:
         return None
     tx = mined.tx
     price = tx.gas_price if tx.type != 2 else min(tx.max_fee or 0, tx.max_priority_fee or 0)
-    used = int(_estimate_gas(ctx, [{"to": tx.to, "data": tx.data}]), 16)
+    used = int(_estimate_gas(ctx, [{"to": tx.to, "data": "0x" + tx.data.hex()}]), 16)
     earlier = ctx.ledger.hashes_in(mined.block)[: mined.index + 1]
     return {
         "transactionHash": tx.hash,

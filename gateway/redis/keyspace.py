@@ -12,6 +12,9 @@ path stays on one Cluster slot):
     p:{H}:q:log          request insight: the key's recent call log
     p:{H}:f:<id>         a filter kept by the gateway (hash, TTL filters.ttl_s)
     p:{H}:fs             the key's live filters (sorted set id -> expiry ms)
+    p:{H}:q:tx           the key's transaction log (stream: hash, route, who accepted)
+    p:{H}:bu             the key's eth_sendBundle token bucket (fields t, ts)
+    p:x:{<net>:<sender>} one sender's raw-transaction token bucket on a network
 
 Per account, email, key id (``{<acct>}`` tags an account's keys together):
 
@@ -150,3 +153,19 @@ def filter_state(prefix: str, khash: str, filter_id: str) -> str:
 def filter_index(prefix: str, khash: str) -> str:
     """A key's live filters (sorted set id -> expiry ms), for the per-key cap."""
     return f"{prefix}:{{{khash}}}:fs"
+
+
+# -- transactions (gateway/tx) -------------------------------------------------------
+def tx_log(prefix: str, khash: str) -> str:
+    """A key's transaction log: each raw transaction's hash and where it went."""
+    return f"{prefix}:{{{khash}}}:q:tx"
+
+
+def bundle_bucket(prefix: str, khash: str) -> str:
+    """A key's ``eth_sendBundle`` token bucket (the plan's ``bundle_rate``)."""
+    return f"{prefix}:{{{khash}}}:bu"
+
+
+def sender_bucket(prefix: str, network: str, sender: str) -> str:
+    """One sender's raw-transaction bucket on one network, shared by every key it uses."""
+    return f"{prefix}:x:{{{network}:{sender}}}"

@@ -32,14 +32,23 @@ class CallError(Exception):
 
     ``status``: the HTTP status when it is the request's only call over HTTP
     (a node read that failed: 502 / 504); a batch or a socket answers 200.
+    ``headers`` go with that status (a 429's ``Retry-After``).
     """
 
-    def __init__(self, code: int, message: str, data: Any = None, status: int = 200) -> None:
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        data: Any = None,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
         self.status = status
+        self.headers = headers
 
     def obj(self) -> dict[str, Any]:
         err: dict[str, Any] = {"code": self.code, "message": self.message}

@@ -40,6 +40,7 @@ async def run_locals(
                 answer["error"] = exc.obj()
                 if not req.is_batch:
                     req.status = exc.status
+                    req.headers = exc.headers
             if call.has_id:
                 call.local = orjson.dumps(answer)
                 keep.append(call)

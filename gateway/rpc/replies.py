@@ -21,7 +21,7 @@ from gateway.rpc.relay import Relay
 class ParsedRequest:
     """What the pipeline learned from a body: its calls, or why it has none."""
 
-    __slots__ = ("calls", "error", "guarded", "is_batch", "plan", "status")
+    __slots__ = ("calls", "error", "guarded", "headers", "is_batch", "plan", "status")
 
     def __init__(
         self,
@@ -35,6 +35,7 @@ class ParsedRequest:
         self.plan = ""  # the key's plan, once admitted (its eth_getLogs range limit)
         self.guarded: int | None = None  # the range limit judged before admission
         self.status = 200  # a lone local call's refusal may set its own (rpc.local.CallError)
+        self.headers: dict[str, str] | None = None  # ... and headers to go with it
 
 
 class Answer:
@@ -123,6 +124,8 @@ def local_answer(req: ParsedRequest, headers: dict[str, str]) -> Answer:
         return Answer(b"", 204, headers)
     if req.is_batch:
         return Answer(orjson.dumps(items), 200, headers)
+    if req.headers:
+        headers = {**headers, **req.headers}
     return Answer(orjson.dumps(items[0]), req.status, headers)
 
 

@@ -382,6 +382,23 @@ class NodePool:
         except TimeoutError:
             raise UpstreamError(f"{self.network.name}: deadline reached", timeout=True) from None
 
+    def in_service(self) -> list[Node]:
+        """The nodes a client call may go to now (in service, not cooling down)."""
+        now = self.clock()
+        return [node for node in self.nodes if node.usable(now)]
+
+    async def send_to(self, node: Node, body: bytes, timeout_s: float) -> bytes:
+        """POST ``body`` to ``node`` alone, once (a transaction broadcast sends to each).
+
+        Counted, timed and judged like any attempt (a failing node is taken
+        out as usual); raises ``UpstreamError``.
+        """
+        timeout_s = min(timeout_s, self.total_timeout_s)
+        deadline = self.clock() + timeout_s
+        payload, _ = await self._attempt_on(node, body, deadline, None, timeout_s)
+        assert isinstance(payload, bytes)  # no stream_over: always buffered
+        return payload
+
     async def _attempt_on(
         self,
         node: Node,
