@@ -369,8 +369,12 @@ class ApiKeys(StoreCore):
                 if old.expires_at is not None:
                     new_expiry = min(new_expiry, old.expires_at)
                 pipe = self.redis.pipeline(transaction=False)
-                if old.rate_cap is not None or old.daily_cu_cap is not None:
-                    caps = {"rcap": old.rate_cap or "", "dcap": old.daily_cu_cap or ""}
+                if old.rate_cap is not None or old.daily_cu_cap is not None or old.private_tx:
+                    caps = {
+                        "rcap": old.rate_cap or "",
+                        "dcap": old.daily_cu_cap or "",
+                        "ptx": old.private_tx,
+                    }
                     pipe.hset(
                         ks.record_key(self.prefix, key_hash(key)), mapping=caps
                     )  # caps go too
@@ -406,6 +410,7 @@ class ApiKeys(StoreCore):
             rotated_to=d.get("rot") or None,
             rate_cap=float(d["rcap"]) if d.get("rcap") else None,
             daily_cu_cap=_opt_int(d.get("dcap")),
+            private_tx=d.get("ptx", ""),
         )
 
     async def active_key_count(self, account_id: str) -> int:

@@ -46,6 +46,8 @@ class KeyRecord:
     # The owner's caps (gateway/store/keylimits.py); None = the plan's.
     rate_cap: float | None = None
     daily_cu_cap: int | None = None
+    # The owner's private-transaction choice (gateway/store/keytx.py); "" = the plan's.
+    private_tx: str = ""
 
     def status(self, now_ms: int) -> str:
         """``active``, ``expired`` or ``revoked`` at ``now_ms``."""
@@ -80,6 +82,7 @@ class KeyRecord:
             "rotated_to": self.rotated_to,
             "rate_cap": self.rate_cap,
             "daily_cu_cap": self.daily_cu_cap,
+            "private_tx": self.private_tx,
         }
 
 

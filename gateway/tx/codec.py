@@ -30,9 +30,7 @@ from typing import Final
 import rlp
 from eth_hash.auto import keccak
 from eth_keys.backends.coincurve import CoinCurveECCBackend
-from eth_keys.exceptions import BadSignature
 from eth_keys.main import KeyAPI
-from eth_utils.exceptions import ValidationError
 from rlp.exceptions import DecodingError, DeserializationError
 from rlp.sedes import big_endian_int
 
@@ -281,7 +279,7 @@ def _recover(digest: bytes, parity: int, r: int, s: int, bad_parity: bool) -> st
     try:
         signature = _KEYS.Signature(vrs=(parity, r, s))
         public = signature.recover_public_key_from_msg_hash(digest)
-    except (BadSignature, ValidationError, ValueError):
+    except Exception:  # eth-keys' BadSignature / ValidationError: no key recovers
         raise TxError("invalid sender") from None
     return "0x" + keccak(public.to_bytes())[-20:].hex()
 

@@ -1,0 +1,32 @@
+"""A key's own private-transaction choice, set by its owner (dashboard) or the operator (CLI).
+
+Field ``ptx`` of the key record hash ``p:{H}:k``: ``on`` (raw transactions
+go only to the network's private endpoints), ``fallback`` (the same, then
+the public nodes if every private endpoint fails), ``off`` (no choice of
+its own: the plan's route). The gateway applies the stricter of the plan's
+and the key's (gateway/tx/keymode.py). Every change is PUBLISHed on the
+key channel, so each process drops its cached copy at once.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gateway.redis.keyspace import record_key
+from gateway.store.accounts import KeyRecord, Store, StoreError
+from gateway.store.keyevents import publish_key_change
+
+MODES: Final = ("on", "fallback", "off")
+
+
+async def set_private_tx(store: Store, account_id: str | None, key_id: str, mode: str) -> KeyRecord:
+    """Set the key's choice; ``account_id`` None is the operator, else it must own the key."""
+    if mode not in MODES:
+        raise StoreError('private transactions: expected "on", "fallback" or "off"')
+    record = await store.get_key(key_id, account_id)
+    if record.revoked_at is not None:
+        raise StoreError(f"key {key_id} is revoked; its settings can no longer change")
+    khash = await store.key_hash_of(key_id)
+    await store.redis.hset(record_key(store.prefix, khash), "ptx", "" if mode == "off" else mode)
+    await publish_key_change(store.redis, store.prefix, khash)
+    return await store.get_key(key_id, account_id)
