@@ -12,10 +12,11 @@ answers them all from here.
 Signed transactions are really read (``gateway.tx.codec``, the gateway's own
 decoder): the hash is the one the client computed, the sender is recovered
 from the signature, a nonce below the sender's count is refused ("nonce too
-low", as geth words it), and the transaction is kept in a ``Ledger`` shared by every node of one chain, with
-a receipt in the block it was put in. Bytes that are not a signed
-transaction keep the old stand-in answer (a hash of the bytes), which the
-forwarding tests rely on; only real transactions touch the ledger.
+low", as geth words it), and the transaction is kept in a ``Ledger`` shared
+by every node of one chain, with a receipt in the block it was put in. Bytes
+that are not a signed transaction keep the old stand-in answer (a hash of the
+bytes), which node-level forwarding tests rely on; only real transactions
+touch the ledger.
 """
 
 from __future__ import annotations
