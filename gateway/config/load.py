@@ -32,8 +32,7 @@ from gateway.config.schema import (
     NetworkConfig,
     PlanConfig,
 )
-from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS
-from gateway.config.txload import network_tx, plan_tx
+from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS, network_tx, plan_tx
 
 # The TOML sections: every field of Config that holds a section dataclass, in
 # Config's order (networks and plans are tables of tables, read below).
@@ -287,7 +286,7 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
         ws_upstreams=tuple(ws_upstreams),
         nodes=nodes,
         routes=types.MappingProxyType(routes),
-        tx=network_tx(path, table),
+        **network_tx(path, table),
     )
 
 
@@ -373,7 +372,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     logs_range = table.get("max_logs_range", 0)
     if isinstance(logs_range, bool) or not isinstance(logs_range, int) or logs_range < 0:
         raise ConfigError(f"{path}.max_logs_range: expected a non-negative integer (0 = default)")
-    ws_caps = {}
+    ws_caps: dict[str, Any] = {}
     for cap in ("ws_max_sockets", "ws_max_subscriptions"):
         value = table.get(cap, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -395,7 +394,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         weight_patterns=tuple(patterns),
         max_logs_range=logs_range,
         price_per_million_cu=float(price),
-        tx=plan_tx(path, table),
+        **plan_tx(path, table),
         **ws_caps,
     )
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.nodeshape import MethodRoute, NodeConfig
-from gateway.config.txconfig import NetworkTxConfig, PlanTxConfig
 
 
 class ConfigError(ValueError):
@@ -107,7 +106,13 @@ class NetworkConfig:
     ws_upstreams: tuple[str, ...] = ()
     nodes: tuple[NodeConfig, ...] = ()  # the node table (config/nodes.py node_table)
     routes: Mapping[str, MethodRoute] = field(default_factory=dict)  # extra_methods tables
-    tx: NetworkTxConfig = field(default_factory=NetworkTxConfig)  # raw transactions
+    # Raw transactions (config/txconfig.py, docs/TRANSACTIONS.md): "all" nodes at
+    # once or "one"; the private route's endpoints; the per-sender limit.
+    tx_broadcast: str = "all"
+    private_tx: tuple[str, ...] = ()
+    tx_per_sender_rate: float = 5.0  # per second per sender, all processes; 0 = none
+    tx_per_sender_burst: int = 20
+    tx_timeout_s: float = 5.0  # one send to a node or a private endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,11 @@ class PlanConfig:
     # The "prefix*" keys of ``weights`` as (prefix, units), longest first (derived
     # at load); an exact name in ``weights`` wins over them.
     weight_patterns: tuple[tuple[str, int], ...] = ()
-    tx: PlanTxConfig = field(default_factory=PlanTxConfig)  # private route, bundle rate
+    # The private route of the plan's keys ("on" | "fallback" | "off") and its
+    # eth_sendBundle rate per key (config/txconfig.py).
+    private_tx: str = "off"
+    bundle_rate: float = 1.0  # 0 = none
+    bundle_burst: int = 5
 
     def cost(self, method: str) -> int:
         """Compute units charged for one call of ``method``."""

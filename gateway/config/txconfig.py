@@ -14,15 +14,19 @@ Plan table keys (``[plans.<name>]``)::
     bundle_rate = 1.0           # eth_sendBundle calls per second per key
     bundle_burst = 5
 
-Read and checked by txload.py. A key's own choice (``gateway keys update KEY
+Read and checked here into NetworkConfig / PlanConfig fields of the same
+names. A key's own choice (``gateway keys update KEY
 --private-tx``) overrides the
 plan's; see gateway/tx/keymode.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from gateway.config.schema import ConfigError, NetworkConfig, PlanConfig
 
 MODES: Final = ("on", "fallback", "off")
 NETWORK_KEYS: Final = frozenset(
@@ -31,17 +35,53 @@ NETWORK_KEYS: Final = frozenset(
 PLAN_KEYS: Final = frozenset({"private_tx", "bundle_rate", "bundle_burst"})
 
 
-@dataclass(frozen=True, slots=True)
-class NetworkTxConfig:
-    broadcast: str = "all"
-    private_tx: tuple[str, ...] = ()
-    per_sender_rate: float = 5.0  # 0 = no sender limit
-    per_sender_burst: int = 20
-    timeout_s: float = 5.0
+def _number(table: Mapping[str, Any], key: str, default: float, path: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"{path}.{key}: expected a non-negative number")
+    return float(value)
 
 
-@dataclass(frozen=True, slots=True)
-class PlanTxConfig:
-    private_tx: str = "off"
-    bundle_rate: float = 1.0  # 0 = no bundle rate
-    bundle_burst: int = 5
+def _count(table: Mapping[str, Any], key: str, default: int, path: str) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{path}.{key}: expected a positive integer")
+    return value
+
+
+def network_tx(path: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    """The transaction fields of the network table at ``path``; ConfigError if wrong."""
+    d = NetworkConfig("", "", 1, (), frozenset())
+    broadcast = table.get("tx_broadcast", d.tx_broadcast)
+    if broadcast not in ("all", "one"):
+        raise ConfigError(f'{path}.tx_broadcast: must be "all" or "one"')
+    urls = table.get("private_tx", [])
+    if not isinstance(urls, list):
+        raise ConfigError(f"{path}.private_tx: expected a list of http(s) URLs")
+    for i, url in enumerate(urls):
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"{path}.private_tx[{i}]: not an http(s) URL")
+    timeout = _number(table, "tx_timeout_s", d.tx_timeout_s, path)
+    if timeout <= 0:
+        raise ConfigError(f"{path}.tx_timeout_s: must be above 0")
+    return {
+        "tx_broadcast": broadcast,
+        "private_tx": tuple(urls),
+        "tx_per_sender_rate": _number(table, "tx_per_sender_rate", d.tx_per_sender_rate, path),
+        "tx_per_sender_burst": _count(table, "tx_per_sender_burst", d.tx_per_sender_burst, path),
+        "tx_timeout_s": timeout,
+    }
+
+
+def plan_tx(path: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    """The transaction fields of the plan table at ``path``; ConfigError if wrong."""
+    d = PlanConfig("", "", 1.0, 1)
+    mode = table.get("private_tx", d.private_tx)
+    if mode not in MODES:
+        raise ConfigError(f'{path}.private_tx: must be "on", "fallback" or "off"')
+    return {
+        "private_tx": mode,
+        "bundle_rate": _number(table, "bundle_rate", d.bundle_rate, path),
+        "bundle_burst": _count(table, "bundle_burst", d.bundle_burst, path),
+    }

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config import NetworkConfig
+from gateway.config import NetworkConfig, PlanConfig
 from gateway.limits.limiter import LimiterUnavailable
 from gateway.redis import keyspace as ks
 from gateway.rpc.local import CallError, LocalContext, LocalMethods
@@ -68,7 +68,7 @@ class TxMethods:
         net: NetworkConfig = pipeline.network
         self.network = net.name
         self.chain_id = net.chain_id
-        self.cfg = net.tx
+        self.net = net
         self.private = private
         self.public = public
         self.modes = modes
@@ -123,10 +123,10 @@ class TxMethods:
         except CallError as exc:
             self._count(SEND_BUNDLE, PRIVATE, "invalid" if invalid(exc) else "failed", khash)
             raise
-        plan_tx = self._plan(ctx.plan)
-        if plan_tx is not None:
+        plan = self._plan(ctx.plan)
+        if plan is not None:
             key = ks.bundle_bucket(self.prefix, khash)
-            wait = await self._take(key, plan_tx.bundle_rate, plan_tx.bundle_burst, 1)
+            wait = await self._take(key, plan.bundle_rate, plan.bundle_burst, 1)
             if wait:
                 self._count(SEND_BUNDLE, PRIVATE, "limited", khash)
                 raise _limited(
@@ -149,15 +149,15 @@ class TxMethods:
         gid = self.pipeline.next_gids(1)
         return orjson.dumps({"jsonrpc": "2.0", "id": gid, "method": method, "params": params})
 
-    def _plan(self, name: str) -> Any:
+    def _plan(self, name: str) -> PlanConfig | None:
         for plan in self.pipeline.cfg.plans:
             if plan.name == name:
-                return plan.tx
+                return plan
         return None
 
     def _plan_mode(self, name: str) -> str:
-        plan_tx = self._plan(name)
-        return "off" if plan_tx is None else str(plan_tx.private_tx)
+        plan = self._plan(name)
+        return "off" if plan is None else str(plan.private_tx)
 
     async def _key_mode(self, khash: str) -> str:
         try:
@@ -176,7 +176,7 @@ class TxMethods:
             raise _unavailable() from None
 
     async def _sender_limit(self, senders: dict[str, int], khash: str, method: str) -> None:
-        rate, burst = self.cfg.per_sender_rate, self.cfg.per_sender_burst
+        rate, burst = self.net.tx_per_sender_rate, self.net.tx_per_sender_burst
         if rate <= 0:
             return
         for sender, n in senders.items():

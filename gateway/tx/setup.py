@@ -78,8 +78,8 @@ async def _transactions(app: web.Application, pipelines: Sequence[Pipeline]) -> 
     fan = FanOut()
     for pipe in pipelines:
         net = pipe.network
-        private = private_targets(session, net.tx.private_tx, net.tx.timeout_s)
-        public = PublicNodes(pipe.pool, net.tx)
+        private = private_targets(session, net.private_tx, net.tx_timeout_s)
+        public = PublicNodes(pipe.pool, net)
         methods = TxMethods(pipe, private, public, modes, buckets, txlog, counter, fan)
         methods.register(pipe.local, net.methods)
     flusher = asyncio.create_task(txlog.run(), name="tx-log-flush")

@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.config import NetworkConfig
 from gateway.config.redact import redact_url
-from gateway.config.txconfig import NetworkTxConfig
 from gateway.tx.routes import Send, Target
 from gateway.upstream.pool import NodePool, UpstreamError
 
@@ -29,19 +29,19 @@ _MAX_ANSWER = 1 << 20  # a send's answer is a hash or an error: anything longer 
 class PublicNodes:
     """The public route of one network."""
 
-    def __init__(self, pool: NodePool, cfg: NetworkTxConfig) -> None:
+    def __init__(self, pool: NodePool, cfg: NetworkConfig) -> None:
         self.pool = pool
         self.cfg = cfg
 
     def targets(self) -> list[Target]:
         pool = self.pool
-        if self.cfg.broadcast == "one":
+        if self.cfg.tx_broadcast == "one":
             return [Target("one node", self._one)] if pool.serving() else []
         return [Target(node.name, self._to(node)) for node in pool.in_service()]
 
     def _to(self, node: Any) -> Send:
         async def send(body: bytes) -> bytes:
-            return await self.pool.send_to(node, body, self.cfg.timeout_s)
+            return await self.pool.send_to(node, body, self.cfg.tx_timeout_s)
 
         return send
 
@@ -56,7 +56,7 @@ class PublicNodes:
 
         async def ask(node: Any) -> str | None:
             try:
-                answer = orjson.loads(await self.pool.send_to(node, body, self.cfg.timeout_s))
+                answer = orjson.loads(await self.pool.send_to(node, body, self.cfg.tx_timeout_s))
             except (UpstreamError, orjson.JSONDecodeError):
                 return None
             ok = isinstance(answer, dict) and isinstance(answer.get("result"), dict)

@@ -25,6 +25,7 @@ from gateway.config import Config
 from gateway.demo.chainnode import Chain, ChainNode, start_chain_node
 from gateway.upstream.pool import NodePool
 from tests.helpers.config import MakeConfig
+from tests.helpers.txs import sender_account, signed
 
 Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
@@ -88,7 +89,9 @@ async def test_hedged_reads_answer_fast_and_writes_are_never_hedged(
     make_app: AppFactory, nodes: list[ChainNode], api_key: str
 ) -> None:
     nodes[1].lag = 0
-    client, pool = await make_app({"upstream": {"attempt_timeout_s": 1.5}})
+    client, pool = await make_app(
+        {"upstream": {"attempt_timeout_s": 1.5}, "networks": {"bsc": {"tx_broadcast": "one"}}}
+    )
     nodes[1].hold_s = 5.0  # every answer of the second node now takes 5 s
     slowest = 0.0
     for i in range(20):
@@ -102,8 +105,11 @@ async def test_hedged_reads_answer_fast_and_writes_are_never_hedged(
     assert stats.hedges >= 1 and seen(nodes, "eth_call")[1] >= 1  # the slow node was asked
     assert stats.hedges_won >= 1
     # Writes: never hedged, never sent twice; the one on the held node times out.
+    # (tx_broadcast = "one": a raw transaction is forwarded like any call; the default
+    # broadcast to every node is tests/integration/test_transactions.py's.)
     for i in range(2):
-        await rpc(client, api_key, "eth_sendRawTransaction", [hex(0xF00 + i)], id_=i)
+        raw = signed(sender_account(100 + i))
+        await rpc(client, api_key, "eth_sendRawTransaction", [raw], id_=i)
     assert seen(nodes, "eth_sendRawTransaction") == [1, 1]
     await pool.probe_once()  # syncs the metrics
     text = client.app[T.METRICS].exposition().decode()
