@@ -38,6 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.cli import durations
 from gateway.cli.accountlist import list_accounts
 from gateway.cli.keycaps import add_limit_parser, limit_command, month_of_key
+from gateway.cli.keytx import add_update_parser, update_command
 from gateway.config import Config, ConfigError, data_dir, listen_address, load_config
 from gateway.redis.clients import admin_connect
 from gateway.redis.embedded import RedisProcess, ensure_embedded
@@ -189,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kt.add_argument("--json", action="store_true", help="print JSON")
     add_limit_parser(keys)
+    add_update_parser(keys)
 
     usage = sub.add_parser("usage", help="show a key's usage")
     usage.add_argument("key_id")
@@ -292,6 +294,8 @@ def _command(args: argparse.Namespace, cfg: Config) -> Command:
         return reset_password_command(args.email, cfg)
     if args.command == "keys" and args.action == "limit":
         return limit_command(args, cfg)
+    if args.command == "keys" and args.action == "update":
+        return update_command(args)
     if args.command == "keys":
         return _keys_command(args)
 
