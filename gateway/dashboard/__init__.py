@@ -22,6 +22,7 @@ from gateway.dashboard import (
     auth,
     endpoints,
     key_insight,
+    key_tx,
     keys,
     login_code,
     password_reset,
@@ -71,6 +72,8 @@ def setup_dashboard(app: web.Application, cfg: Config) -> None:
     r.add_get("/keys/{key_id}/limits", key_insight.limits_page)
     r.add_post("/keys/{key_id}/limits", key_insight.save_limits)
     r.add_get("/keys/{key_id}/requests", key_insight.requests_page)
+    r.add_get("/keys/{key_id}/transactions", key_tx.tx_page)
+    r.add_post("/keys/{key_id}/transactions", key_tx.save_tx)
     r.add_static("/static", _HERE / "static", name="static", append_version=True)
     app.add_subapp(PREFIX, dash)
     app.router.add_get("/", to_dashboard)

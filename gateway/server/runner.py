@@ -29,6 +29,7 @@ from gateway.app import create_app
 from gateway.config import Config, NetworkConfig, data_dir
 from gateway.ops.logsetup import setup_logging
 from gateway.redis.embedded import RedisProcess, ensure_embedded
+from gateway.redis.keyspace import record_key
 from gateway.server.protocol import ListenError, bind_listener, serve_app
 from gateway.server.workers import Supervisor, config_to_raw
 
@@ -260,6 +261,7 @@ async def _watch_parent(parent: int, stop: asyncio.Event, interval_s: float = 1.
 
 # -- the offline demo --------------------------------------------------------
 def _serve_demo(cfg: Config) -> int:
+    from gateway.demo.mockbuilder import lands_on, start_mock_builder
     from gateway.demo.mockws import Chain, start_ws_node
 
     tmp = tempfile.TemporaryDirectory(prefix="gateway-demo-")
@@ -268,15 +270,18 @@ def _serve_demo(cfg: Config) -> int:
 
     async def build() -> web.Application:
         # one HTTP + WebSocket mock node per network, a block a second, so
-        # eth_subscribe works in the demo too
-        nodes = []
+        # eth_subscribe works in the demo too; and a mock builder (the private route)
+        nodes, builders = [], []
         for net in cfg.networks:
             chain = Chain(net.chain_id, block_time_s=1.0)
             nodes.append(await start_ws_node(chain))
+            builders.append(await start_mock_builder(net.chain_id, lands_on(chain)))
             chain.start()
         networks = tuple(
-            dataclasses.replace(net, upstreams=(node.url,), ws_upstreams=(node.ws_url,))
-            for net, node in zip(cfg.networks, nodes, strict=True)
+            dataclasses.replace(
+                net, upstreams=(n.url,), ws_upstreams=(n.ws_url,), private_tx=(b.url,)
+            )
+            for net, n, b in zip(cfg.networks, nodes, builders, strict=True)
         )
         demo_cfg = dataclasses.replace(
             cfg, networks=networks, redis=dataclasses.replace(cfg.redis, url=url)
@@ -287,9 +292,10 @@ def _serve_demo(cfg: Config) -> int:
             try:
                 yield
             finally:
-                for node in nodes:
+                for node, builder in zip(nodes, builders, strict=True):
                     await node.close()
                     await node.chain.stop()
+                    await builder.close()
 
         # first in, so last out: the pools and head followers stop before their
         # nodes do (stopped after them, each logged a probe failure on the way out)
@@ -310,8 +316,12 @@ async def _demo_key(app: web.Application) -> None:
     store = app[T.STORE]
     acct = await store.create_account(DEMO_EMAIL, DEMO_PASSWORD, "free")
     key, _ = await store.create_key(acct.id, name="demo", env="development")
+    private, rec = await store.create_key(acct.id, name="demo-private", env="development")
+    # as `gateway keys update --private-tx on` does (nothing cached it yet: no publish)
+    await store.redis.hset(record_key(store.prefix, await store.key_hash_of(rec.id)), "ptx", "on")
     base = f"http://{cfg.server.host}:{cfg.server.port}"
     print(_demo_banner(base, key, cfg.networks), flush=True)
+    print(f"Demo API key with private transactions on (mock builder): {private}\n", flush=True)
 
 
 def _demo_banner(base: str, key: str, networks: tuple[NetworkConfig, ...]) -> str:

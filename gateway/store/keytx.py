@@ -10,9 +10,9 @@ key channel, so each process drops its cached copy at once.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
-from gateway.redis.keyspace import record_key
+from gateway.redis.keyspace import record_key, tx_log
 from gateway.store.accounts import KeyRecord, Store, StoreError
 from gateway.store.keyevents import publish_key_change
 
@@ -30,3 +30,20 @@ async def set_private_tx(store: Store, account_id: str | None, key_id: str, mode
     await store.redis.hset(record_key(store.prefix, khash), "ptx", "" if mode == "off" else mode)
     await publish_key_change(store.redis, store.prefix, khash)
     return await store.get_key(key_id, account_id)
+
+
+async def recent_transactions(
+    store: Store, account_id: str | None, key_id: str, count: int = 50
+) -> list[dict[str, str]]:
+    """The key's transaction log (written by gateway/tx/txlog.py), newest first.
+
+    Each entry: time (ms), method, hash, sender, route, accepted_by, outcome.
+    """
+    await store.get_key(key_id, account_id)  # NotFound unless the account owns it
+    khash = await store.key_hash_of(key_id)
+    rows = await store.redis.xrevrange(tx_log(store.prefix, khash), count=count)
+    return [{_text(k): _text(v) for k, v in fields.items()} for _id, fields in rows]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -86,16 +86,3 @@ class TxLog:
 
     async def run(self) -> None:
         await flush_every(self._interval, self.flush)
-
-
-async def read_tx_log(redis: Any, prefix: str, khash: str, count: int = 50) -> list[Entry]:
-    """The key's most recent entries, newest first (the dashboard's key page)."""
-    rows = await redis.xrevrange(ks.tx_log(prefix, khash), count=count)
-    out = []
-    for _id, fields in rows:
-        out.append({_s(k): _s(v) for k, v in fields.items()})
-    return out
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,81 @@
+"""A key's Transactions page: the owner's "Private transactions" choice and the key's log.
+
+The choice is written through ``gateway.store.keytx`` (the same call as
+``gateway keys update --private-tx``), which tells every gateway process at
+once; the form carries the CSRF token like every other form. The log shows
+each raw transaction's hash, the route it took and who accepted it, never
+its bytes. The key is looked up with the logged-in account's id, so
+another account's key id answers 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gateway.dashboard.session import store_of
+from gateway.dashboard.views import config_of, login_required, redirect, render, sentence
+from gateway.store.accounts import Account, KeyRecord, NotFound, StoreError
+from gateway.store.keytx import recent_transactions, set_private_tx
+
+CHOICES = (
+    ("off", "Off: the plan's route"),
+    ("on", "On: only private endpoints (builders, relays), never the public mempool"),
+    ("fallback", "On, with fallback: the public nodes only if every private endpoint fails"),
+)
+
+
+async def _own_key(request: web.Request, account: Account) -> KeyRecord:
+    try:
+        return await store_of(request).get_key(request.match_info["key_id"], account.id)
+    except NotFound:
+        raise web.HTTPNotFound() from None
+
+
+@login_required
+async def tx_page(request: web.Request, account: Account) -> web.StreamResponse:
+    record = await _own_key(request, account)
+    return await _page(request, account, record, saved=request.query.get("saved") == "1")
+
+
+@login_required
+async def save_tx(request: web.Request, account: Account) -> web.StreamResponse:
+    record = await _own_key(request, account)
+    form = await request.post()
+    mode = str(form.get("private_tx", ""))[:16]
+    try:
+        await set_private_tx(store_of(request), account.id, record.id, mode)
+    except NotFound:
+        raise web.HTTPNotFound() from None
+    except StoreError as exc:
+        return await _page(request, account, record, error=sentence(str(exc)), status=400)
+    return redirect(f"/dashboard/keys/{record.id}/transactions?saved=1")
+
+
+async def _page(
+    request: web.Request,
+    account: Account,
+    record: KeyRecord,
+    *,
+    error: str | None = None,
+    saved: bool = False,
+    status: int = 200,
+) -> web.Response:
+    cfg = config_of(request)
+    try:
+        plan = cfg.plan(record.plan)
+    except KeyError:
+        raise web.HTTPNotFound() from None
+    entries = await recent_transactions(store_of(request), account.id, record.id)
+    context: dict[str, Any] = {
+        "key": record,
+        "plan": plan,
+        "choice": record.private_tx or "off",
+        "choices": CHOICES,
+        "private_networks": [n.name for n in cfg.networks if n.private_tx],
+        "entries": entries,
+        "error": error,
+        "saved": saved,
+    }
+    return render(request, "key_tx.html", context, account=account, status=status)
