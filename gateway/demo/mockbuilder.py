@@ -12,6 +12,7 @@ on, as a builder includes it in its next block.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ from gateway.demo import wallet
 from gateway.demo.mockws import Chain
 from gateway.tx.codec import TxError, decode_raw_tx, parse_hex
 
-Land = Callable[[str], Any]  # raw transaction hex -> (ignored); raises to refuse
+Land = Callable[[str], Any]  # raw transaction hex -> None or an awaitable; raises to refuse
 
 
 class MockBuilder:
@@ -33,6 +34,7 @@ class MockBuilder:
         self.chain_id = chain_id
         self.land = land
         self.received: list[tuple[str, Any]] = []
+        self.taken: set[str] = set()  # hashes accepted (a resend answers the hash again)
         self.down = False
         self.reject: str | None = None
         self.url = ""
@@ -71,23 +73,28 @@ class MockBuilder:
         if self.reject is not None:
             return _json({"jsonrpc": "2.0", "id": cid, "error": _error(-32000, self.reject)})
         try:
-            result = self._answer(str(method), call.get("params"))
+            result = await self._answer(str(method), call.get("params"))
         except (TxError, TypeError, ValueError, IndexError) as exc:
             return _json({"jsonrpc": "2.0", "id": cid, "error": _error(-32000, str(exc))})
         return _json({"jsonrpc": "2.0", "id": cid, "result": result})
 
-    def _answer(self, method: str, params: Any) -> Any:
+    async def _answer(self, method: str, params: Any) -> Any:
         if method == "eth_sendRawTransaction":
-            return self._take(params[0])
+            return await self._take(params[0])
         if method == "eth_sendBundle":
-            hashes = [self._take(raw) for raw in params[0]["txs"]]
+            hashes = [await self._take(raw) for raw in params[0]["txs"]]
             return "0x" + keccak(b"".join(bytes.fromhex(h[2:]) for h in hashes)).hex()
         raise ValueError(f"the method {method} does not exist/is not available")
 
-    def _take(self, raw: Any) -> str:
+    async def _take(self, raw: Any) -> str:
         tx = decode_raw_tx(parse_hex(raw), self.chain_id)
+        if tx.hash in self.taken:
+            return tx.hash
         if self.land is not None:
-            self.land(raw)
+            landed = self.land(raw)
+            if inspect.isawaitable(landed):
+                await landed
+        self.taken.add(tx.hash)
         return tx.hash
 
 

@@ -316,8 +316,12 @@ async def test_log_shows_hash_and_route_never_the_bytes(
     await rpc(client, api_key, SEND, [raw])
     key = ks.tx_log(prefix, key_hash(api_key))
 
-    await eventually(lambda: redis.exists(key), 10, "the transaction log entry")
-    ((_id, entry),) = await redis.xrange(key)
+    async def logged() -> bool:
+        return bool(await redis.exists(key))
+
+    await eventually(logged, 10, "the transaction log entry")
+    rows: Any = await redis.xrange(key)
+    ((_id, entry),) = rows
     assert entry["hash"] == tx_hash(raw) and entry["route"] == "public"
     assert set(entry["accepted_by"].split(",")) <= {"bsc-0", "bsc-1"}
     assert entry["outcome"] == "accepted"
