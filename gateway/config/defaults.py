@@ -148,8 +148,8 @@ DEFAULT_WEIGHTS: dict[str, int] = {
     "eth_newBlockFilter": 10,
     "eth_newFilter": 10,
     "eth_newFinalizedHeaderFilter": 10,
-    # Bundles: no provider table prices them; twice a raw transaction's nearest
-    # price (a bundle carries at least two), offered only with private_tx endpoints.
+    # Bundles (offered only with private_tx endpoints): no provider's table prices
+    # them; several transactions for every builder in one call.
     "eth_sendBundle": 16,
     "eth_simulateV1": 40,
     "trace_*": 500,
