@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ HOST = "127.0.0.1"
 TO = "0x2222222222222222222222222222222222222222"
 # One key per client, so each one's nonce starts at 0 (well-known test keys, no value).
 KEYS = {
+    "private": "0x" + "0d" * 32,
     "web3": "0x" + "0a" * 32,
     "ethers": "0x" + "0b" * 32,
     "viem": "0x" + "0c" * 32,
@@ -82,12 +85,19 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         while key is None:
             text = log.read_text(errors="replace")
             found = re.search(r"Demo API key: (\S+)", text)
-            key = found.group(1) if found else None
+            private = re.search(r"private transactions on \(mock builder\): (\S+)", text)
+            key = found.group(1) if found and private else None
             if key is None:
                 assert proc.poll() is None, text
                 assert time.monotonic() < deadline, text
                 time.sleep(0.1)
-        yield {"url": f"http://{HOST}:{port}/bsc/{key}", "log": str(log)}
+        assert private is not None
+        yield {
+            "url": f"http://{HOST}:{port}/bsc/{key}",
+            "private_url": f"http://{HOST}:{port}/bsc/{private.group(1)}",
+            "base": f"http://{HOST}:{port}",
+            "log": str(log),
+        }
     finally:
         stop(proc)
 
@@ -187,3 +197,51 @@ def test_ctrl_c_stops_the_demo_quietly(tmp_path: Path) -> None:
     text = log.read_text(errors="replace")
     assert "draining" in text
     assert [line for line in text.splitlines() if " WARNING " in line or " ERROR " in line] == []
+
+
+def test_private_route_end_to_end(demo: dict[str, str]) -> None:
+    """The demo's second key has private transactions on: web3.py's transfer goes to the
+    mock builder, which includes it; the key's Transactions page says so."""
+    w3 = Web3(Web3.HTTPProvider(demo["private_url"], request_kwargs={"timeout": 20}))
+    account = Account.from_key(KEYS["private"])
+    tx = {
+        "to": TO,
+        "value": w3.to_wei(0.001, "ether"),
+        "nonce": w3.eth.get_transaction_count(account.address, "pending"),
+        "chainId": 56,
+        "gas": 21_000,
+        "maxPriorityFeePerGas": w3.eth.max_priority_fee,
+        "maxFeePerGas": w3.eth.gas_price * 2,
+    }
+    sent = w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
+    receipt = w3.eth.wait_for_transaction_receipt(sent, timeout=30, poll_latency=0.25)
+    assert receipt["status"] == 1
+    page = _private_key_page(demo["base"])
+    deadline = time.monotonic() + 30
+    while "0x" + bytes(sent).hex().removeprefix("0x") not in page:
+        assert time.monotonic() < deadline, page[-3000:]
+        time.sleep(0.5)
+        page = _private_key_page(demo["base"])
+    row = page.split("0x" + bytes(sent).hex().removeprefix("0x"), 1)[1].split("</tr>", 1)[0]
+    assert ">private<" in row and "accepted" in row, row
+
+
+def _private_key_page(base: str) -> str:
+    """The demo account's "demo-private" key's Transactions page, logged in as a user is."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    login = opener.open(f"{base}/dashboard/login", timeout=20).read().decode()
+    token = re.search(r'name="csrf_token" value="([^"]+)"', login)
+    assert token is not None, login[:2000]
+    form = urllib.parse.urlencode(
+        {"email": "demo@example.com", "password": "demo-password", "csrf_token": token.group(1)}
+    ).encode()
+    keys = opener.open(f"{base}/dashboard/login", data=form, timeout=20).read().decode()
+    rows = re.findall(
+        r'data-key-id="([^"]+)"[^>]*>\s*<th scope="row"><span data-testid="key-name">([^<]*)<',
+        keys,
+    )
+    key_id = next((k for k, name in rows if name.strip() == "demo-private"), None)
+    assert key_id is not None, keys[:3000]
+    return str(
+        opener.open(f"{base}/dashboard/keys/{key_id}/transactions", timeout=20).read().decode()
+    )
