@@ -55,6 +55,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "mix": {"duration": 10.0, "rate": 0.0},
     "soak": {"duration": 600.0, "rate": 300.0},
     "filters": {"duration": 20.0, "rate": 50.0},
+    "tx": {"duration": 5.0, "rate": 200.0},
 }
 
 
@@ -69,6 +70,7 @@ _SHORT = {
     "mix": "a dapp read mix from many keys: node calls per call, cache hits, vs the bare proxy",
     "soak": "minutes of mixed traffic, refusals, WebSocket churn, hostile clients: slopes",
     "filters": "many keys polling a filter every 4 s: CPU and Redis per poll vs eth_getLogs",
+    "tx": "raw transactions broadcast to every node: tx/s, CPU added per tx over a plain call",
 }
 
 

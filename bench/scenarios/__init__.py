@@ -19,6 +19,7 @@ from bench.scenarios.revoke import REVOKE, revoke
 from bench.scenarios.scale import SCALE, scale
 from bench.scenarios.soak import SOAK, soak
 from bench.scenarios.steady import STEADY, steady
+from bench.scenarios.tx import TX, tx
 
 Scenario = Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
 
@@ -33,4 +34,5 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "mix": (MIX, mix),
     "soak": (SOAK, soak),
     "filters": (FILTERS, filters),
+    "tx": (TX, tx),
 }
