@@ -334,3 +334,55 @@ async def test_log_shows_hash_and_route_never_the_bytes(
         )
         == 1
     )
+
+
+async def test_accepted_by_one_node_while_the_other_rejects_it(
+    make_app: AppFactory, nodes: list[MockNode], api_key: str
+) -> None:
+    """Never answered as failed while any node accepted: one node's "nonce too high"
+    (its mempool missed the sender's first transaction) does not outweigh the other's yes."""
+    client = await make_app()
+    sender = sender_account(17)
+    first = signed(sender, nonce=0)
+    nodes[1].down = True  # the first transaction reaches node 0 only
+    assert (await rpc(client, api_key, SEND, [first]))[1]["result"] == tx_hash(first)
+    nodes[1].down = False
+    pool = client.app[T.POOLS]["bsc"]
+    for node in pool.nodes:  # back in service without waiting for a probe
+        node.healthy, node.down_until = True, 0.0
+    second = signed(sender, nonce=1)
+    status, answer, _ = await rpc(client, api_key, SEND, [second])
+    assert status == 200 and answer["result"] == tx_hash(second), answer
+    await eventually(lambda: sent(nodes) == [2, 1], 10)  # node 1 said "nonce too high"
+
+
+async def test_websocket_and_batch_take_the_same_path(
+    make_app: AppFactory, nodes: list[MockNode], api_key: str
+) -> None:
+    client = await make_app()
+    raw_ws, bad, raw_batch = (
+        signed(sender_account(18)),
+        signed(sender_account(19), chain_id=97),
+        signed(sender_account(20)),
+    )
+    async with client.ws_connect(f"/bsc/{api_key}") as ws:
+        await ws.send_str(
+            orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": SEND, "params": [raw_ws]}).decode()
+        )
+        assert (await ws.receive_json(timeout=10))["result"] == tx_hash(raw_ws)
+        await ws.send_str(
+            orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": SEND, "params": [bad]}).decode()
+        )
+        refused = await ws.receive_json(timeout=10)
+        assert refused["error"]["message"].startswith("invalid sender"), refused
+    batch = [
+        {"jsonrpc": "2.0", "id": 1, "method": SEND, "params": [raw_batch]},
+        {"jsonrpc": "2.0", "id": 2, "method": SEND, "params": [bad]},
+        {"jsonrpc": "2.0", "id": 3, "method": "eth_chainId", "params": []},
+    ]
+    resp = await client.post(f"/bsc/{api_key}", data=orjson.dumps(batch), headers=JSON)
+    answers = {a["id"]: a for a in orjson.loads(await resp.read())}
+    assert answers[1]["result"] == tx_hash(raw_batch)
+    assert answers[2]["error"]["code"] == -32000
+    assert answers[3]["result"] == "0x38"
+    await eventually(lambda: sent(nodes) == [2, 2], 10)  # the refused one reached no node
