@@ -62,10 +62,14 @@ def make_app(
     nodes: list[MockNode],
     builders: list[MockBuilder],
 ) -> AppFactory:
-    async def make(bsc: dict[str, Any] | None = None, plan: dict[str, Any] | None = None) -> Client:
+    async def make(
+        bsc: dict[str, Any] | None = None,
+        plan: dict[str, Any] | None = None,
+        raw: dict[str, Any] | None = None,
+    ) -> Client:
         net = {"private_tx": [b.url for b in builders], **(bsc or {})}
         cfg = make_config(
-            {"plans": {"free": {**ROOMY, **(plan or {})}}, "networks": {"bsc": net}},
+            {"plans": {"free": {**ROOMY, **(plan or {})}}, "networks": {"bsc": net}, **(raw or {})},
             upstreams={"bsc": [n.url for n in nodes]},
         )
         client: Client = await aiohttp_client(TestServer(create_app(cfg)))
@@ -252,11 +256,34 @@ async def test_the_owners_toggle_turns_one_key_private(
     assert (await rpc(client, public_key, SEND, [raw]))[1]["result"] == tx_hash(raw)
     await set_private_tx(store, account, rec.id, "on")
     raw2 = signed(acct, nonce=1)
-    # the change is PUBLISHed: every process drops its cached copy of the key's choice
     assert (await rpc(client, private_key, SEND, [raw2]))[1]["result"] == tx_hash(raw2)
     await eventually(lambda: all(b.methods() == [SEND] for b in builders), 10)
     assert builders[0].received[0][1] == [raw2]
     await eventually(lambda: sent(nodes) == [1, 1], 10)  # only the public one
+
+
+async def test_a_changed_choice_reaches_a_process_that_cached_the_old_one(
+    make_app: AppFactory, builders: list[MockBuilder], store: Store, account: str
+) -> None:
+    """The key's choice is cached for admission.key_ttl_s (here 10 minutes): only the
+    key-change message can make the next transactions go private within the test."""
+    client = await make_app(raw={"admission": {"key_ttl_s": 600}})
+    key, rec = await store.create_key(account, name="switching")
+    acct = sender_account(21)
+    first = signed(acct)
+    assert (await rpc(client, key, SEND, [first]))[1]["result"] == tx_hash(first)  # "" cached
+    assert not any(b.received for b in builders)
+    await set_private_tx(store, account, rec.id, "on")
+    nonce = 1
+
+    async def goes_private() -> bool:
+        nonlocal nonce
+        raw = signed(acct, nonce=nonce)
+        nonce += 1
+        await rpc(client, key, SEND, [raw])
+        return any(b.received for b in builders)
+
+    await eventually(goes_private, 10, "a transaction on the private route", interval_s=0.2)
 
 
 # -- the sender limit --------------------------------------------------------------
