@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
 from gateway.config.listening import FiltersConfig
-from gateway.config.methods import ExtraWeights, network_methods
+from gateway.config.methods import ExtraWeights, merge_weights, network_methods
 from gateway.config.nodes import read_nodes, read_routes
 from gateway.config.schema import (
     CacheConfig,
@@ -355,13 +355,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     for method, units in weights.items():
         if isinstance(units, bool) or not isinstance(units, int) or units < 0:
             raise ConfigError(f"{path}.weights.{method}: expected a non-negative integer")
-    # The shipped weights, then the networks' extra methods, then the plan's own.
-    merged = {**DEFAULT_WEIGHTS, **extra_weights.weights, **weights}
-    # A filter poll costs what the eth_getLogs it stands for costs (SPEC §10),
-    # on a plan that prices eth_getLogs its own way too.
-    for poll in ("eth_getFilterChanges", "eth_getFilterLogs"):
-        if poll not in weights:
-            merged[poll] = merged["eth_getLogs"]
+    merged = merge_weights(DEFAULT_WEIGHTS, extra_weights.weights, weights)
     patterns = sorted(
         ((m[:-1], u) for m, u in merged.items() if m.endswith("*")), key=lambda p: -len(p[0])
     )

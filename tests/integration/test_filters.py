@@ -227,11 +227,15 @@ async def test_live_filters_per_key_are_capped_and_expire(
     assert (await rpc(client, api_key, "eth_newFilter", [{}]))["result"]  # expired ones free room
 
 
-async def test_a_poll_costs_what_an_eth_getlogs_costs(make_app: AppFactory, api_key: str) -> None:
-    client = await make_app({"plans": {"free": {"rate": 0.001, "burst": 120}}})
-    fid = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]  # 10 units
-    assert (await rpc(client, api_key, "eth_getFilterChanges", [fid]))["result"] == []  # 50
-    assert (await rpc(client, api_key, "eth_getFilterChanges", [fid]))["result"] == []  # 50
+async def test_a_poll_costs_its_methods_weight_never_free(
+    make_app: AppFactory, api_key: str
+) -> None:
+    """A poll costs eth_getFilterChanges' weight (1), eth_getFilterLogs eth_getLogs' (3)."""
+    client = await make_app({"plans": {"free": {"rate": 0.001, "burst": 6}}})
+    fid = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]  # 1 unit
+    assert (await rpc(client, api_key, "eth_getFilterChanges", [fid]))["result"] == []  # 1
+    assert (await rpc(client, api_key, "eth_getFilterLogs", [fid]))["error"]  # 3 (no log filter)
+    assert (await rpc(client, api_key, "eth_getFilterChanges", [fid]))["result"] == []  # 1
     refused = await rpc(client, api_key, "eth_getFilterChanges", [fid])
     assert refused["_status"] == 429 and refused["error"]["code"] == -32005
 
