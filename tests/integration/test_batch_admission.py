@@ -11,12 +11,18 @@ not refill during a test: every count below is exact.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import orjson
 import pytest
 
+from gateway.app import create_app
 from gateway.config import Config
+from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
+from tests.helpers.evmstack import JS, hardhat_ready
+from tests.helpers.lease import settle
 
 # eth_blockNumber 3 units, eth_getProof 20 (more than the burst of 10), the rest 1
 PLAN = {
@@ -123,3 +129,38 @@ async def test_invalid_calls_and_notifications_keep_their_places(
     assert by_id[1]["error"]["code"] == -32601
     # 0 and 2 took 6 units, the notification 3: the 10-unit bucket has 1 left
     assert by_id[4]["error"]["code"] == by_id[5]["error"]["code"] == -32005
+
+
+async def test_usage_counts_the_admitted_calls_and_their_units_only(
+    client: Client, store: Store, account: str
+) -> None:
+    key, rec = await store.create_key(account)
+    batch = [call(0), call(1, "eth_chainId"), call(2), call(3), call(4, "eth_chainId")]
+    resp = await client.post(f"/bsc/{key}", json=batch)  # 3 + 1 + 3 + 3 fit, the last not
+    assert resp.status == 200
+    await settle(client.app)
+    usage = await store.usage(rec.id)
+    assert usage.compute_units == 10
+    assert usage.methods == {"eth_blockNumber": 3, "eth_chainId": 1}
+    assert usage.limited == 1 and usage.total == 4
+
+
+@pytest.mark.skipif(not hardhat_ready(), reason="npm install --prefix tests/js has not run")
+async def test_ethers_query_filter_works_on_the_free_plan(
+    make_config: MakeConfig, aiohttp_client: Any, api_key: str
+) -> None:
+    """Before: ethers' first batch (eth_chainId + eth_getLogs, 51 units) could never
+    fit the free plan's burst of 50 and was answered 429 with Retry-After: 1."""
+    app_client: Client = await aiohttp_client(create_app(make_config()))  # the shipped plans
+    url = str(app_client.make_url(f"/bsc/{api_key}"))
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(JS / "query_filter.mjs"),
+        url,
+        "0x" + "42" * 20,
+        "8",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    result = orjson.loads(out.splitlines()[-1])
+    assert result == {"ok": True, "logs": [0] * 8}, result
