@@ -65,3 +65,10 @@ class FiltersConfig:
     # logs again with removed: true.
     reorg_polls: int = 16
     remember_bytes: int = 65_536  # delivered logs kept per filter for that, at most
+    # What one key's filters may hold in Redis (which also holds every key,
+    # limit and session): a log filter's topic alternatives per position, its
+    # criteria's bytes, and the bytes of all the key's live filters together
+    # (criteria and remembered logs; a poll past it keeps fewer logs).
+    max_topic_alternatives: int = 256
+    max_filter_bytes: int = 65_536
+    max_key_bytes: int = 2_097_152

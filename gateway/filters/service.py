@@ -18,7 +18,13 @@ Choices where geth and the SPEC are silent (docs/METHODS.md "Filters"):
   hash when it moved since the last poll (BSC's node sends one per finality
   event; in between, only the newest matters to a poller).
 - ``eth_getFilterLogs`` on a block filter, a malformed id, another network's
-  filter: ``filter not found``, as geth answers an id it does not hold.
+  filter: ``filter not found``, as geth answers an id it does not hold; and
+  ``eth_uninstallFilter`` of another network's filter: ``false``, the filter
+  kept (each network's path answers for its own filters only).
+- A log filter is refused (-32602, the setting named in ``error.data``) past
+  ``filters.max_topic_alternatives`` in one topic position or
+  ``filters.max_filter_bytes`` of criteria; a key past
+  ``filters.max_key_bytes`` of live filters gets -32000 ``too many filters``.
 """
 
 from __future__ import annotations
@@ -93,7 +99,8 @@ class FilterService:
                 return b"false" if method == UNINSTALL else (rpc.FILTER_NOT_FOUND, None)
             if method == UNINSTALL:
                 self.live.gone(fid)
-                return b"true" if await self._store.delete(khash, fid) else b"false"
+                deleted = await self._store.delete(khash, self.network, fid)
+                return b"true" if deleted else b"false"
             state = await self._store.load(khash, fid)
             # A logs filter's criteria, read back as written (canonical, so they read).
             crit = read_filter(state.crit) if state is not None and state.kind == "logs" else None
@@ -139,6 +146,9 @@ class FilterService:
             crit = read
             if crit.block_hash is not None:
                 return rpc.INVALID_PARAMS, "eth_newFilter takes a block range, not blockHash"
+            too_big = self._too_big(crit)
+            if too_big is not None:
+                return rpc.INVALID_PARAMS, too_big
         elif params not in (None, []):
             return rpc.INVALID_PARAMS, "expected no arguments"
         head = await self._head()
@@ -154,15 +164,44 @@ class FilterService:
         fid = await self._store.create(
             khash, self.network, kind, canonical_filter(crit), next_block, seen
         )
-        if fid is None:
+        if fid == 0:
             cap = self._cfg.max_per_key
             return rpc.TOO_MANY_FILTERS, {
                 "reason": f"this key has {cap} live filters, the most allowed; "
                 "uninstall one (eth_uninstallFilter) or let one expire",
                 "max_filters": cap,
             }
+        if not isinstance(fid, str):
+            cap = self._cfg.max_key_bytes
+            return rpc.TOO_MANY_FILTERS, {
+                "reason": f"this key's live filters would hold more than {cap} bytes "
+                "(filters.max_key_bytes); uninstall one (eth_uninstallFilter) or let one expire",
+                "limit": "filters.max_key_bytes",
+                "max_key_bytes": cap,
+            }
         self.live.seen(fid)
         return orjson.dumps(fid)
+
+    def _too_big(self, crit: LogFilter) -> dict[str, Any] | None:
+        """Why a log filter is more than one filter may hold (error.data), or None."""
+        most = self._cfg.max_topic_alternatives
+        for position, alternatives in enumerate(crit.topics or ()):
+            if type(alternatives) is list and len(alternatives) > most:
+                return {
+                    "reason": f"topic position {position} has {len(alternatives)} alternatives, "
+                    f"at most {most} (filters.max_topic_alternatives)",
+                    "limit": "filters.max_topic_alternatives",
+                    "max_topic_alternatives": most,
+                }
+        size = len(orjson.dumps(canonical_filter(crit)))
+        if size > self._cfg.max_filter_bytes:
+            return {
+                "reason": f"the filter takes {size} bytes, at most "
+                f"{self._cfg.max_filter_bytes} (filters.max_filter_bytes)",
+                "limit": "filters.max_filter_bytes",
+                "max_filter_bytes": self._cfg.max_filter_bytes,
+            }
+        return None
 
     async def _changes(
         self, khash: str, plan: str, state: FilterState, crit: LogFilter | None

@@ -491,8 +491,8 @@ async def test_filter_expiry_is_on_redis_clock_not_the_process_clock(
     khash = "ab" * 32
     monkeypatch.setattr(time, "time", lambda: 86_400.0)  # a process clock stuck in 1970
     first = await store.create(khash, "bsc", "blocks", {}, 1, [])
-    assert first is not None
-    assert await store.create(khash, "bsc", "blocks", {}, 1, []) is None  # at the cap
+    assert isinstance(first, str)
+    assert await store.create(khash, "bsc", "blocks", {}, 1, []) == 0  # at the cap
     seconds, micros = await redis.time()
     now_ms = seconds * 1000 + micros // 1000
     index: list[Any] = await redis.zrange(ks.filter_index(prefix, khash), 0, -1, withscores=True)
