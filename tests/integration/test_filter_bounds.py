@@ -90,7 +90,8 @@ async def test_every_filter_method_on_another_networks_path_answers_as_for_an_un
     """Before: ``/opbnb/KEY`` eth_uninstallFilter(<the key's bsc filter>) answered true
     and the bsc filter was gone."""
     client = await make_app()
-    for method, params in (("eth_newFilter", [{}]), ("eth_newBlockFilter", [])):
+    made: list[tuple[str, list[Any]]] = [("eth_newFilter", [{}]), ("eth_newBlockFilter", [])]
+    for method, params in made:
         fid = (await rpc(client, api_key, method, params))["result"]
         other = f"/opbnb/{api_key}"
         for poll in ("eth_getFilterChanges", "eth_getFilterLogs"):
