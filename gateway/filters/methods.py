@@ -25,7 +25,7 @@ from gateway.filters.live import Gauge
 from gateway.filters.nodepath import ReadPath
 from gateway.filters.service import FILTER_METHODS, FilterService
 from gateway.filters.store import FilterStore
-from gateway.rpc.local import CallError, LocalContext, LocalMethods
+from gateway.rpc.local import CallError, ForwardAs, LocalContext, LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
 from gateway.store.errorcounts import ErrorCounter
@@ -69,6 +69,8 @@ class FilterMethods:
         out = await self.service.answer(khash, ctx.plan, call.method, call.params)
         if isinstance(out, bytes):
             return orjson.Fragment(out)
+        if isinstance(out, ForwardAs):
+            return out
         kind, data = out
         if call.has_id:  # counted like a node's error answer (the key's error count)
             self.errors.add(khash)

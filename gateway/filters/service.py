@@ -1,7 +1,8 @@
 """The filter methods, answered by the gateway: ``FilterService.answer`` (no transport).
 
-``answer(khash, plan, method, params)`` returns the ``result`` as JSON bytes
-or ``(ErrorKind, data)``; ``filters.methods`` makes it the pipeline's local
+``answer(khash, plan, method, params)`` returns the ``result`` as JSON bytes,
+``(ErrorKind, data)``, or (``eth_getFilterLogs``) the ``eth_getLogs`` to
+forward in its place (``rpc.local.ForwardAs``); ``filters.methods`` makes it the pipeline's local
 methods (HTTP and WebSocket alike). The node is reached only through the
 injected ``NodeCall`` (``filters.nodepath.ReadPath``: the pipeline's read
 path, with cache, coalescing and routing by block), the head from the
@@ -43,6 +44,7 @@ from gateway.filters.store import FilterState, FilterStore, well_formed_id
 from gateway.intel.head import HeadTracker, NetworkHead
 from gateway.intel.logsguard import check_logs_range
 from gateway.rpc import protocol as rpc
+from gateway.rpc.local import ForwardAs
 from gateway.rpc.params import LogFilter, canonical_filter, read_filter
 
 log = logging.getLogger("gateway.filters")
@@ -59,7 +61,7 @@ FILTER_METHODS: Final = frozenset(
 )
 _KINDS: Final = {NEW_FILTER: "logs", NEW_BLOCK_FILTER: "blocks", NEW_FINALIZED_FILTER: "finalized"}
 
-Answer = bytes | tuple[rpc.ErrorKind, Any]
+Answer = bytes | tuple[rpc.ErrorKind, Any] | ForwardAs
 
 
 class FilterService:
@@ -265,4 +267,7 @@ class FilterService:
         refused = check_logs_range([spec], self._heads, self._logs_range(plan))
         if refused is not None:
             return rpc.INVALID_PARAMS, refused
-        return await self._call("eth_getLogs", [spec])
+        # The node's answer goes to the client as an eth_getLogs answer would:
+        # through the pipeline's read path and its bounded relay, never read
+        # whole here (SPEC §7's memory bound holds on both transports).
+        return ForwardAs("eth_getLogs", [spec])
