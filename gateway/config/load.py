@@ -186,6 +186,8 @@ def _check_filters(filters: FiltersConfig) -> None:
         raise ConfigError("filters.max_blocks_per_poll: must be at least 1")
     if filters.reorg_polls < 1:
         raise ConfigError("filters.reorg_polls: must be at least 1")
+    if filters.max_poll_bytes < 4096:
+        raise ConfigError("filters.max_poll_bytes: must be at least 4096")
     if filters.max_topic_alternatives < 1:
         raise ConfigError("filters.max_topic_alternatives: must be at least 1")
     if filters.max_filter_bytes < 1024:

@@ -30,6 +30,7 @@ Choices where geth and the SPEC are silent (docs/METHODS.md "Filters"):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -38,8 +39,9 @@ import orjson
 from redis.exceptions import RedisError
 
 from gateway.config import FiltersConfig
-from gateway.filters.changes import NodeCall, NodeError, block_changes, logs_changes
+from gateway.filters.changes import NodeCall, NodeError, ReadLogs, block_changes, logs_changes
 from gateway.filters.live import Gauge, LiveFilters
+from gateway.filters.logsread import HalvingReader
 from gateway.filters.store import FilterState, FilterStore, well_formed_id
 from gateway.intel.head import HeadTracker, NetworkHead
 from gateway.intel.logsguard import check_logs_range
@@ -77,6 +79,9 @@ class FilterService:
         logs_range: Callable[[str], int],
         live: Gauge | None = None,
         serving: Callable[[], bool] = lambda: True,
+        *,
+        deadline_s: float = 0.0,
+        read_logs: ReadLogs | None = None,
     ) -> None:
         self.network = network
         self._store = store
@@ -88,6 +93,10 @@ class FilterService:
         # Whether a node of the network is in service: a filter answers from the
         # head, and with no node the gateway serves no head it cannot vouch for.
         self._serving = serving
+        # One deadline for all of a poll's node reads (limits.upstream_timeout_s;
+        # 0 = none), and the one function that turns its range into reads.
+        self._deadline_s = deadline_s
+        self._read_logs = read_logs if read_logs is not None else HalvingReader(call, call)
 
     async def answer(self, khash: str, plan: str, method: str, params: Any) -> Answer:
         """The result JSON of one filter call of key ``khash``, or (error kind, data)."""
@@ -208,6 +217,22 @@ class FilterService:
     async def _changes(
         self, khash: str, plan: str, state: FilterState, crit: LogFilter | None
     ) -> Answer:
+        """One poll: every node read it makes shares one deadline, then the state is saved."""
+        try:
+            async with asyncio.timeout(self._deadline_s or None):
+                out, next_block, seen = await self._poll(plan, state, crit)
+        except TimeoutError:
+            reason = f"the poll's node reads took over {self._deadline_s:g} s"
+            raise NodeError(rpc.UPSTREAM_TIMEOUT, {"reason": reason}) from None
+        if not await self._store.save(khash, state, next_block, seen):
+            # Another poll of this filter (a retry, another process) got there
+            # first and answered these changes: never deliver them twice.
+            return b"[]"
+        return orjson.dumps(out)
+
+    async def _poll(
+        self, plan: str, state: FilterState, crit: LogFilter | None
+    ) -> tuple[list[Any], int, list[list[Any]]]:
         head = await self._head()
         cfg = self._cfg
         out: list[Any]
@@ -221,6 +246,7 @@ class FilterService:
                 span=self._logs_range(plan),
                 reorg_polls=cfg.reorg_polls,
                 remember_bytes=cfg.remember_bytes,
+                read_logs=self._read_logs,
             )
         elif state.kind == "blocks":
             hashes, next_block, seen = await block_changes(
@@ -234,11 +260,7 @@ class FilterService:
             out = list(hashes)
         else:
             out, next_block, seen = await self._finalized(state, head)
-        if not await self._store.save(khash, state, next_block, seen):
-            # Another poll of this filter (a retry, another process) got there
-            # first and answered these changes: never deliver them twice.
-            return b"[]"
-        return orjson.dumps(out)
+        return out, next_block, seen
 
     async def _finalized(
         self, state: FilterState, head: NetworkHead

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import orjson
 
+from gateway.config import FiltersConfig
 from gateway.redis import keyspace as ks
 
 # Redis's clock in ms, unless a test injects one in ARGV[1]
@@ -151,6 +152,11 @@ class FilterStore:
         self._create = redis.register_script(CREATE_LUA)
         self._save = redis.register_script(SAVE_LUA)
         self._delete = redis.register_script(DELETE_LUA)
+
+    @classmethod
+    def for_config(cls, redis: Any, prefix: str, cfg: FiltersConfig) -> FilterStore:
+        """The store with the ``[filters]`` section's TTL and caps."""
+        return cls(redis, prefix, cfg.ttl_s, cfg.max_per_key, cfg.max_key_bytes)
 
     def _keys(self, khash: str, fid: str) -> list[str]:
         state = ks.filter_state(self._prefix, khash, fid)
