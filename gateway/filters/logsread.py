@@ -44,10 +44,6 @@ class HalvingReader:
         self._whole = whole
         self._spans: dict[bytes, int] = {}
 
-    def span(self, criteria: dict[str, Any]) -> int:
-        """The span remembered for ``criteria`` (0: none, the whole range is asked)."""
-        return self._spans.get(orjson.dumps(criteria), 0)
-
     async def __call__(self, criteria: dict[str, Any], first: int, last: int) -> tuple[bytes, int]:
         key = orjson.dumps(criteria)
         learnt = self._spans.get(key, 0)
