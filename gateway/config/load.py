@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
 from gateway.config.listening import FiltersConfig
-from gateway.config.methods import ExtraWeights, merge_weights, network_methods
+from gateway.config.methods import NEVER_FREE, ExtraWeights, merge_weights, network_methods
 from gateway.config.nodes import read_nodes, read_routes
 from gateway.config.schema import (
     CacheConfig,
@@ -363,6 +363,8 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     for method, units in weights.items():
         if isinstance(units, bool) or not isinstance(units, int) or units < 0:
             raise ConfigError(f"{path}.weights.{method}: expected a non-negative integer")
+        if units < 1 and method in NEVER_FREE:
+            raise ConfigError(f"{path}.weights.{method}: a log scan is never free (at least 1)")
     merged = merge_weights(DEFAULT_WEIGHTS, extra_weights.weights, weights)
     patterns = sorted(
         ((m[:-1], u) for m, u in merged.items() if m.endswith("*")), key=lambda p: -len(p[0])

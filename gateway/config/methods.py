@@ -56,6 +56,10 @@ class ExtraWeights:
         self._where[method] = path
 
 
+# A poll is never a free scan (its weight stands for the node reads it makes).
+NEVER_FREE: Final = frozenset({"eth_getFilterChanges", "eth_getFilterLogs", "eth_getLogs"})
+
+
 def merge_weights(
     shipped: Mapping[str, int], extra: Mapping[str, int], plan: Mapping[str, int]
 ) -> dict[str, int]:

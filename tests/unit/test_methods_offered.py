@@ -114,6 +114,12 @@ def test_filter_logs_cost_what_the_plans_own_eth_getlogs_costs_and_a_poll_its_ow
     assert free.cost("eth_getFilterLogs") == 90 and free.cost("eth_getFilterChanges") == 1
 
 
+@pytest.mark.parametrize("method", ["eth_getFilterChanges", "eth_getFilterLogs", "eth_getLogs"])
+def test_a_plan_may_not_make_a_log_scan_free(method: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^plans\.free\.weights\.{method}: .*never free"):
+        config_from_dict({"plans": {"free": {"rate": 25, "weights": {method: 0}}}})
+
+
 def test_operator_offers_a_pattern_with_a_weight_and_plans_may_override_it() -> None:
     cfg = config_from_dict(
         {
