@@ -164,3 +164,13 @@ async def test_ethers_query_filter_works_on_the_free_plan(
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     result = orjson.loads(out.splitlines()[-1])
     assert result == {"ok": True, "logs": [0] * 8}, result
+
+
+async def test_a_websocket_batch_is_admitted_call_by_call_too(client: Client, api_key: str) -> None:
+    async with client.ws_connect(f"/bsc/{api_key}") as ws:
+        await ws.send_str(orjson.dumps([call(i) for i in range(5)]).decode())
+        body = orjson.loads((await ws.receive()).data)
+    assert [a["id"] for a in body] == [0, 1, 2, 3, 4]
+    assert all("result" in a for a in body[:3]), body
+    assert all(a["error"]["code"] == -32005 for a in body[3:]), body
+    assert all(a["error"]["data"]["reason"] for a in body[3:])
