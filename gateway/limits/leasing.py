@@ -182,7 +182,6 @@ class LeaseLimiter:
                 cost = 1
         key.rate_count += 1  # the rate itself is worked out when a slice is sized
         if len(per_call) > 1 and (key.tokens < cost or cost > key.burst):
-            assert key.plan is not None
             return await self._ask(
                 khash, key, calls, methods, origin, ip_bits, now_ms, cost=cost, per_call=per_call
             )
