@@ -24,9 +24,9 @@ REFUSED_ERROR: dict[Status, rpc.ErrorKind] = {
     Status.KEY_RATE_CAPPED: rpc.RATE_LIMITED,
     Status.KEY_DAILY_CAPPED: rpc.RATE_LIMITED,
 }
-# error.data.reason of a 429 that is not the plain token bucket: it names the
-# limit that was reached, so a key holder can tell the owner's own key caps
-# (Infura-style "key limits") from the plan's.
+# error.data.reason of a 429: it names the limit that was reached, so a key
+# holder can tell the owner's own key caps (Infura-style "key limits") from
+# the plan's, and a refused call in a batch says why it was left out.
 _REFUSAL_REASON = {
     Status.RATE_LIMITED: "the plan's rate reached",
     Status.QUOTA_EXCEEDED: "daily quota reached",
