@@ -290,9 +290,7 @@ async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
     """
     insight = app.get(T.INSIGHT)
     cfg = app[T.CONFIG]
-    filter_store = FilterStore(
-        app[T.REDIS], cfg.redis.prefix, cfg.filters.ttl_s, cfg.filters.max_per_key
-    )
+    filter_store = FilterStore.for_config(app[T.REDIS], cfg.redis.prefix, cfg.filters)
     filters_live = live_gauge(app[T.METRICS].registry)
     for handler in app[HANDLERS]:
         pool = app[T.POOLS][handler.network.name]

@@ -128,31 +128,50 @@ FORBIDDEN_DEBUG_METHODS: tuple[str, ...] = (
     "debug_writeMutexProfile",
 )
 
+# Methods that make a node read or write a file the caller names (geth's
+# debug_traceBlockFromFile opens any path on the node's disk, and its errors
+# tell whether the path exists). Never offered: an exact name is refused at
+# load, a pattern aimed at one is refused too, and every pattern skips them
+# at run time (methodset.FILE_SUFFIXES: any name ending in FromFile/ToFile).
+FILE_METHODS: tuple[str, ...] = (
+    "debug_standardTraceBadBlockToFile",
+    "debug_standardTraceBlockToFile",
+    "debug_traceBadBlockFromFile",
+    "debug_traceBlockFromFile",
+)
+
 # Not offered: the gateway keeps filters itself and keeps no mempool view
 # (SPEC §10); newPendingTransactions over WebSocket is the way to follow it.
 UNOFFERED_METHODS: tuple[str, ...] = ("eth_newPendingTransactionFilter",)
 
-# Compute units per call (SPEC §3, §5): hosted providers' proportions with
-# eth_getLogs = 50 and a plain read = 1 (the plans' rates are requests per
-# second of plain reads). A filter poll costs what the eth_getLogs it stands
-# for costs (a plan that prices eth_getLogs prices them alike, config/load.py).
-# Traces, off by default, cost far above a log scan once an operator offers
-# them. Methods not listed cost 1; each plan's ``weights`` lays over this.
+# Compute units per call: NodeReal's published compute-unit table (BSC's main
+# hosted provider) in proportion, each price divided by its eth_call (20) and
+# rounded up, so a plain read is 1 and a plan's rate reads as plain calls per
+# second. A method that table lacks is priced beside its nearest neighbour
+# there; docs/METHODS.md gives every weight with its source. Methods not
+# listed cost 1; each plan's ``weights`` lays over this; an exact name wins
+# over a ``prefix*`` pattern.
 DEFAULT_WEIGHTS: dict[str, int] = {
-    "debug_trace*": 500,
-    "eth_createAccessList": 20,
-    "eth_getFilterChanges": 50,
-    "eth_getFilterLogs": 50,
-    "eth_getLogs": 50,
+    "debug_trace*": 90,  # debug_traceBlock*
+    "debug_traceCall": 14,
+    "debug_traceTransaction": 14,
+    "eth_createAccessList": 4,  # not in the table: beside eth_estimateGas
+    "eth_estimateGas": 4,
+    "eth_getFilterChanges": 1,
+    "eth_getFilterLogs": 3,
+    "eth_getLogs": 3,
     "eth_getTransactionDataAndReceipt": 2,  # BSC's: a transaction and its receipt
-    "eth_newBlockFilter": 10,
-    "eth_newFilter": 10,
-    "eth_newFinalizedHeaderFilter": 10,
-    # Bundles (offered only with private_tx endpoints): no provider's table prices
-    # them; several transactions for every builder in one call.
+    "eth_newBlockFilter": 1,
+    "eth_newFilter": 1,
+    "eth_newFinalizedHeaderFilter": 1,
+    "eth_sendRawTransaction": 8,
+    # Bundles (offered only with private_tx endpoints): not in the table;
+    # twice eth_sendRawTransaction (several transactions for every builder).
     "eth_sendBundle": 16,
-    "eth_simulateV1": 40,
-    "trace_*": 500,
+    "eth_simulateV1": 14,  # not in the table: beside debug_traceCall
+    "trace_*": 90,  # not in the table: beside debug_traceBlock*
+    "trace_call": 14,  # beside debug_traceCall
+    "trace_transaction": 14,  # beside debug_traceTransaction
 }
 
 

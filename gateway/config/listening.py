@@ -65,3 +65,14 @@ class FiltersConfig:
     # logs again with removed: true.
     reorg_polls: int = 16
     remember_bytes: int = 65_536  # delivered logs kept per filter for that, at most
+    # What one key's filters may hold in Redis (which also holds every key,
+    # limit and session): a log filter's topic alternatives per position, its
+    # criteria's bytes, and the bytes of all the key's live filters together
+    # (criteria and remembered logs; a poll past it keeps fewer logs).
+    # A poll's eth_getLogs answer, at most: past it the poll asks for fewer
+    # blocks (one block is read up to limits.max_buffered_answer_bytes), so an
+    # eth_getFilterChanges answer a client does not read holds little memory.
+    max_poll_bytes: int = 1_048_576
+    max_topic_alternatives: int = 256
+    max_filter_bytes: int = 65_536
+    max_key_bytes: int = 2_097_152

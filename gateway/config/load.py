@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
 from gateway.config.listening import FiltersConfig
-from gateway.config.methods import ExtraWeights, network_methods
+from gateway.config.methods import NEVER_FREE, ExtraWeights, merge_weights, network_methods
 from gateway.config.nodes import read_nodes, read_routes
 from gateway.config.schema import (
     CacheConfig,
@@ -187,6 +187,14 @@ def _check_filters(filters: FiltersConfig) -> None:
         raise ConfigError("filters.max_blocks_per_poll: must be at least 1")
     if filters.reorg_polls < 1:
         raise ConfigError("filters.reorg_polls: must be at least 1")
+    if filters.max_poll_bytes < 4096:
+        raise ConfigError("filters.max_poll_bytes: must be at least 4096")
+    if filters.max_topic_alternatives < 1:
+        raise ConfigError("filters.max_topic_alternatives: must be at least 1")
+    if filters.max_filter_bytes < 1024:
+        raise ConfigError("filters.max_filter_bytes: must be at least 1024")
+    if filters.max_key_bytes < filters.max_filter_bytes:
+        raise ConfigError("filters.max_key_bytes: must be at least filters.max_filter_bytes")
 
 
 def _over_defaults(
@@ -359,13 +367,9 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     for method, units in weights.items():
         if isinstance(units, bool) or not isinstance(units, int) or units < 0:
             raise ConfigError(f"{path}.weights.{method}: expected a non-negative integer")
-    # The shipped weights, then the networks' extra methods, then the plan's own.
-    merged = {**DEFAULT_WEIGHTS, **extra_weights.weights, **weights}
-    # A filter poll costs what the eth_getLogs it stands for costs (SPEC §10),
-    # on a plan that prices eth_getLogs its own way too.
-    for poll in ("eth_getFilterChanges", "eth_getFilterLogs"):
-        if poll not in weights:
-            merged[poll] = merged["eth_getLogs"]
+        if units < 1 and method in NEVER_FREE:
+            raise ConfigError(f"{path}.weights.{method}: a log scan is never free (at least 1)")
+    merged = merge_weights(DEFAULT_WEIGHTS, extra_weights.weights, weights)
     patterns = sorted(
         ((m[:-1], u) for m, u in merged.items() if m.endswith("*")), key=lambda p: -len(p[0])
     )

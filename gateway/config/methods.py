@@ -19,11 +19,12 @@ from gateway.config.defaults import (
     BSC_CHAIN_IDS,
     BSC_METHODS,
     DEFAULT_METHODS,
+    FILE_METHODS,
     FORBIDDEN_DEBUG_METHODS,
     FORBIDDEN_METHOD_PREFIXES,
     UNOFFERED_METHODS,
 )
-from gateway.config.methodset import MethodSet
+from gateway.config.methodset import FILE_SUFFIXES, MethodSet
 from gateway.config.schema import ConfigError
 
 # A JSON-RPC method name as nodes define them (namespace_name), optionally a
@@ -55,6 +56,37 @@ class ExtraWeights:
         self._where[method] = path
 
 
+# A poll is never a free scan (its weight stands for the node reads it makes).
+NEVER_FREE: Final = frozenset({"eth_getFilterChanges", "eth_getFilterLogs", "eth_getLogs"})
+
+
+def merge_weights(
+    shipped: Mapping[str, int], extra: Mapping[str, int], plan: Mapping[str, int]
+) -> dict[str, int]:
+    """A plan's weights: the shipped ones, then the networks' extra methods, then its own.
+
+    An operator's ``prefix*`` weight covers the shipped exact names under it
+    (``"debug_trace*" = 500`` prices ``debug_traceCall`` 500 too, not the
+    shipped 14) unless the operator names them as well. ``eth_getFilterLogs``
+    scans what the ``eth_getLogs`` it stands for scans, so a plan that prices
+    ``eth_getLogs`` its own way prices it alike unless it names it;
+    ``eth_getFilterChanges`` reads only the blocks since the last poll and
+    keeps its own weight.
+    """
+    merged = dict(shipped)
+    for layer in (extra, plan):
+        for name in layer:
+            if name.endswith("*"):
+                prefix = name[:-1]
+                for known in [m for m in merged if m.startswith(prefix) and m != name]:
+                    if known not in extra and known not in plan:
+                        del merged[known]
+        merged.update(layer)
+    if "eth_getLogs" in plan and "eth_getFilterLogs" not in plan:
+        merged["eth_getFilterLogs"] = merged["eth_getLogs"]
+    return merged
+
+
 def default_methods(chain_id: int) -> list[str]:
     """The shipped method list of a network on chain ``chain_id``."""
     names = list(DEFAULT_METHODS)
@@ -78,12 +110,32 @@ def refusal(method: str) -> str | None:
         for closed in (*FORBIDDEN_DEBUG_METHODS, *UNOFFERED_METHODS):
             if closed.lower().startswith(prefix):
                 return f"the pattern reaches {closed}, which is never offered"
+        for closed in FILE_METHODS:
+            # "debug_trace*" stays offerable (every pattern skips the file
+            # methods at run time); one that reaches into a file method's own
+            # name ("debug_traceBlockF*") or names the file part is aimed at it
+            stem = len(closed) - len(_file_suffix(closed))
+            if closed.lower().startswith(prefix) and len(prefix) > stem:
+                return f"the pattern reaches {closed}, {_FILE_WHY}"
+        if any(part in prefix for part in FILE_SUFFIXES):
+            return f"the pattern reaches methods ending in FromFile/ToFile, {_FILE_WHY}"
         return None
     if name.startswith(_CLOSED_PREFIXES) or name in _CLOSED_DEBUG:
         return "node administration and server-side signing are never offered"
+    if name.endswith(FILE_SUFFIXES):
+        return _FILE_WHY
     if name in _UNOFFERED:
         return "the gateway keeps filters itself and has no pending-transaction filter"
     return None
+
+
+_FILE_WHY = "it makes the node read or write a file the caller names"
+
+
+def _file_suffix(name: str) -> str:
+    """The ``FromFile`` / ``ToFile`` ending of a file method's name."""
+    lower = name.lower()
+    return next(name[-len(s) :] for s in FILE_SUFFIXES if lower.endswith(s))
 
 
 _CLOSED_PREFIXES = tuple(p.lower() for p in FORBIDDEN_METHOD_PREFIXES)

@@ -4,13 +4,18 @@ A ``frozenset`` of names, so every ``method in network.methods`` check of the
 request path keeps its one hash lookup; a name that is not in the set is
 then tried against the (few, usually zero) prefixes. Patterns are only ever
 configured by the operator, and load.py refuses any that reaches a method
-that is never offered.
+that is never offered. Whatever a pattern says, a name ending in
+``FromFile`` or ``ToFile`` (any case) is never matched: such methods make
+the node read or write a file the caller names (``debug_traceBlockFromFile``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
+
+# Lowercased name endings of the methods that take a file path from the caller.
+FILE_SUFFIXES: Final = ("fromfile", "tofile")
 
 
 class MethodSet(frozenset[str]):
@@ -26,8 +31,8 @@ class MethodSet(frozenset[str]):
     def __contains__(self, method: object) -> bool:
         if frozenset.__contains__(self, method):
             return True
-        if self.patterns and type(method) is str:
-            return method.startswith(self.patterns)
+        if self.patterns and type(method) is str and method.startswith(self.patterns):
+            return not method.lower().endswith(FILE_SUFFIXES)
         return False
 
     def __or__(self, other: Any) -> MethodSet:

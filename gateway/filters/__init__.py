@@ -2,7 +2,8 @@
 key, with TTL), changes (what a poll returns, re-orgs included), service (the
 transport-neutral answers), methods (those answers as local methods of the one
 pipeline, on both transports), nodepath (their node reads through the pipeline's read
-path) and live (this worker's count for the ``gateway_filters_live`` gauge).
+path), logsread (how a poll turns a block range into reads) and live (this worker's
+count for the ``gateway_filters_live`` gauge).
 
 A plug-in of the pipeline, as ``ws`` is: it sits above ``rpc`` (its filter reader
 ``rpc.params``, its local-method registry and read path) and nothing but ``app``

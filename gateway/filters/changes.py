@@ -29,6 +29,9 @@ from gateway.rpc.protocol import ErrorKind
 
 # The node path: (method, params) -> the answer's ``result`` as JSON bytes.
 NodeCall = Callable[[str, list[Any]], Awaitable[bytes]]
+# A poll's logs reader (filters.logsread): (criteria, first, last) -> (the
+# eth_getLogs result for first..to as JSON bytes, to).
+ReadLogs = Callable[[dict[str, Any], int, int], Awaitable[tuple[bytes, int]]]
 
 _HASH_FETCH_BATCH: Final = 16  # block hashes asked for at once by a block filter's poll
 
@@ -113,13 +116,16 @@ async def logs_changes(
     span: int,
     reorg_polls: int,
     remember_bytes: int,
+    read_logs: ReadLogs,
 ) -> tuple[list[Any], int, list[list[Any]]]:
     """(logs to answer, the next block to scan, what to remember) for one poll.
 
     ``span``: at most this many blocks are scanned per poll (the plan's
-    eth_getLogs range; 0 = no cap); the rest follows next poll. A range whose
-    logs are too many for one answer is halved until it goes through (down to
-    one block), so a busy stretch of chain never leaves a filter stuck.
+    eth_getLogs range; 0 = no cap); the rest follows next poll. The range is
+    read by ``read_logs`` (``filters.logsread``: a range whose logs are too
+    many for one answer is halved until it goes through, down to one block,
+    so a busy stretch of chain never leaves a filter stuck); it may deliver
+    fewer blocks than asked, the rest follows next poll.
     """
     chain = Chain(call, head)
     removed: list[Any] = []
@@ -144,19 +150,13 @@ async def logs_changes(
     new: list[Any] = []
     if next_block <= upper:
         to = upper if span <= 0 else min(upper, next_block + span - 1)
-        criteria = _criteria(crit)
-        while True:
-            params = {**criteria, "fromBlock": hex(next_block), "toBlock": hex(to)}
-            try:
-                found = orjson.loads(await call("eth_getLogs", [params]))
-                break
-            except NodeError as exc:
-                if not exc.too_large or to <= next_block:
-                    raise
-                to = next_block + (to - next_block) // 2
+        raw, to = await read_logs(_criteria(crit), next_block, to)
+        found = orjson.loads(raw)
         scanned = [log for log in found if type(log) is dict] if type(found) is list else []
         new = [log for log in scanned if _ident(log) not in still] if still else scanned
-        seen = _remember(seen, [to, await chain.hash_at(to), scanned], reorg_polls, remember_bytes)
+        # the node's answer's length measures the logs remembered: never re-encoded for it
+        entry = [to, await chain.hash_at(to), scanned, len(raw)]
+        seen = _remember(seen, entry, reorg_polls, remember_bytes)
         next_block = to + 1
     return removed + new, next_block, seen
 
@@ -203,14 +203,21 @@ async def block_changes(
 def _remember(
     seen: list[list[Any]], entry: list[Any], polls: int, max_bytes: int
 ) -> list[list[Any]]:
-    """``seen`` plus ``entry``, the newest ``polls`` kept; delivered logs only within bytes."""
+    """``seen`` plus ``entry``, the newest ``polls`` kept; delivered logs only within bytes.
+
+    An entry is [number, hash, logs or None] and, from a logs poll, the
+    logs' size in bytes (the node answer's length), so nothing is encoded
+    again to be measured; an entry stored without it is measured once.
+    """
     kept = [*seen, entry][-polls:]
     budget = max_bytes
     for item in reversed(kept):  # the newest polls keep their logs first
         logs = item[2]
         if logs is None:
             continue
-        size = len(orjson.dumps(logs))
+        if len(item) < 4:
+            item.append(len(orjson.dumps(logs)))
+        size = item[3]
         if size > budget:
             item[2] = None  # too much to keep: a re-org past it cannot mark these removed
         else:

@@ -21,11 +21,13 @@ from typing import Any
 
 import orjson
 
+from gateway.config import Config
 from gateway.filters.live import Gauge
+from gateway.filters.logsread import HalvingReader, ReadLogs
 from gateway.filters.nodepath import ReadPath
 from gateway.filters.service import FILTER_METHODS, FilterService
 from gateway.filters.store import FilterStore
-from gateway.rpc.local import CallError, LocalContext, LocalMethods
+from gateway.rpc.local import CallError, ForwardAs, LocalContext, LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
 from gateway.store.errorcounts import ErrorCounter
@@ -36,18 +38,30 @@ def add_filter_methods(
 ) -> FilterService:
     """Give a bound pipeline its network's filter methods (at start-up, after ``bind``)."""
     cfg, network = pipeline.cfg, pipeline.network
+    path = ReadPath(pipeline.reads)
     service = FilterService(
         network.name,
         store,
         pipeline.pool.intel.heads,
-        ReadPath(pipeline.reads),
+        path,
         cfg.filters,
         cfg.max_logs_range,
         live=live,
         serving=lambda: pipeline.pool.intel.serving,
+        deadline_s=cfg.limits.upstream_timeout_s,
+        read_logs=logs_reader(path, cfg),
     )
     FilterMethods(service, errors).register(pipeline.local, network.methods)
     return service
+
+
+def logs_reader(path: ReadPath, cfg: Config) -> ReadLogs:
+    """How a network's polls read a range of logs: the one place to plug in a splitter.
+
+    Today ``HalvingReader``: reads within ``filters.max_poll_bytes``, halved
+    when too large, the span that worked remembered per filter criteria.
+    """
+    return HalvingReader(path.within(cfg.filters.max_poll_bytes), path)
 
 
 class FilterMethods:
@@ -69,6 +83,8 @@ class FilterMethods:
         out = await self.service.answer(khash, ctx.plan, call.method, call.params)
         if isinstance(out, bytes):
             return orjson.Fragment(out)
+        if isinstance(out, ForwardAs):
+            return out
         kind, data = out
         if call.has_id:  # counted like a node's error answer (the key's error count)
             self.errors.add(khash)

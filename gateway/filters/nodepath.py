@@ -8,11 +8,12 @@ caller (coalesced), hedged, routed to a node that has the block it names,
 and kept when its finality allows. So a thousand filters polled at one head
 cost one node call per distinct read.
 
-A large answer (relayed in pieces to a client) is read whole here, up to
-``limits.max_buffered_answer_bytes``, since its logs are parsed; past it,
-502, as for any answer the gateway cannot hold. That error, and a node's own
-"too many results" refusal, are marked ``too_large``: a filter's poll asks
-again for fewer blocks (``changes.logs_changes``).
+A large answer (relayed in pieces to a client) is read whole here, since
+its logs are parsed: up to ``limits.max_buffered_answer_bytes``, or the
+smaller bound of ``within(limit)`` (a poll's reads: ``filters.max_poll_bytes``);
+past it, 502, as for any answer the gateway cannot hold. That error, and a
+node's own "too many results" refusal, are marked ``too_large``: a filter's
+poll asks again for fewer blocks (``filters.logsread``).
 """
 
 from __future__ import annotations
@@ -41,35 +42,43 @@ _TOO_MANY = re.compile(
 class ReadPath:
     """``await path(method, params)`` -> the ``result`` as JSON bytes, or ``NodeError``."""
 
-    def __init__(self, reads: Reads) -> None:
+    def __init__(self, reads: Reads, limit: int = 0) -> None:
         self._reads = reads
+        self._limit = limit  # 0: the relay's own bound (limits.max_buffered_answer_bytes)
+
+    def within(self, limit: int) -> ReadPath:
+        """The same path, its answers refused as ``too_large`` past ``limit`` bytes."""
+        return ReadPath(self._reads, limit)
 
     async def __call__(self, method: str, params: list[Any]) -> bytes:
         call = rpc.Call(method=method, params=params, id=_ID, has_id=True)
         try:
             out = await self._reads.single(call)
-            reply = await _whole(out) if isinstance(out, Relay) else out[0]
+            reply = await _whole(out, self._limit) if isinstance(out, Relay) else out[0]
         except UpstreamError as exc:
             raise NodeError(failure_kind(exc), too_large=exc.too_large) from None
         except rpc.BadAnswer:
             raise NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "bad node answer"}) from None
+        if self._limit and len(reply) > self._limit:
+            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, too_large=True)
         result = result_bytes(reply)
         if result is None:
             raise _node_error(reply)
         return result
 
 
-async def _whole(relay: Relay) -> bytes:
-    """A relayed answer read to its end, at most ``relay.buffer_limit`` bytes."""
+async def _whole(relay: Relay, limit: int) -> bytes:
+    """A relayed answer read to its end, at most ``limit`` (or ``relay.buffer_limit``) bytes."""
+    bound = min(limit, relay.buffer_limit) if limit else relay.buffer_limit
     try:
         parts = [await relay.start()]
         have = len(parts[0])
+        if have > bound:
+            raise UpstreamError("filter read over its bound", too_large=True)
         async for chunk in relay.rest():
             have += len(chunk)
-            if have > relay.buffer_limit:
-                raise UpstreamError(
-                    "filter read over limits.max_buffered_answer_bytes", too_large=True
-                )
+            if have > bound:
+                raise UpstreamError("filter read over its bound", too_large=True)
             parts.append(chunk)
         return b"".join(parts)
     finally:

@@ -1,7 +1,8 @@
 """The filter methods, answered by the gateway: ``FilterService.answer`` (no transport).
 
-``answer(khash, plan, method, params)`` returns the ``result`` as JSON bytes
-or ``(ErrorKind, data)``; ``filters.methods`` makes it the pipeline's local
+``answer(khash, plan, method, params)`` returns the ``result`` as JSON bytes,
+``(ErrorKind, data)``, or (``eth_getFilterLogs``) the ``eth_getLogs`` to
+forward in its place (``rpc.local.ForwardAs``); ``filters.methods`` makes it the pipeline's local
 methods (HTTP and WebSocket alike). The node is reached only through the
 injected ``NodeCall`` (``filters.nodepath.ReadPath``: the pipeline's read
 path, with cache, coalescing and routing by block), the head from the
@@ -18,11 +19,18 @@ Choices where geth and the SPEC are silent (docs/METHODS.md "Filters"):
   hash when it moved since the last poll (BSC's node sends one per finality
   event; in between, only the newest matters to a poller).
 - ``eth_getFilterLogs`` on a block filter, a malformed id, another network's
-  filter: ``filter not found``, as geth answers an id it does not hold.
+  filter: ``filter not found``, as geth answers an id it does not hold; and
+  ``eth_uninstallFilter`` of another network's filter: ``false``, the filter
+  kept (each network's path answers for its own filters only).
+- A log filter is refused (-32602, the setting named in ``error.data``) past
+  ``filters.max_topic_alternatives`` in one topic position or
+  ``filters.max_filter_bytes`` of criteria; a key past
+  ``filters.max_key_bytes`` of live filters gets -32000 ``too many filters``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -31,12 +39,14 @@ import orjson
 from redis.exceptions import RedisError
 
 from gateway.config import FiltersConfig
-from gateway.filters.changes import NodeCall, NodeError, block_changes, logs_changes
+from gateway.filters.changes import NodeCall, NodeError, ReadLogs, block_changes, logs_changes
 from gateway.filters.live import Gauge, LiveFilters
+from gateway.filters.logsread import HalvingReader
 from gateway.filters.store import FilterState, FilterStore, well_formed_id
 from gateway.intel.head import HeadTracker, NetworkHead
 from gateway.intel.logsguard import check_logs_range
 from gateway.rpc import protocol as rpc
+from gateway.rpc.local import ForwardAs
 from gateway.rpc.params import LogFilter, canonical_filter, read_filter
 
 log = logging.getLogger("gateway.filters")
@@ -53,7 +63,7 @@ FILTER_METHODS: Final = frozenset(
 )
 _KINDS: Final = {NEW_FILTER: "logs", NEW_BLOCK_FILTER: "blocks", NEW_FINALIZED_FILTER: "finalized"}
 
-Answer = bytes | tuple[rpc.ErrorKind, Any]
+Answer = bytes | tuple[rpc.ErrorKind, Any] | ForwardAs
 
 
 class FilterService:
@@ -69,6 +79,9 @@ class FilterService:
         logs_range: Callable[[str], int],
         live: Gauge | None = None,
         serving: Callable[[], bool] = lambda: True,
+        *,
+        deadline_s: float = 0.0,
+        read_logs: ReadLogs | None = None,
     ) -> None:
         self.network = network
         self._store = store
@@ -80,6 +93,10 @@ class FilterService:
         # Whether a node of the network is in service: a filter answers from the
         # head, and with no node the gateway serves no head it cannot vouch for.
         self._serving = serving
+        # One deadline for all of a poll's node reads (limits.upstream_timeout_s;
+        # 0 = none), and the one function that turns its range into reads.
+        self._deadline_s = deadline_s
+        self._read_logs = read_logs if read_logs is not None else HalvingReader(call, call)
 
     async def answer(self, khash: str, plan: str, method: str, params: Any) -> Answer:
         """The result JSON of one filter call of key ``khash``, or (error kind, data)."""
@@ -93,7 +110,8 @@ class FilterService:
                 return b"false" if method == UNINSTALL else (rpc.FILTER_NOT_FOUND, None)
             if method == UNINSTALL:
                 self.live.gone(fid)
-                return b"true" if await self._store.delete(khash, fid) else b"false"
+                deleted = await self._store.delete(khash, self.network, fid)
+                return b"true" if deleted else b"false"
             state = await self._store.load(khash, fid)
             # A logs filter's criteria, read back as written (canonical, so they read).
             crit = read_filter(state.crit) if state is not None and state.kind == "logs" else None
@@ -139,6 +157,9 @@ class FilterService:
             crit = read
             if crit.block_hash is not None:
                 return rpc.INVALID_PARAMS, "eth_newFilter takes a block range, not blockHash"
+            too_big = self._too_big(crit)
+            if too_big is not None:
+                return rpc.INVALID_PARAMS, too_big
         elif params not in (None, []):
             return rpc.INVALID_PARAMS, "expected no arguments"
         head = await self._head()
@@ -154,19 +175,64 @@ class FilterService:
         fid = await self._store.create(
             khash, self.network, kind, canonical_filter(crit), next_block, seen
         )
-        if fid is None:
+        if fid == 0:
             cap = self._cfg.max_per_key
             return rpc.TOO_MANY_FILTERS, {
                 "reason": f"this key has {cap} live filters, the most allowed; "
                 "uninstall one (eth_uninstallFilter) or let one expire",
                 "max_filters": cap,
             }
+        if not isinstance(fid, str):
+            cap = self._cfg.max_key_bytes
+            return rpc.TOO_MANY_FILTERS, {
+                "reason": f"this key's live filters would hold more than {cap} bytes "
+                "(filters.max_key_bytes); uninstall one (eth_uninstallFilter) or let one expire",
+                "limit": "filters.max_key_bytes",
+                "max_key_bytes": cap,
+            }
         self.live.seen(fid)
         return orjson.dumps(fid)
+
+    def _too_big(self, crit: LogFilter) -> dict[str, Any] | None:
+        """Why a log filter is more than one filter may hold (error.data), or None."""
+        most = self._cfg.max_topic_alternatives
+        for position, alternatives in enumerate(crit.topics or ()):
+            if type(alternatives) is list and len(alternatives) > most:
+                return {
+                    "reason": f"topic position {position} has {len(alternatives)} alternatives, "
+                    f"at most {most} (filters.max_topic_alternatives)",
+                    "limit": "filters.max_topic_alternatives",
+                    "max_topic_alternatives": most,
+                }
+        size = len(orjson.dumps(canonical_filter(crit)))
+        if size > self._cfg.max_filter_bytes:
+            return {
+                "reason": f"the filter takes {size} bytes, at most "
+                f"{self._cfg.max_filter_bytes} (filters.max_filter_bytes)",
+                "limit": "filters.max_filter_bytes",
+                "max_filter_bytes": self._cfg.max_filter_bytes,
+            }
+        return None
 
     async def _changes(
         self, khash: str, plan: str, state: FilterState, crit: LogFilter | None
     ) -> Answer:
+        """One poll: every node read it makes shares one deadline, then the state is saved."""
+        try:
+            async with asyncio.timeout(self._deadline_s or None):
+                out, next_block, seen = await self._poll(plan, state, crit)
+        except TimeoutError:
+            reason = f"the poll's node reads took over {self._deadline_s:g} s"
+            raise NodeError(rpc.UPSTREAM_TIMEOUT, {"reason": reason}) from None
+        if not await self._store.save(khash, state, next_block, seen):
+            # Another poll of this filter (a retry, another process) got there
+            # first and answered these changes: never deliver them twice.
+            return b"[]"
+        return orjson.dumps(out)
+
+    async def _poll(
+        self, plan: str, state: FilterState, crit: LogFilter | None
+    ) -> tuple[list[Any], int, list[list[Any]]]:
         head = await self._head()
         cfg = self._cfg
         out: list[Any]
@@ -180,6 +246,7 @@ class FilterService:
                 span=self._logs_range(plan),
                 reorg_polls=cfg.reorg_polls,
                 remember_bytes=cfg.remember_bytes,
+                read_logs=self._read_logs,
             )
         elif state.kind == "blocks":
             hashes, next_block, seen = await block_changes(
@@ -193,11 +260,7 @@ class FilterService:
             out = list(hashes)
         else:
             out, next_block, seen = await self._finalized(state, head)
-        if not await self._store.save(khash, state, next_block, seen):
-            # Another poll of this filter (a retry, another process) got there
-            # first and answered these changes: never deliver them twice.
-            return b"[]"
-        return orjson.dumps(out)
+        return out, next_block, seen
 
     async def _finalized(
         self, state: FilterState, head: NetworkHead
@@ -226,4 +289,7 @@ class FilterService:
         refused = check_logs_range([spec], self._heads, self._logs_range(plan))
         if refused is not None:
             return rpc.INVALID_PARAMS, refused
-        return await self._call("eth_getLogs", [spec])
+        # The node's answer goes to the client as an eth_getLogs answer would:
+        # through the pipeline's read path and its bounded relay, never read
+        # whole here (SPEC §7's memory bound holds on both transports).
+        return ForwardAs("eth_getLogs", [spec])

@@ -25,9 +25,13 @@
 --         what a client asks, and the subscription was judged when asked for
 -- ARGV[6] P = number of plans, then P groups of 5 (see keyrecord.lua):
 --         name, rate (units/s), burst, daily quota (0 = none), cost of this request
--- then    M method/count pairs (the distinct methods of the request)
+-- then    M method/count pairs (the distinct methods of the request; for a batch
+--         admitted call by call, one pair per call in the costs' order)
 --
--- returns {status, key_id, limit, remaining, reset_s, retry_ms, plan}
+-- returns {status, key_id, limit, remaining, reset_s, retry_ms, plan, [mask]}
+--   mask (a batch admitted call by call): one status digit per call, 0 =
+--   admitted; status is 0 when any call was admitted, and retry_ms then
+--   tells the refused calls when to come back
 --   status 0 admitted, 1 unknown/expired/revoked, 2 not allowed by an
 --   allowlist, 3 over the token bucket, 4 over the daily quota,
 --   5 costs more than the bucket can ever hold, 6 over the owner's per-key
@@ -149,21 +153,8 @@ end
 local base = plan_base(rec[2] or '')
 -- the owner's per-key caps narrow the plan (keyrecord.lua, as in lease.lua)
 local plan, rate, burst, quota, rate_status, quota_status = key_limits(rec, base)
-local cost = tonumber(ARGV[base + 4])
+local list, cost = cost_list(ARGV[base + 4])
 local ncalls = tonumber(ARGV[2])
-
-if cost > burst then
-  return refuse('lim', ncalls, {5, key_id, burst, 0, 0, 0, plan})
-end
-
-if quota > 0 then
-  local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
-  if used + cost > quota then
-    local retry = (day + 1) * DAY_MS - now
-    return refuse('lim', ncalls,
-      {quota_status, key_id, burst, 0, math.ceil(retry / 1000), retry, plan})
-  end
-end
 
 -- token bucket, refilled continuously at `rate` units per second
 local tokens = tonumber(rec[8])
@@ -179,6 +170,69 @@ end
 if tokens > burst then
   tokens = burst
 end
+
+-- usage of admitted calls: per minute (kept 48 h, in hour hashes), per day
+-- (90 days), per method (only the pairs `admitted` says yes to)
+local function count_usage(n, units, admitted)
+  local hour_key = prefix .. 'h:' .. math.floor(now / HOUR_MS)
+  if redis.call('HINCRBY', hour_key, math.floor(now / 60000) % 60, n) == n then
+    redis.call('PEXPIRE', hour_key, HOUR_TTL_MS)  -- a new minute: (re)arm the TTL
+  end
+  if redis.call('HINCRBY', day_key, 'req', n) == n then
+    redis.call('PEXPIRE', day_key, DAY_TTL_MS)  -- first request of the day
+  end
+  redis.call('HINCRBY', day_key, 'cu', units)
+  local k = 0
+  for i = mstart, #ARGV, 2 do
+    k = k + 1
+    if admitted(k) then
+      redis.call('HINCRBY', day_key, 'm:' .. ARGV[i], ARGV[i + 1])
+    end
+  end
+end
+
+if #list > 1 then
+  -- a batch admitted call by call (keyrecord.lua walk_calls); the method
+  -- pairs are then one per call, in the order of the costs
+  local room = -1
+  if quota > 0 then
+    room = quota - tonumber(redis.call('HGET', day_key, 'cu') or '0')
+  end
+  local mask, n, units, stop, short = walk_calls(list, burst, tokens, room, rate_status,
+    quota_status)
+  local refused = #list - n
+  local retry = 0
+  if stop == rate_status then
+    retry = math.ceil(short * 1000 / rate)
+  elseif stop then
+    retry = (day + 1) * DAY_MS - now
+  end
+  if n == 0 then
+    local reset = math.ceil((burst - tokens) / rate)
+    return refuse('lim', ncalls,
+      {stop or 5, key_id, burst, math.floor(tokens), reset, retry, plan, mask})
+  end
+  tokens = tokens - units
+  redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)
+  count_usage(ncalls - refused, units, function(k) return string.sub(mask, k, k) == '0' end)
+  redis.call('HINCRBY', day_key, 'lim', refused)
+  return {0, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), retry, plan,
+    mask}
+end
+
+if cost > burst then
+  return refuse('lim', ncalls, {5, key_id, burst, math.floor(tokens), 0, 0, plan})
+end
+
+if quota > 0 then
+  local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
+  if used + cost > quota then
+    local retry = (day + 1) * DAY_MS - now
+    return refuse('lim', ncalls,
+      {quota_status, key_id, burst, 0, math.ceil(retry / 1000), retry, plan})
+  end
+end
+
 if cost > tokens then
   local retry = math.ceil((cost - tokens) * 1000 / rate)
   local reset = math.ceil((burst - tokens) / rate)
@@ -186,17 +240,5 @@ if cost > tokens then
 end
 tokens = tokens - cost
 redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)
-
--- usage: per minute (kept 48 h, in hour hashes), per day (90 days), per method
-local hour_key = prefix .. 'h:' .. math.floor(now / HOUR_MS)
-if redis.call('HINCRBY', hour_key, math.floor(now / 60000) % 60, ncalls) == ncalls then
-  redis.call('PEXPIRE', hour_key, HOUR_TTL_MS)  -- a new minute: (re)arm the TTL
-end
-if redis.call('HINCRBY', day_key, 'req', ncalls) == ncalls then
-  redis.call('PEXPIRE', day_key, DAY_TTL_MS)  -- first request of the day
-end
-redis.call('HINCRBY', day_key, 'cu', cost)
-for i = mstart, #ARGV, 2 do
-  redis.call('HINCRBY', day_key, 'm:' .. ARGV[i], ARGV[i + 1])
-end
+count_usage(ncalls, cost, function() return true end)
 return {0, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), 0, plan}

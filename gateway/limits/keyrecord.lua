@@ -9,7 +9,9 @@
 -- Shared ARGV layout: ARGV[1] now in ms ("" = Redis TIME), ARGV[6] P = the
 -- number of plans, then P groups of 5 from ARGV[7]: name, rate (units/s),
 -- burst, daily quota (0 = none), cost of this request
--- (limiter.PlanTable.groups builds them).
+-- (limiter.PlanTable.groups builds them). The cost is one number, or for a
+-- batch admitted call by call the cost of each call in order, comma-separated
+-- ("3,1,1"; PlanTable.call_groups).
 
 -- now in ms: the injected time (tests), else Redis TIME
 local function clock_ms()
@@ -55,4 +57,48 @@ local function key_limits(rec, base)
     quota, quota_status = dcap, 7
   end
   return ARGV[base], rate, burst, quota, rate_status, quota_status
+end
+
+-- A cost field as a list of call costs and their sum ("7" -> {7}, 7;
+-- "3,1,1" -> {3, 1, 1}, 5).
+local function cost_list(field)
+  local list, sum = {}, 0
+  for c in string.gmatch(field, '[^,]+') do
+    local n = tonumber(c)
+    list[#list + 1] = n
+    sum = sum + n
+  end
+  return list, sum
+end
+
+-- A batch admitted call by call, in order. A call costing more than `burst`
+-- can never pass (status 5) and is passed over; the first call the bucket
+-- (`tokens`) or the day (`room` units left, -1 = no quota) cannot hold now
+-- stops the walk: it and every later call are refused with that status.
+-- Returns the mask (one status digit per call, 0 = admitted), how many
+-- calls were admitted, their units, the stopping status (or nil) and the
+-- units the bucket lacked for the first call it refused.
+local function walk_calls(list, burst, tokens, room, rate_status, quota_status)
+  local mask, n, units, stop, short = {}, 0, 0, nil, 0
+  for i = 1, #list do
+    local c = list[i]
+    local s = 0
+    if c > burst then
+      s = 5
+    elseif stop then
+      s = stop
+    elseif room >= 0 and units + c > room then
+      stop = quota_status
+      s = stop
+    elseif units + c > tokens then
+      stop = rate_status
+      s = stop
+      short = units + c - tokens
+    else
+      units = units + c
+      n = n + 1
+    end
+    mask[i] = s
+  end
+  return table.concat(mask), n, units, stop, short
 end

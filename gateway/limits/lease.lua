@@ -17,7 +17,9 @@
 -- KEYS[2] usage key prefix                           <p>:{H}:
 -- ARGV[1] now in ms, or "" to use redis TIME
 -- ARGV[2] "1": also return the record's fields (a key this worker has not cached)
--- ARGV[3] cost of the request in hand in compute units (0: only give units back)
+-- ARGV[3] cost of the request in hand in compute units (0: only give units back);
+--         for a batch admitted call by call, each call's cost in order
+--         ("3,1,1", keyrecord.lua)
 -- ARGV[4] slice: extra units wanted beyond the cost
 -- ARGV[5] units given back (leased earlier, not used)
 -- ARGV[6] P = number of plans, then P groups of 5 (see keyrecord.lua):
@@ -31,7 +33,10 @@
 -- the day allows min(plan quota, dcap).
 --
 -- returns {status, granted, tokens_left, retry_ms, plan, burst, rate_milli,
---          [id, exp, rev, org, ipb, mth]}
+--          [id, exp, rev, org, ipb, mth], [mask]}
+--   mask (a batch admitted call by call, always last): one status digit per
+--   call, 0 = admitted; status is 0 when any call was, granted covers the
+--   admitted calls, and retry_ms tells the refused ones when to come back
 --   status 0 granted, 1 unknown/expired/revoked, 3 over the token bucket,
 --   4 over the daily quota, 5 costs more than the bucket can ever hold,
 --   6 over the key's own rate cap, 7 over the key's own daily cap
@@ -64,8 +69,9 @@ end
 -- the key's plan (an unknown name falls back to the first plan)
 local base = plan_base(rec[2])
 local plan, rate, burst, quota, rate_status, quota_status = key_limits(rec, base)
-local cost = tonumber(ARGV[3])
-if cost < 0 then cost = tonumber(ARGV[base + 4]) end
+local cost_field = ARGV[3]
+if cost_field == '-1' then cost_field = ARGV[base + 4] end
+local list, cost = cost_list(cost_field)
 local slice = tonumber(ARGV[4])
 local back = tonumber(ARGV[5])
 local day_key = KEYS[2] .. 'd:' .. math.floor(now / DAY_MS)
@@ -100,8 +106,44 @@ if cost == 0 then
   redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts)
   return reply(0, 0, math.floor(tokens), 0, plan, burst, rate)
 end
+if #list > 1 then
+  -- a batch admitted call by call (keyrecord.lua walk_calls), exactly as
+  -- admit.lua does; the slice is granted as for a single request
+  local room = -1
+  if quota > 0 then
+    room = quota - tonumber(redis.call('HGET', day_key, 'cu') or '0')
+  end
+  local mask, n, units, stop, short = walk_calls(list, burst, tokens, room, rate_status,
+    quota_status)
+  local retry = 0
+  if stop == rate_status then
+    retry = math.ceil(short * 1000 / rate)
+  elseif stop then
+    retry = (math.floor(now / DAY_MS) + 1) * DAY_MS - now
+  end
+  if n == 0 then
+    local out = refuse(stop or 5, retry)
+    out[#out + 1] = mask
+    return out
+  end
+  cost = units
+  if room >= 0 then room = room - units end
+  local extra = math.floor((tokens - cost) / 4)
+  if slice < extra then extra = slice end
+  if room >= 0 and room < extra then extra = room end
+  if stop then extra = 0 end  -- the bucket is short: lease nothing beyond the calls
+  local granted = cost + extra
+  tokens = tokens - granted
+  redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)
+  if granted > 0 and redis.call('HINCRBY', day_key, 'cu', granted) == granted then
+    redis.call('PEXPIRE', day_key, DAY_TTL_MS)  -- first units of the day
+  end
+  local out = reply(0, granted, math.floor(tokens), retry, plan, burst, rate)
+  out[#out + 1] = mask
+  return out
+end
 if cost > burst then
-  return refuse(5, 1000)
+  return refuse(5, 0)
 end
 local room = -1
 if quota > 0 then

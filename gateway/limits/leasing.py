@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from gateway.config import PlanConfig
 from gateway.limits.allowlists import NO_ALLOWLISTS, Allowlists
 from gateway.limits.limiter import Decision, LimiterUnavailable, ScriptRunner, Status
-from gateway.limits.plantable import PlanTable, is_probe, request_cost
+from gateway.limits.plantable import PlanTable, call_costs, is_probe, request_cost
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import flush_every
 
@@ -107,7 +107,9 @@ class LeaseLimiter:
     ) -> None:
         self._run = run
         self._plans = {p.name: p for p in plans}
-        self._plan_args = PlanTable(plans).groups
+        table = PlanTable(plans)
+        self._plan_args = table.groups
+        self._call_args = table.call_groups
         # plain dicts: a read-only mapping's ``get`` costs several times a dict's
         self._weights = {p.name: dict(p.weights) for p in plans}
         self._prefix = prefix
@@ -126,10 +128,16 @@ class LeaseLimiter:
         origin: str = "",
         ip_bits: str = "",
         now_ms: int | None = None,
+        per_call: Sequence[str] = (),
         *,
         gate: bool = True,
     ) -> Decision:
         """Admit from the lease when it holds the cost; otherwise ask ``lease.lua``.
+
+        A batch admitted call by call (``per_call``) that the lease holds
+        whole is admitted here; otherwise ``lease.lua`` walks its calls
+        against the shared bucket, with this lease given back first, as
+        ``admit.lua`` does in exact mode.
 
         The local path is written out here rather than split into helpers:
         it runs for nearly every request, and each call, ``Decision`` or
@@ -151,6 +159,7 @@ class LeaseLimiter:
                 cold=True,
                 cost=0 if is_probe(calls, methods) else -1,
                 gate=gate,
+                per_call=per_call,
             )
         if key.exp_ms and (now_ms or self._wall_ms()) >= key.exp_ms:
             self._keys.pop(khash, None)
@@ -172,9 +181,13 @@ class LeaseLimiter:
             if cost < 1:
                 cost = 1
         key.rate_count += 1  # the rate itself is worked out when a slice is sized
+        if len(per_call) > 1 and (key.tokens < cost or cost > key.burst):
+            return await self._ask(
+                khash, key, calls, methods, origin, ip_bits, now_ms, cost=cost, per_call=per_call
+            )
         if cost > key.burst:
             self._usage.count(khash, "lim", calls)
-            return self._decision(Status.TOO_EXPENSIVE, key, 1000, now)
+            return self._decision(Status.TOO_EXPENSIVE, key, 0, now)
         if key.tokens >= cost:
             key.tokens -= cost
             key.used = now
@@ -232,21 +245,26 @@ class LeaseLimiter:
         cold: bool = False,
         cost: int = -1,
         gate: bool = True,
+        per_call: Sequence[str] = (),
     ) -> Decision:
         """One ``lease.lua`` call: the cost in hand plus a slice, record if cold."""
         before = self._clock() if now_ms is None else now_ms / 1000
         back = 0
-        if key is not None and key.tokens and (cold or cost > key.tokens):
+        by_call = len(per_call) > 1
+        if key is not None and key.tokens and (cold or by_call or cost > key.tokens):
             back, key.tokens = key.tokens, 0
         keys = (ks.record_key(self._prefix, khash), ks.key_tag(self._prefix, khash))
+        cost_arg = str(cost)
+        if by_call and not cold and key is not None and key.plan is not None:
+            cost_arg = call_costs(key.plan.cost, per_call)
         args = [
             "" if now_ms is None else str(now_ms),
             "1" if cold else "0",
-            str(cost),
+            cost_arg,
             str(self._slice(key, before) if key is not None else 0),
             str(back),
         ]
-        args.extend(self._plan_args(calls, methods))
+        args.extend(self._call_args(per_call) if by_call else self._plan_args(calls, methods))
         try:
             res = await self._run(keys, args)
         except LimiterUnavailable:
@@ -282,6 +300,9 @@ class LeaseLimiter:
                 self._usage.count(khash, "den")
                 return Decision(Status.FORBIDDEN, key.key_id)
             key.rate_count += 1
+        retry_ms = int(res[3])
+        if by_call:
+            return self._by_call(khash, key, plan, status, granted, retry_ms, calls, per_call, res)
         if status is Status.ADMITTED:
             cost_now = request_cost(plan, calls, methods)
             key.tokens += granted - cost_now
@@ -289,12 +310,56 @@ class LeaseLimiter:
             key.refused_until = 0.0
             self._usage.admitted(khash, calls, methods)
             return self._admitted(key, now)
-        retry_ms = int(res[3])
         if status is not Status.TOO_EXPENSIVE:
             key.refused_until = now + retry_ms / 1000
             key.refused = status
         self._usage.count(khash, "lim", calls)
         return self._decision(status, key, retry_ms, now)
+
+    def _by_call(
+        self,
+        khash: str,
+        key: _Key,
+        plan: PlanConfig,
+        status: Status,
+        granted: int,
+        retry_ms: int,
+        calls: int,
+        per_call: Sequence[str],
+        res: Sequence[Any],
+    ) -> Decision:
+        """A batch ``lease.lua`` walked call by call: keep the slice, count, decide.
+
+        No refusal is remembered (``refused_until``): the next request is
+        judged by its own cost, as ``admit.lua`` judges it.
+        """
+        now = key.asked
+        mask = _text(res[-1])
+        units = [int(u) for u in call_costs(plan.cost, per_call).split(",")]
+        spent = sum(u for u, s in zip(units, mask, strict=True) if s == "0")
+        refused = len(mask) - mask.count("0")
+        if status is Status.ADMITTED:
+            key.tokens += granted - spent
+            key.used = now
+            admitted: dict[str, int] = {}
+            for method, s in zip(per_call, mask, strict=True):
+                if s == "0":
+                    admitted[method] = admitted.get(method, 0) + 1
+            self._usage.admitted(khash, calls - refused, admitted)
+        if refused:
+            self._usage.count(khash, "lim", refused if status is Status.ADMITTED else calls)
+        key.last = None
+        decision = self._decision(status, key, retry_ms, now)
+        return Decision(
+            decision.status,
+            decision.key_id,
+            decision.limit,
+            decision.remaining,
+            decision.reset_s,
+            retry_ms,
+            decision.plan,
+            mask,
+        )
 
     @staticmethod
     def _decision(status: Status, key: _Key, retry_ms: int, now: float) -> Decision:

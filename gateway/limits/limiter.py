@@ -73,6 +73,14 @@ class Decision:
     reset_s: int = 0
     retry_ms: int = 0
     plan: str = ""
+    # A batch admitted call by call (``per_call``): one status digit per call
+    # in that order, "0" admitted; empty for a request judged whole.
+    calls: str = ""
+
+    def refused_calls(self) -> int:
+        """How many calls of a batch admitted call by call were refused."""
+        calls = self.calls
+        return len(calls) - calls.count("0") if calls else 0
 
 
 class LimiterUnavailable(Exception):
@@ -88,8 +96,15 @@ class Limiter(Protocol):
         origin: str = "",
         ip_bits: str = "",
         now_ms: int | None = None,
+        per_call: Sequence[str] = (),
     ) -> Decision:
-        """A client's request: key state, allowlists, quota and bucket; usage counted."""
+        """A client's request: key state, allowlists, quota and bucket; usage counted.
+
+        ``per_call``: a batch's validated calls' methods in order (two or
+        more): the batch is admitted call by call, the calls the bucket holds
+        units for go through and the rest are refused (``Decision.calls``);
+        ``methods`` still counts them all.
+        """
         ...
 
     async def charge(
@@ -220,8 +235,9 @@ class ExactLimiter:
         origin: str = "",
         ip_bits: str = "",
         now_ms: int | None = None,
+        per_call: Sequence[str] = (),
     ) -> Decision:
-        return await self._call(khash, calls, methods, origin, ip_bits, "", now_ms)
+        return await self._call(khash, calls, methods, origin, ip_bits, "", now_ms, per_call)
 
     async def charge(
         self, khash: str, methods: Mapping[str, int], now_ms: int | None = None
@@ -237,16 +253,23 @@ class ExactLimiter:
         ip_bits: str,
         metering: str,
         now_ms: int | None,
+        per_call: Sequence[str] = (),
     ) -> Decision:
         keys = (ks.record_key(self._prefix, khash), ks.key_tag(self._prefix, khash))
         args = ["" if now_ms is None else str(now_ms), str(calls), origin, ip_bits, metering]
-        args.extend(self._plans.admit_args(calls, methods))
+        if len(per_call) > 1:
+            args.extend(self._plans.call_admit_args(per_call))
+        else:
+            args.extend(self._plans.admit_args(calls, methods))
         return decision_from_reply(await self._run(keys, args))
 
 
 def decision_from_reply(res: Sequence[Any]) -> Decision:
     key_id = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
     plan = res[6].decode() if isinstance(res[6], bytes) else str(res[6])
+    mask = ""
+    if len(res) > 7:
+        mask = res[7].decode() if isinstance(res[7], bytes) else str(res[7])
     return Decision(
-        Status(int(res[0])), key_id, int(res[2]), int(res[3]), int(res[4]), int(res[5]), plan
+        Status(int(res[0])), key_id, int(res[2]), int(res[3]), int(res[4]), int(res[5]), plan, mask
     )

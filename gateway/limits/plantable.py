@@ -8,7 +8,7 @@ the common one-call requests are cached per method.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gateway.config import PlanConfig
 
@@ -52,6 +52,26 @@ class PlanTable:
             self._admit[method] = out
         return out
 
+    def call_groups(self, per_call: Sequence[str]) -> list[str]:
+        """ARGV[6...] for a batch admitted call by call: each plan's cost of each call.
+
+        The cost field is the calls' costs in order, comma-separated
+        (``keyrecord.lua`` ``cost_list``), never cached: batches vary.
+        """
+        out = [str(len(self._plans))]
+        for plan, fixed in zip(self._plans, self._fixed, strict=True):
+            out.extend(fixed)
+            out.append(call_costs(plan.cost, per_call))
+        return out
+
+    def call_admit_args(self, per_call: Sequence[str]) -> list[str]:
+        """``call_groups`` followed by one method/count pair per call, in order."""
+        out = self.call_groups(per_call)
+        for name in per_call:
+            out.append(name)
+            out.append("1")
+        return out
+
     def _build(self, calls: int, methods: Mapping[str, int]) -> list[str]:
         out = [str(len(self._plans))]
         for plan, fixed in zip(self._plans, self._fixed, strict=True):
@@ -77,6 +97,18 @@ def request_cost(plan: PlanConfig, calls: int, methods: Mapping[str, int]) -> in
     if is_probe(calls, methods):
         return 0
     return max(1, sum(plan.cost(m) * n for m, n in methods.items()))
+
+
+def call_costs(cost: Callable[[str], int], per_call: Sequence[str]) -> str:
+    """Each call's units, comma-separated; a request costs at least one unit in all.
+
+    The floor goes on the first call, so a batch of zero-weight calls (a
+    plan may price a method 0) still costs the unit every request costs.
+    """
+    units = [cost(m) for m in per_call]
+    if units and sum(units) < 1:
+        units[0] = 1
+    return ",".join(map(str, units))
 
 
 def is_probe(calls: int, methods: Mapping[str, int]) -> bool:

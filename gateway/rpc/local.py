@@ -7,10 +7,11 @@ admits them like any call (the plan's weight for the name), and calls the
 handler instead of a node. A handler gets the validated call and a
 ``LocalContext`` and returns the call's ``result`` or raises ``CallError``
 (a JSON-RPC error in the node's words, with the HTTP status a lone call
-answers with). Work that must wait until the
-answer is on the wire (a subscription may only start notifying after the
-client has read its id) goes in ``ctx.after``; the adapter runs it with
-``sent=True`` once written, or ``sent=False`` when the answer never went out.
+answers with), or returns ``ForwardAs`` to have a read forwarded in its
+place. Work that must wait until the answer is on the wire (a subscription
+may only start notifying after the client has read its id) goes in
+``ctx.after``; the adapter runs it with ``sent=True`` once written, or
+``sent=False`` when the answer never went out.
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ class CallError(Exception):
 
 
 After = Callable[[bool], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardAs:
+    """A local handler's answer "forward this read instead" (``eth_getFilterLogs``).
+
+    The call is rewritten to ``method`` / ``params`` and goes on down the
+    pipeline like a client's own read: cache, coalescing, routing by block,
+    and the bounded relay of a large answer (SPEC §7) on every transport.
+    It was admitted and is metered as the method the client named.
+    """
+
+    method: str
+    params: list[Any]
 
 
 @dataclass(slots=True)

@@ -2,7 +2,9 @@
 
 Each answered call gets its whole answer in ``call.local`` (the batch and
 single-answer code then treat it like a cache hit); a local notification
-runs and drops out of the request (it has no place in the answer). A lone
+runs and drops out of the request (it has no place in the answer). A
+handler answering ``ForwardAs`` has its call rewritten to that read and
+forwarded with the others. A lone
 call's refusal sets the request's HTTP status (``CallError.status``).
 """
 
@@ -12,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.rpc.local import After, Caller, CallError, LocalContext, LocalMethods
+from gateway.rpc.local import After, Caller, CallError, ForwardAs, LocalContext, LocalMethods
 from gateway.rpc.reads import Reads
 from gateway.rpc.replies import ParsedRequest
 
@@ -35,7 +37,12 @@ async def run_locals(
                 continue
             answer: dict[str, Any] = {"jsonrpc": "2.0", "id": call.id}
             try:
-                answer["result"] = await handler(call, ctx)
+                result = await handler(call, ctx)
+                if isinstance(result, ForwardAs):  # a read the node answers, relayed
+                    call.method, call.params = result.method, result.params
+                    keep.append(call)
+                    continue
+                answer["result"] = result
             except CallError as exc:
                 answer["error"] = exc.obj()
                 if not req.is_batch:

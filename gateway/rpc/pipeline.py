@@ -33,35 +33,16 @@ from gateway.rpc.ids import keep_raw_ids
 from gateway.rpc.local import TRANSPORTS, After, Caller, LocalMethods
 from gateway.rpc.locals import run_locals
 from gateway.rpc.reads import Reads
+from gateway.rpc.refusals import REFUSED_ERROR, refuse_calls, refused_answer
 from gateway.rpc.served import served_headers
 from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink, reply_code
 from gateway.upstream.pool import NodePool
 
-__all__ = ["Caller", "Pipeline"]
+__all__ = ["REFUSED_ERROR", "Caller", "Pipeline"]
 
 _NONE: tuple[After, ...] = ()  # no local follow-ups
 _MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON decoder
-
-# The error a refused admission answers with; the WebSocket upgrade uses it too.
-REFUSED_ERROR: dict[Status, rpc.ErrorKind] = {
-    Status.UNAUTHORIZED: rpc.UNAUTHORIZED,
-    Status.FORBIDDEN: rpc.FORBIDDEN,
-    Status.RATE_LIMITED: rpc.RATE_LIMITED,
-    Status.QUOTA_EXCEEDED: rpc.RATE_LIMITED,
-    Status.TOO_EXPENSIVE: rpc.RATE_LIMITED,
-    Status.KEY_RATE_CAPPED: rpc.RATE_LIMITED,
-    Status.KEY_DAILY_CAPPED: rpc.RATE_LIMITED,
-}
-# error.data.reason of a 429 that is not the plain token bucket: it names the
-# limit that was reached, so a key holder can tell the owner's own key caps
-# (Infura-style "key limits") from the plan's.
-_REFUSAL_REASON = {
-    Status.QUOTA_EXCEEDED: "daily quota reached",
-    Status.TOO_EXPENSIVE: "request costs more compute units than the plan's burst",
-    Status.KEY_RATE_CAPPED: "the key's own requests-per-second cap reached (set by its owner)",
-    Status.KEY_DAILY_CAPPED: "the key's own daily compute-unit cap reached (set by its owner)",
-}
 
 
 class Pipeline:
@@ -190,9 +171,17 @@ class Pipeline:
         for call in req.calls:
             if call.error is None:
                 counts[call.method] = counts.get(call.method, 0) + 1
+        per_call: list[str] | tuple[()] = ()
+        if req.is_batch and sum(counts.values()) > 1:  # admitted call by call (SPEC §4)
+            per_call = [c.method for c in req.calls if c.error is None]
         try:
             decision = await self.limiter.admit(
-                khash, max(1, len(req.calls)), counts, caller.origin, caller.ip_bits
+                khash,
+                max(1, len(req.calls)),
+                counts,
+                caller.origin,
+                caller.ip_bits,
+                per_call=per_call,
             )
         except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
             mode = "open" if self.fail_open else "closed"
@@ -201,10 +190,14 @@ class Pipeline:
                 return R.request_error(rpc.SERVICE_UNAVAILABLE, req)
             decision = Decision(Status.ADMITTED, "")
         req.plan = decision.plan
+        if decision.calls:
+            refuse_calls(req, decision)
         if decision.status is not Status.ADMITTED:
             refused = self._refused(decision, req)
             refused.key_id = decision.key_id  # run() reads it (known_key) as for any answer
             return refused
+        if decision.refused_calls():
+            self.net_metrics.rate_limited()
         self.guard.learned(khash, decision.plan)
         return decision
 
@@ -271,20 +264,9 @@ class Pipeline:
         }
 
     def _refused(self, decision: Decision, req: R.ParsedRequest) -> R.Answer:
-        kind = REFUSED_ERROR[decision.status]
-        if kind is not rpc.RATE_LIMITED:
-            return R.request_error(kind, req)
-        self.net_metrics.rate_limited()
-        retry_ms = max(1, decision.retry_ms)
-        data: dict[str, Any] = {"retry_after_ms": retry_ms}
-        reason = _REFUSAL_REASON.get(decision.status)
-        if reason is not None:
-            data["reason"] = reason
-        if decision.status is Status.TOO_EXPENSIVE:
-            retry_ms = data["retry_after_ms"] = 1000
-        headers = self.limit_headers(decision)
-        headers["Retry-After"] = str(-(-retry_ms // 1000))
-        return R.request_error(kind, req, headers, data)
+        if REFUSED_ERROR[decision.status] is rpc.RATE_LIMITED:
+            self.net_metrics.rate_limited()
+        return refused_answer(decision, req, self.limit_headers(decision))
 
 
 def _label(req: R.ParsedRequest) -> str:

@@ -146,7 +146,10 @@ class Call:
         """
         error = self.error
         return self.has_id or (
-            error is not None and error is not METHOD_NOT_FOUND and error is not INVALID_PARAMS
+            error is not None
+            and error is not METHOD_NOT_FOUND
+            and error is not INVALID_PARAMS
+            and error is not RATE_LIMITED  # a notification admission refused in a batch
         )
 
 

@@ -113,6 +113,16 @@ def request_error(
     return Answer(orjson.dumps(items), kind.http_status, headers)
 
 
+def refused_calls(req: ParsedRequest, headers: dict[str, str]) -> Answer:
+    """A batch whose every call was refused by admission: each its own error, HTTP 429.
+
+    The calls carry their refusals (``pipeline.refuse_calls``); a call that
+    was invalid or not offered keeps its own error.
+    """
+    items = [rpc.call_error_obj(c) for c in req.calls if c.answered]
+    return Answer(orjson.dumps(items), rpc.RATE_LIMITED.http_status, headers)
+
+
 def local_answer(req: ParsedRequest, headers: dict[str, str]) -> Answer:
     """Answers made without a node: our errors, local methods, cached answers in a batch."""
     items: list[Any] = [

@@ -58,7 +58,7 @@ from tests.integration.test_limiter import (  # noqa: F401
 from tests.integration.test_rpc import (  # noqa: F401
     test_auth_failure_in_batch_is_one_error_per_call,
     test_bad_keys_are_401,
-    test_batch_is_admitted_or_refused_as_a_whole,
+    test_batch_is_admitted_call_by_call,
     test_both_key_forms_on_both_networks,
     test_path_and_header_keys_must_match,
     test_rate_limit_429_with_retry_after_and_headers,

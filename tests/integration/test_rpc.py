@@ -160,17 +160,20 @@ async def test_rate_limit_429_with_retry_after_and_headers(tight: Client, api_ke
     assert "RateLimit-Policy" in resp.headers
 
 
-async def test_batch_is_admitted_or_refused_as_a_whole(
+async def test_batch_is_admitted_call_by_call(
     tight: Client, api_key: str, mock_nodes: dict[str, MockNode]
 ) -> None:
-    batch = [{**CALL, "id": i} for i in range(4)]  # costs 4 > burst 3
+    batch = [{**CALL, "id": i} for i in range(4)]  # costs 4 > burst 3: three fit
     resp, body = await post(tight, f"/bsc/{api_key}", batch)
-    assert resp.status == 429
-    assert [b["id"] for b in body] == [0, 1, 2, 3]
+    assert resp.status == 200 and [b["id"] for b in body] == [0, 1, 2, 3]
+    assert [b.get("result") for b in body[:3]] == ["0x38"] * 3
+    assert body[3]["error"]["code"] == -32005 and body[3]["error"]["data"]["reason"]
+    assert resp.headers["RateLimit"].startswith("limit=3, remaining=0")
+    before = fwd(mock_nodes["bsc"])
+    resp, body = await post(tight, f"/bsc/{api_key}", batch[:3])  # none fits now
+    assert resp.status == 429 and [b["id"] for b in body] == [0, 1, 2]
     assert all(b["error"]["code"] == -32005 for b in body)
-    assert fwd(mock_nodes["bsc"]) == 0
-    resp, body = await post(tight, f"/bsc/{api_key}", batch[:3])
-    assert resp.status == 200 and [b["id"] for b in body] == [0, 1, 2]
+    assert fwd(mock_nodes["bsc"]) == before
 
 
 # -- body problems ------------------------------------------------------------

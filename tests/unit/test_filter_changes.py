@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from gateway.filters.changes import NodeCall, block_changes, logs_changes
+from gateway.filters.logsread import HalvingReader
 from gateway.intel.head import NetworkHead
 from gateway.rpc.params import LogFilter, read_filter
 
@@ -59,6 +60,7 @@ async def poll(
 ) -> tuple[list[Any], tuple[int, list[list[Any]]]]:
     call: NodeCall = chain
     opts = {"span": 0, "reorg_polls": 4, "remember_bytes": 1 << 20, **kw}
+    opts.setdefault("read_logs", HalvingReader(call, call))
     out, nxt, seen = await logs_changes(LogFilter(), state[0], state[1], chain.at(), call, **opts)
     return out, (nxt, orjson.loads(orjson.dumps(seen)))  # as it goes through Redis
 
@@ -111,7 +113,15 @@ async def test_span_per_poll_and_the_filters_to_block() -> None:
     got = []
     for _ in range(3):
         out, nxt, seen = await logs_changes(
-            crit, state[0], state[1], chain.at(), chain, span=4, reorg_polls=4, remember_bytes=0
+            crit,
+            state[0],
+            state[1],
+            chain.at(),
+            chain,
+            span=4,
+            reorg_polls=4,
+            remember_bytes=0,
+            read_logs=HalvingReader(chain, chain),
         )
         state = (nxt, seen)
         got.append(nums(out))
@@ -151,7 +161,9 @@ async def test_a_poll_asks_for_the_filter_as_geth_read_it_over_its_own_range() -
     assert isinstance(crit, LogFilter)
     chain = FakeChain(105)
     opts = {"span": 0, "reorg_polls": 4, "remember_bytes": 1 << 20}
-    await logs_changes(crit, 101, [], chain.at(), chain, **opts)
+    await logs_changes(
+        crit, 101, [], chain.at(), chain, read_logs=HalvingReader(chain, chain), **opts
+    )
     assert chain.specs == [
         {"address": [A], "topics": [T, None], "fromBlock": hex(101), "toBlock": hex(105)}
     ]
