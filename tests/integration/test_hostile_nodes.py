@@ -167,7 +167,7 @@ async def test_headers_with_hashes_the_nodes_answers_lack_never_reach_a_filter(
         await eventually(lambda: True, 0.3)  # let a block or two come
         start = chain.head
         seen += await _call(client, api_key, "eth_getFilterChanges", [fid])
-        await eventually(lambda s=start: chain.head > s, 5.0)  # type: ignore[misc]
+        await eventually(lambda s=start: chain.head > s, 5.0)
     real = {chain.block_hash(n) for n in range(40_000_000, chain.head + 1)}
     assert seen and set(seen) <= real, [h for h in seen if h not in real]
     pool = client.app[T.POOLS]["bsc"]
@@ -309,7 +309,7 @@ async def test_a_final_block_asked_by_hash_ten_times_reaches_the_node_once(
     node.hold_s = None
     for _ in range(9):
         target = chain.advance()
-        await eventually(lambda t=target: pool.intel.heads.head.number == t, 5.0)  # type: ignore[misc]
+        await eventually(lambda t=target: pool.intel.heads.head.number == t, 5.0)
         block = await _call(client, api_key, "eth_getBlockByHash", [digest, False])
         assert block["hash"] == digest
     assert node.by_method["eth_getBlockByHash"] == 1
