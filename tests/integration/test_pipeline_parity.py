@@ -9,7 +9,6 @@ and checks the answer itself, not only that both transports agree.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from gateway.rpc.relay import STREAM_OVER
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import Served, served
+from tests.helpers.waiting import eventually
 
 BIG = 3 * STREAM_OVER  # the large answer: streamed on HTTP, fragmented on WS
 
@@ -313,8 +313,7 @@ async def test_a_batch_is_clamped_and_routed_by_block_like_a_single_call(
             for _ in range(10):
                 chain.advance()
                 target = chain.head
-                while pool.intel.heads.node_head("bsc-1") != target - 6:
-                    await asyncio.sleep(0.02)
+                await eventually(lambda t=target: pool.intel.heads.node_head("bsc-1") == t - 6)
                 _, single = await _over_http(http, url, _call("eth_blockNumber", None))
                 shown = int(orjson.loads(single)["result"], 16)
                 for _ in range(4):  # both nodes get a turn
