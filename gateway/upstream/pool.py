@@ -541,7 +541,10 @@ class NodePool:
 
         While no node is in service the network answers nothing, so it is
         probed every ``_DOWN_PROBE_S`` at most: back within half a second of
-        its nodes, not a whole interval later.
+        its nodes, not a whole interval later. While no node in service has a
+        live ``newHeads`` subscription, the probe is the head's only source:
+        it runs twice per ``block_time_s`` (when set), so ``latest`` stays
+        within a block of the nodes.
         """
         task = asyncio.current_task()
         # stops once cancelled even if a client library swallowed the cancel
@@ -549,6 +552,10 @@ class NodePool:
             interval = self.cfg.probe_interval_s
             if not self.intel.serving:
                 interval = min(interval, _DOWN_PROBE_S)
+            elif self.network.block_time_s > 0 and not any(
+                n.newheads for n in self.nodes if n.in_service()
+            ):  # polling is the head's only source: twice a block keeps it within one
+                interval = min(interval, self.network.block_time_s / 2)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self._probe_soon.wait()
