@@ -145,13 +145,21 @@ async def test_headers_with_hashes_the_nodes_answers_lack_never_reach_a_filter(
     api_key: str,
     store: Store,
     account: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A node whose newHeads hashes its own HTTP answers contradict: block filters only
     ever return real hashes, and the node leaves rotation after a few headers."""
+    caplog.set_level(logging.INFO, "gateway.upstream")
     chain = chains["bsc"]
     chain.block_time_s = 0.15
     bsc, opbnb = await _ws_nodes(chains, 2)
-    bsc[1].forge = lambda h: {**h, "hash": _fake_hash(int(h["number"], 16))}
+    forged_at: list[float] = []
+
+    def phantom(header: dict[str, Any]) -> dict[str, Any]:
+        forged_at.append(time.time())
+        return {**header, "hash": _fake_hash(int(header["number"], 16))}
+
+    bsc[1].forge = phantom
     client = await _app(
         make_config,
         aiohttp_client,
@@ -172,6 +180,9 @@ async def test_headers_with_hashes_the_nodes_answers_lack_never_reach_a_filter(
     assert seen and set(seen) <= real, [h for h in seen if h not in real]
     pool = client.app[T.POOLS]["bsc"]
     assert "contradict" in pool.nodes[1].inconsistent
+    line = next(r for r in caplog.records if "upstream inconsistent" in r.getMessage())
+    took = line.created - forged_at[0]
+    print(f"wrong-hash node left rotation {took:.2f} s after its first forged header")
 
 
 async def test_a_finalized_mark_above_the_nodes_own_head_caches_nothing_as_final(
