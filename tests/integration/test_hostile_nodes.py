@@ -103,7 +103,7 @@ async def test_a_far_future_header_takes_its_node_out_and_moves_nothing(
     client = await _app(
         make_config,
         aiohttp_client,
-        {"upstream": {"probe_interval_s": 3.0}},
+        {"upstream": {"probe_interval_s": 0.5}, "head": {"inconsistent_cooldown_s": 1.0}},
         bsc=[n.url for n in bsc],
         opbnb=[opbnb.url],
     )
@@ -136,6 +136,10 @@ async def test_a_far_future_header_takes_its_node_out_and_moves_nothing(
         if s.name == "gateway_upstream_inconsistent"
     }
     assert flags.get("bsc-2") == 1.0 and flags.get("bsc-0", 0.0) == 0.0
+    liar.forge = None  # honest again: back after the cooldown, judged afresh
+    await eventually(lambda: pool.nodes[2].in_service(), 10.0, "the node back in rotation")
+    await eventually(lambda: (pool.intel.heads.node_head("bsc-2") or 0) >= chain.head - 1, 5.0)
+    assert int(await _call(client, api_key, "eth_blockNumber", []), 16) <= chain.head
 
 
 async def test_headers_with_hashes_the_nodes_answers_lack_never_reach_a_filter(
