@@ -254,6 +254,7 @@ class HeadTracker:
             return  # only the probe's latest block may lack a hash (nothing to compare)
         pushed = seen.claims.get(number)
         if pushed is not None and digest is not None and pushed != digest:
+            del seen.claims[number]  # judged: the same header never counts twice
             seen.strikes += 1
             if seen.strikes >= self.rules.max_mismatches:
                 self._eject(

@@ -130,6 +130,17 @@ def test_headers_the_nodes_own_answers_contradict_eject_it() -> None:
     assert t.node_head("a") is None and t.head.tag == (100, "0xaa")
 
 
+def test_one_contradicted_header_counts_once() -> None:
+    t = tracker()
+    out: list[str] = []
+    t.on_eject = lambda node, why: out.append(node)
+    t.observe("a", HeadReport(100, "0xaa"))
+    t.claim("a", 101, "0xold")  # then a re-org the node's socket never announced
+    for _ in range(5):  # probe after probe finds the new tip
+        t.observe("a", HeadReport(101, "0xnew"))
+    assert not out and t.head.tag == (101, "0xnew")
+
+
 def test_a_match_resets_the_mismatches() -> None:
     t = tracker()
     t.observe("a", HeadReport(100, "0xaa"))
