@@ -395,9 +395,11 @@ probe_interval_s = {self.options.probe_interval_s}
 
 [networks.bsc]
 upstreams = {bsc}
+block_time_s = {self.options.node_block_time_s}
 
 [networks.opbnb]
 upstreams = {json.dumps(upstreams.get("opbnb", []))}
+block_time_s = {self.options.node_block_time_s}
 
 [plans.{BENCH_PLAN}]
 title = "Benchmark (unlimited)"

@@ -95,9 +95,13 @@ def make_config(redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]) ->
             "timeout_ms": 2000,
             **raw.pop("redis", {}),
         }
-        nets = {name: {"upstreams": [node.url]} for name, node in mock_nodes.items()}
+        # Mock chains mine as fast as a test likes (and jump ahead at once): no
+        # block-time check unless a test sets one.
+        nets = {
+            name: {"upstreams": [node.url], "block_time_s": 0} for name, node in mock_nodes.items()
+        }
         for name, urls in (upstreams or {}).items():
-            nets[name] = {"upstreams": urls}
+            nets[name] = {"upstreams": urls, "block_time_s": 0}
         for name, table in raw.pop("networks", {}).items():
             nets.setdefault(name, {}).update(table)
         upstream = {"probe_interval_s": 0.2, **raw.pop("upstream", {})}

@@ -13,6 +13,7 @@ from gateway.config.defaults import (
     DEFAULT_PLANS,
     FORBIDDEN_METHOD_PREFIXES,
 )
+from gateway.config.head import HeadConfig
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.load import (
     config_from_dict,
@@ -53,6 +54,7 @@ __all__ = [
     "ConfigError",
     "DashboardConfig",
     "FiltersConfig",
+    "HeadConfig",
     "HedgeConfig",
     "InsightConfig",
     "LimitsConfig",

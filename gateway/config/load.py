@@ -105,6 +105,13 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if admission.max_slice < 0 or admission.lease_horizon_s < 0:
         raise ConfigError("admission: max_slice and lease_horizon_s must not be negative")
     _check_intel(sections["cache"], sections["hedge"])
+    head = sections["head"]
+    if head.max_lead < 1 or head.rate_slack_blocks < 0 or head.max_mismatches < 1:
+        raise ConfigError(
+            "head: max_lead and max_mismatches must be at least 1, rate_slack_blocks 0 or more"
+        )
+    if head.inconsistent_cooldown_s <= 0:
+        raise ConfigError("head.inconsistent_cooldown_s: must be above 0")
     _check_filters(sections["filters"])
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
         raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
@@ -265,6 +272,7 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
     path = f"networks.{name}"
     known = {"prefix", "chain_id", "upstreams", "methods", "extra_methods", "ws_upstreams"}
     known |= NETWORK_KEYS
+    known.add("block_time_s")
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -285,6 +293,9 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
     ws_upstreams = _url_list(table.get("ws_upstreams", ws_default), f"{path}.ws_upstreams", "ws")
     routes = read_routes(table.get("extra_methods", []), path, nodes)
     methods = network_methods(path, table, chain_id, extra_weights)
+    block_time = table.get("block_time_s", 0.0)
+    if isinstance(block_time, bool) or not isinstance(block_time, int | float) or block_time < 0:
+        raise ConfigError(f"{path}.block_time_s: expected seconds, 0 or more (0 = no check)")
     return NetworkConfig(
         name=name,
         prefix=prefix,
@@ -295,6 +306,7 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
         nodes=nodes,
         routes=types.MappingProxyType(routes),
         **network_tx(path, table),
+        block_time_s=float(block_time),
     )
 
 

@@ -2,9 +2,10 @@
 
 Nothing is mutable after loading: the app gets one ``Config`` and passes pieces
 down. Field defaults are the shipped defaults; load.py type-checks every TOML
-value against these annotations. ``[ws]`` and ``[filters]``: listening.py; the
-node table's entries: nodeshape.py. It stays whole because load.py takes its
-sections from ``Config``'s fields: one file is the whole list of settings.
+value against these annotations. ``[ws]`` and ``[filters]``: listening.py;
+``[head]``: head.py; the node table's entries: nodeshape.py. It stays whole
+because load.py takes its sections from ``Config``'s fields: one file is the
+whole list of settings.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.config.head import HeadConfig
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.nodeshape import MethodRoute, NodeConfig
 
@@ -113,6 +115,9 @@ class NetworkConfig:
     tx_per_sender_rate: float = 5.0  # per second per sender, all processes; 0 = none
     tx_per_sender_burst: int = 20
     tx_timeout_s: float = 5.0  # one send to a node or a private endpoint
+    # The network's block interval in seconds: a node whose head runs faster
+    # than this allows is taken out of rotation as inconsistent (0 = no check).
+    block_time_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +289,7 @@ class Config:
     dashboard: DashboardConfig = DashboardConfig()
     cache: CacheConfig = CacheConfig()
     hedge: HedgeConfig = HedgeConfig()
+    head: HeadConfig = field(default_factory=HeadConfig)
     insight: InsightConfig = InsightConfig()
     admission: AdmissionConfig = AdmissionConfig()
     ws: WsConfig = field(default_factory=WsConfig)  # frozen: a fresh one equals a shared one

@@ -106,6 +106,7 @@ class ChainNode(MockNode):
         self.chain = chain
         self.lag = lag
         self.hold_s: float | None = None  # every answer waits this long (None: options)
+        self.finality_lie = 0  # a hostile node: its safe/finalized marks this far ahead
 
     @property
     def head(self) -> int:
@@ -113,11 +114,11 @@ class ChainNode(MockNode):
 
     @property
     def finalized(self) -> int:
-        return max(0, self.head - self.chain.finality_depth)
+        return max(0, self.head - self.chain.finality_depth) + self.finality_lie
 
     @property
     def safe(self) -> int:
-        return max(0, self.head - self.chain.safe_depth)
+        return max(0, self.head - self.chain.safe_depth) + self.finality_lie
 
     @property
     def hang(self) -> bool:

@@ -14,7 +14,8 @@ Switches: ``Chain.mine()`` (or a block timer, ``block_time_s``),
 ``Chain.reorg(depth)`` (replaces the newest blocks; logs of the orphaned ones
 are sent again with ``removed: true``, as geth does), ``node.drop()`` (close
 every socket now), ``node.down`` (refuse new sockets and HTTP calls),
-``node.muted`` (keep sockets open but send no notifications: a stalled node).
+``node.muted`` (keep sockets open but send no notifications: a stalled node),
+``node.forge`` (rewrite each ``newHeads`` header: a hostile node).
 
 It stays whole because the shared ``Chain`` (blocks, logs, re-orgs) and the
 node that serves it are one mock: every switch a failover test flips reaches
@@ -28,7 +29,7 @@ import contextlib
 import hashlib
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,6 +239,9 @@ class MockWsNode:
         self.down = False
         self.muted = False
         self.delay_s = 0.0  # HTTP answers wait this long (an in-flight call to drain)
+        # A hostile node: rewrites each newHeads header it sends (a far-future
+        # number, a hash its HTTP answers do not have); None = honest.
+        self.forge: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         # Subscription kinds this node offers (real nodes often lack newPendingTransactions).
         self.offered = {"newHeads", "logs", "newPendingTransactions"}
         self.sockets: set[_Socket] = set()
@@ -287,6 +291,8 @@ class MockWsNode:
     def publish(self, kind: str, result: Any) -> None:
         if self.muted:
             return
+        if kind == "newHeads" and self.forge is not None:
+            result = self.forge(result)
         for sock in list(self.sockets):
             for sid, sub in sock.subs.items():
                 if sub.kind == kind:

@@ -250,6 +250,7 @@ class ResponseCache:
         result: bytes,
         *,
         node_head: int | None = None,
+        finalized: int = -1,
     ) -> bool:
         """Store ``result`` (the raw JSON of a successful answer's result) if the policy allows.
 
@@ -257,7 +258,11 @@ class ResponseCache:
         is the head of the node that answered (None: trust it): an answer
         keyed to a block is kept only from a node that has that block, so a
         lagging node's empty logs or null block never become the cached truth.
+        ``finalized``: the network's finalized mark now, if it moved on since
+        ``head`` was taken (marks never go back): an answer final by now goes
+        to the forever slot, not under a head tag that the next move drops.
         """
+        final = max(head.finalized, finalized)
         kind = policy.kind
         if kind is Kind.NEVER or result == b"null":
             return False
@@ -276,7 +281,7 @@ class ResponseCache:
                     return False  # says nothing about where it sits: not provably final
             if node_head is not None and node_head < block:
                 return False
-            tag = None if block <= head.finalized else head.tag
+            tag = None if block <= final else head.tag
             if tag is not None and node_head is not None and node_head < head.number:
                 return False
         size = entry_size(key, result, tag)

@@ -15,7 +15,7 @@ from typing import Any, Final
 from gateway.config import Config
 from gateway.intel.cache import ResponseCache, call_key
 from gateway.intel.coalesce import Coalescer
-from gateway.intel.head import HeadReport, HeadTracker, NetworkHead
+from gateway.intel.head import HeadReport, HeadRules, HeadTracker, NetworkHead
 from gateway.intel.hedge import Budget, HedgeStats, LatencyTracker
 from gateway.intel.policy import HEAD
 from gateway.intel.sharedcache import SharedCache
@@ -44,10 +44,20 @@ class NetworkIntel:
         *,
         redis: Any = None,
         clock: Callable[[], float] | None = None,
+        block_time_s: float = 0.0,
     ) -> NetworkIntel:
         """The parts for one network; ``nodes`` are the pool's node names."""
-        c, h = cfg.cache, cfg.hedge
-        heads = HeadTracker(nodes) if clock is None else HeadTracker(nodes, clock=clock)
+        c, h, hd = cfg.cache, cfg.hedge, cfg.head
+        rules = HeadRules(
+            max_lead=hd.max_lead,
+            block_time_s=block_time_s,
+            rate_slack_blocks=hd.rate_slack_blocks,
+            max_mismatches=hd.max_mismatches,
+        )
+        if clock is None:
+            heads = HeadTracker(nodes, rules=rules)
+        else:
+            heads = HeadTracker(nodes, clock=clock, rules=rules)
         shared = None
         if c.enabled and c.redis and redis is not None:
             shared = SharedCache(
@@ -75,28 +85,54 @@ class NetworkIntel:
             coalescer=Coalescer() if c.coalesce else None,
         )
 
+    # -- the head's feeders: each drops head-keyed cache entries when the tag moves
     def observe_head(self, node: str, report: HeadReport, *, pushed: bool = False) -> bool:
-        """A node's probe (or newHeads) report; drops head-keyed cache entries on a move.
+        """A node's probe report (an HTTP answer: it vouches for its latest block).
 
-        ``pushed``: the report came from a ``newHeads`` subscription, so the
-        head is as fresh as the node. Then, on a move, ``eth_blockNumber`` is
-        stored at the new head and answered from the head itself (never a
-        node's older number, never decreasing) until the head moves again.
-        A polled head may be a probe interval old: there ``eth_blockNumber``
-        keeps asking a node (and is clamped to the head, never decreasing).
+        ``pushed``: the head is as fresh as the node (it follows ``newHeads``).
+        Then, on a move, ``eth_blockNumber`` is stored at the head and answered
+        from the head itself until it moves again. A polled head may be a
+        probe interval old: there ``eth_blockNumber`` keeps asking a node.
         """
-        moved = self.heads.observe(node, report)
-        if moved and self.cache is not None:
-            self.cache.on_head(self.heads.head)
+        old = self.heads.head.tag
+        self.heads.observe(node, report)
+        return self._after(old, pushed)
+
+    def claim(self, node: str, number: int, digest: str | None = None) -> bool:
+        """A header a node pushed (or a number it answered): True to ask it for that block."""
+        old = self.heads.head.tag
+        ask = self.heads.claim(node, number, digest)
+        self._after(old, False)  # a claim moves nothing, but may eject its node
+        return ask
+
+    def vouch(self, node: str, number: int, digest: str | None, *, pushed: bool = False) -> bool:
+        """A node's HTTP answer named block ``number`` with ``digest`` (a confirmation)."""
+        old = self.heads.head.tag
+        self.heads.vouch(node, number, digest)
+        return self._after(old, pushed)
+
+    def forget(self, node: str) -> bool:
+        """The node left service: the head is recomputed without anything it said."""
+        old = self.heads.head.tag
+        self.heads.forget(node)
+        return self._after(old, False)
+
+    def _after(self, old: tuple[int, str | None], pushed: bool) -> bool:
+        head = self.heads.head
+        if head.tag == old:
+            return False
+        if self.cache is not None:
+            self.cache.on_head(head)
             if pushed:
                 self._seed_block_number()
-        return moved
+        return True
 
     def _seed_block_number(self) -> None:
         cache, head = self.cache, self.heads.head
         if cache is not None and self.serving and head.known:
+            number = self.heads.block_number()
             for key in _BLOCK_NUMBER_KEYS:
-                cache.put(key, HEAD, head, b'"%s"' % hex(head.number).encode())
+                cache.put(key, HEAD, head, b'"%s"' % hex(number).encode())
 
     def set_serving(self, serving: bool) -> None:
         """Whether any node is in service; without one, head-dependent entries go at once.

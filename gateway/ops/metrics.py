@@ -185,6 +185,15 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.upstream_inconsistent = Gauge(
+            "gateway_upstream_inconsistent",
+            "1 while the node is out of rotation because its heads broke the confirmation "
+            "rule (far ahead of every other node, faster than the block time, or headers "
+            "its own answers contradict)",
+            ["network", "node"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.upstream_ws_heads = Gauge(
             "gateway_upstream_ws_heads",
             "1 while the node's newHeads subscription feeds the network head",
@@ -250,6 +259,7 @@ class NodeMetrics:
         "error",
         "head",
         "healthy",
+        "inconsistent",
         "latency",
         "ok",
         "retry",
@@ -267,6 +277,7 @@ class NodeMetrics:
         self.head = metrics.upstream_head.labels(network, node)
         self.latency = metrics.upstream_latency.labels(network, node)
         self.chain_mismatch = metrics.upstream_chain_mismatch.labels(network, node)
+        self.inconsistent = metrics.upstream_inconsistent.labels(network, node)
         self.ws_heads = metrics.upstream_ws_heads.labels(network, node)
 
 

@@ -21,12 +21,11 @@ import math
 from typing import Any
 
 from gateway.config import Config, NetworkConfig
-from gateway.intel.methods import READS
 from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
 from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
-from gateway.rpc.forward import forward_calls, forward_read
+from gateway.rpc.forward import forward_calls
 from gateway.rpc.guard import LogsGuard
 from gateway.rpc.history import refuse_missing_state
 from gateway.rpc.ids import keep_raw_ids
@@ -216,15 +215,7 @@ class Pipeline:
             else _NONE
         )
         try:
-            calls = req.calls
-            if not req.is_batch and calls and calls[0].error is None and calls[0].local is None:
-                call = calls[0]
-                if call.has_id and call.method in READS:
-                    answer = await forward_read(self, khash, req, headers)
-                else:
-                    answer = await forward_calls(self, khash, req, headers)
-            else:
-                answer = await forward_calls(self, khash, req, headers)
+            answer = await forward_calls(self, khash, req, headers)
         except BaseException:
             for fn in followups:
                 fn(False)

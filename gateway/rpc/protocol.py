@@ -363,6 +363,7 @@ def restore_batch(
     calls: Collection[Call],
     first_gid: int,
     answered: list[tuple[Call, dict[str, Any]]] | None = None,
+    parsed: Any = None,
 ) -> tuple[bytes, bool]:
     """The batch answer in request order: node answers mapped back by gateway id.
 
@@ -370,10 +371,13 @@ def restore_batch(
     forwarded ones numbered from ``first_gid`` in order). A call the node did
     not answer gets -32603; a call with a ``local`` answer (not forwarded)
     gets that. ``answered`` collects (call, node answer) of the forwarded
-    calls, for the cache. Raises ``BadAnswer`` when the reply is not JSON.
+    calls, for the cache. ``parsed``: the reply already parsed (and settled by
+    the read lane). Raises ``BadAnswer`` when the reply is not JSON.
     """
-    if not any(c.error is None and c.local is None and c.has_id for c in calls):
-        answers: Any = []  # only notifications went out: nothing to wait for
+    if parsed is not None:
+        answers: Any = parsed
+    elif not any(c.error is None and c.local is None and c.has_id for c in calls):
+        answers = []  # only notifications went out: nothing to wait for
     else:
         try:
             answers = loads_exact(reply)

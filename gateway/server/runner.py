@@ -278,8 +278,14 @@ def _serve_demo(cfg: Config) -> int:
             builders.append(await start_mock_builder(net.chain_id, lands_on(chain)))
             chain.start()
         networks = tuple(
+            # the mock mines a block per transaction too, as a dev chain does:
+            # faster than a real network's block time, so no block-time check
             dataclasses.replace(
-                net, upstreams=(n.url,), ws_upstreams=(n.ws_url,), private_tx=(b.url,)
+                net,
+                upstreams=(n.url,),
+                ws_upstreams=(n.ws_url,),
+                private_tx=(b.url,),
+                block_time_s=0.0,
             )
             for net, n, b in zip(cfg.networks, nodes, builders, strict=True)
         )

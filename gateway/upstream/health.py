@@ -8,6 +8,9 @@ probe answered and its chain id matched the network's ``chain_id`` (SPEC
 and both ids, and shows in ``/readyz`` and ``gateway_upstream_chain_mismatch``.
 Only an in-service node's heads move the network head: a node of another
 chain would otherwise drag the head (and every cached answer) to its own.
+The probe's latest block is an HTTP answer, so it vouches for its number
+and hash under the head tracker's one rule (``gateway.intel.head``); a
+node the rule finds inconsistent leaves service there and then.
 
 Every failure line names the node, its redacted URL, the error class and
 message; lines are rate-limited per node and kind (``RateLimitedLog``) and a
@@ -143,19 +146,23 @@ class Health:
                         expected_chain_id=want,
                     )
                 else:
-                    node.last_error = ""
+                    why = node.inconsistent
+                    node.last_error = f"inconsistent: {why}" if why else ""
             if node.metrics is not None and res.report is not None:
                 node.metrics.chain_mismatch.set(0 if node.verified else 1)
             if node.in_service():
                 assert res.report is not None
-                node.head = res.report.number
-                intel.observe_head(node.name, res.report)
+                intel.observe_head(node.name, res.report)  # may find it inconsistent
+                confirmed = intel.heads.node_head(node.name)
+                if confirmed is not None:
+                    node.head = confirmed
+            if node.in_service():
                 failed_before = self.lines.recovered((node.name, "probe"))
                 failed_before |= self.lines.recovered((node.name, "chain"))
                 if not was or failed_before:
                     self._line(logging.INFO, "upstream in service", node, f"head={node.head}")
             else:
-                intel.heads.forget(node.name)
+                intel.forget(node.name)  # nothing it said stays in force
         best = max((n.head for n in self.nodes if n.in_service()), default=0)
         for node in self.nodes:
             lagging = node.in_service() and best - node.head > self.cfg.max_lag_blocks
@@ -206,6 +213,7 @@ class Health:
                 "chain_id": node.chain_id,
                 "head": node.head,
                 "lagging": node.lagging,
+                "inconsistent": node.inconsistent or None,
                 "newheads": node.newheads,
                 "error": node.last_error or None,
             }

@@ -3,9 +3,10 @@
 Polling every ``probe_interval_s`` leaves ``latest`` up to that far behind
 (a BSC block is 0.75 s, opBNB's a fraction of that). So each node with a
 WebSocket URL (``ws_upstreams``, by default its HTTP URL with the ws
-scheme) gets one socket that subscribes to ``newHeads``; every header moves
-that node's head in the tracker the moment it arrives, and with it the
-network head (which drops the head-dependent cache entries).
+scheme) gets one socket that subscribes to ``newHeads``; every header is a
+claim the pool confirms at once over the node's HTTP (``upstream.headcheck``)
+before it moves that node's head, and with it the network head (which drops
+the head-dependent cache entries).
 
 The probe keeps running beside it: it is what verifies the node (chain id),
 marks it in or out of service, and reads ``safe``/``finalized``; only the
@@ -32,7 +33,7 @@ import orjson
 
 from gateway.config import NetworkConfig, UpstreamConfig, ws_url_for
 from gateway.config.redact import redact_url
-from gateway.intel.head import HeadReport
+from gateway.intel.head import HeadReport, block_mark
 from gateway.redis.failurelog import RateLimitedLog, error_fields
 from gateway.upstream.node import Node
 
@@ -68,22 +69,20 @@ class SubscriptionRefused(Exception):
 
 
 def header_report(frame: Any) -> HeadReport | None:
-    """A ``newHeads`` notification as a head report; None for anything else."""
+    """A ``newHeads`` notification as a head report (a claim); None for anything else.
+
+    Read as the probe reads a block (``intel.head.block_mark``), with a
+    stricter number: ``0x`` and at most 16 hex digits, as a header carries it.
+    """
     if type(frame) is not dict or frame.get("method") != "eth_subscription":
         return None
     params = frame.get("params")
     header = params.get("result") if type(params) is dict else None
-    if type(header) is not dict:
-        return None
-    number = header.get("number")
+    number = header.get("number") if type(header) is dict else None
     if type(number) is not str or number[:2] not in ("0x", "0X") or len(number) > 18:
         return None
-    try:
-        value = int(number, 16)
-    except ValueError:
-        return None
-    digest = header.get("hash")
-    return HeadReport(value, digest.lower() if type(digest) is str else None)
+    mark = block_mark(header)
+    return None if mark is None else HeadReport(mark[0], mark[1])
 
 
 class HeadFollower:

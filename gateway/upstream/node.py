@@ -1,8 +1,9 @@
 """One upstream node and what the pool knows about it.
 
 A node gets client calls only while it is *in service*: its last probe
-answered (``healthy``) and its ``eth_chainId`` matched the network's
-(``verified``). Both start False, so a node that has not answered its first
+answered (``healthy``), its ``eth_chainId`` matched the network's
+(``verified``) and what it said of the chain was consistent (not
+``inconsistent``). Both start False, so a node that has not answered its first
 check gets nothing (SPEC §7). ``down_until`` takes it out for a cooldown
 after repeated failures (``usable``). Logs, metrics and ``repr`` name a node
 by its configured ``name`` (``<network>-<index>`` unless the node table gives
@@ -36,6 +37,8 @@ class Node:
         "head",
         "healthy",
         "in_flight",
+        "inconsistent",
+        "inconsistent_until",
         "lagging",
         "last_error",
         "logs_limit",
@@ -80,13 +83,17 @@ class Node:
         self.metrics = metrics
         self.transport: Transport | None = None
         self.newheads = False  # its newHeads subscription is live right now
+        # Why its word about the chain took it out of rotation ("" = it did not),
+        # and until when (monotonic); see gateway.intel.head.
+        self.inconsistent = ""
+        self.inconsistent_until = 0.0
 
     def in_service(self) -> bool:
-        """Answered its last probe on the right chain (the cooldown aside)."""
-        return self.healthy and self.verified
+        """Answered its last probe on the right chain, its word consistent (cooldown aside)."""
+        return self.healthy and self.verified and not self.inconsistent
 
     def usable(self, now: float) -> bool:
-        return self.healthy and self.verified and now >= self.down_until
+        return self.healthy and self.verified and not self.inconsistent and now >= self.down_until
 
     def __repr__(self) -> str:  # never the URL: it may carry a provider key
         return f"<Node {self.name} healthy={self.healthy} head={self.head}>"

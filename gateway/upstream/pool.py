@@ -55,6 +55,7 @@ from gateway.ops.metrics import Metrics
 from gateway.redis.failurelog import RateLimitedLog
 from gateway.upstream.eligible import ANY, Eligibility, Route
 from gateway.upstream.errors import UpstreamError
+from gateway.upstream.headcheck import HeadConfirms
 from gateway.upstream.health import Health
 from gateway.upstream.newheads import HeadFeeds, HeadFollower, ws_urls
 from gateway.upstream.node import Node
@@ -112,8 +113,16 @@ class NodePool:
         whole = config if config is not None else Config(upstream=cfg)
         # One network's heads, latencies, hedge budget, cache and coalescer.
         self.intel = NetworkIntel.from_config(
-            whole, network.name, [n.name for n in self.nodes], redis=redis, clock=clock
+            whole,
+            network.name,
+            [n.name for n in self.nodes],
+            redis=redis,
+            clock=clock,
+            block_time_s=network.block_time_s,
         )
+        self.head_cfg = whole.head
+        self.intel.heads.on_eject = self._eject
+        self.confirms = HeadConfirms(self.intel, self.attempt_timeout_s)
         self.intel_metrics = metrics.intel(network.name) if metrics else None
         # History and method groups narrow the pick (gateway/upstream/eligible.py).
         self.eligibility = Eligibility(network, self.intel.heads)
@@ -188,15 +197,39 @@ class NodePool:
         )
 
     def _on_ws_head(self, node: Node, report: HeadReport) -> None:
-        """A header from a node's subscription: taken only from a node in service."""
-        if not node.in_service():
-            return
-        if report.number > node.head:
-            node.head = report.number
-        self.intel.observe_head(node.name, report, pushed=True)
+        """A header from a node's subscription: a claim, confirmed by asking the node's HTTP."""
+        if node.in_service() and self.intel.claim(node.name, report.number, report.hash):
+            self.confirms.ask(node, report.number)
+
+    def _eject(self, name: str, reason: str) -> None:
+        """The head tracker found ``name``'s word inconsistent: out of rotation for a while."""
+        node = next(n for n in self.nodes if n.name == name)
+        node.inconsistent = reason
+        node.inconsistent_until = self.clock() + self.head_cfg.inconsistent_cooldown_s
+        node.last_error = f"inconsistent: {reason}"
+        if node.metrics is not None:
+            node.metrics.inconsistent.set(1)
+            node.metrics.healthy.set(0)
+        log.warning(
+            "upstream inconsistent, out of rotation network=%s node=%s url=%s for_s=%s reason=%s",
+            self.network.name,
+            node.name,
+            node.display,
+            self.head_cfg.inconsistent_cooldown_s,
+            reason,
+            extra={
+                "network": self.network.name,
+                "node": node.name,
+                "target": node.display,
+                "error_class": "Inconsistent",
+                "error": reason,
+            },
+        )
+        self.intel.set_serving(any(n.in_service() for n in self.nodes))
 
     async def close(self) -> None:
         await self.feeds.close()
+        await self.confirms.close()
         for node in self.nodes:
             if node.transport is not None:
                 await node.transport.close()
@@ -240,7 +273,7 @@ class NodePool:
             node = nodes[(start + i) % n]
             if exclude and node in exclude:
                 continue
-            if not (node.healthy and node.verified):
+            if not (node.healthy and node.verified) or node.inconsistent:
                 continue  # out of service: never a client call
             if narrowed and not route.allows(node, head):
                 continue
@@ -305,6 +338,7 @@ class NodePool:
         hedge: bool = False,
         min_block: int = -1,
         route: Route = ANY,
+        avoid: Node | None = None,
     ) -> tuple[bytes | NodeStream, Node]:
         """POST ``body`` to a node: its answer (any 2xx) and the node that gave it.
 
@@ -314,7 +348,8 @@ class NodePool:
         slow node gets a second node asked after its hedge delay.
         ``min_block``: the highest block the call names (routing). ``route``:
         the nodes that may take it, and its own deadline (``timeout_s``, one
-        attempt may use all of it). Raises
+        attempt may use all of it); ``avoid``: a node not to ask (it just
+        answered this call from behind). Raises
         ``UpstreamError`` once the attempts, the deadline or the budget run
         out (see the module docstring), or for an answer over
         ``max_response_bytes``.
@@ -328,7 +363,7 @@ class NodePool:
         own = route.timeout_s
         deadline = self.clock() + (own or self.total_timeout_s)
         attempt_s = own or self.attempt_timeout_s
-        tried: list[Node] = []
+        tried: list[Node] = [] if avoid is None else [avoid]
         flying: list[Node] = []  # nodes with an attempt of this call in flight
         failed_last: list[Node] = []  # the node whose attempt failed last (at most one)
         hedging = hedge and intel.hedging
@@ -343,7 +378,7 @@ class NodePool:
                 node = self.pick((*flying, *failed_last), min_block, route)
             if node is None:
                 return None
-            if n and tried[-1].metrics is not None:
+            if n and tried and tried[-1].metrics is not None:
                 tried[-1].metrics.retry.inc()
             tried.append(node)
             return Launch(attempt(node), latency.delay(node.name) if hedging else None)
@@ -474,6 +509,12 @@ class NodePool:
         """Check every node (heads and chain id) and mark it in or out of service."""
         session = self.session
         assert session is not None, "NodePool.start() was not awaited"
+        now = self.clock()
+        for node in self.nodes:  # an inconsistent node's time out is over: judged afresh
+            if node.inconsistent and now >= node.inconsistent_until:
+                node.inconsistent = ""
+                if node.metrics is not None:
+                    node.metrics.inconsistent.set(0)
         await self.health.probe(session, self._probe_timeout)
         now = self.clock()
         for node in self.nodes:  # a probe that answered ends a cooldown that is over
@@ -500,7 +541,10 @@ class NodePool:
 
         While no node is in service the network answers nothing, so it is
         probed every ``_DOWN_PROBE_S`` at most: back within half a second of
-        its nodes, not a whole interval later.
+        its nodes, not a whole interval later. While no node in service has a
+        live ``newHeads`` subscription, the probe is the head's only source:
+        it runs twice per ``block_time_s`` (when set), so ``latest`` stays
+        within a block of the nodes.
         """
         task = asyncio.current_task()
         # stops once cancelled even if a client library swallowed the cancel
@@ -508,6 +552,10 @@ class NodePool:
             interval = self.cfg.probe_interval_s
             if not self.intel.serving:
                 interval = min(interval, _DOWN_PROBE_S)
+            elif self.network.block_time_s > 0 and not any(
+                n.newheads for n in self.nodes if n.in_service()
+            ):  # polling is the head's only source: twice a block keeps it within one
+                interval = min(interval, self.network.block_time_s / 2)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self._probe_soon.wait()

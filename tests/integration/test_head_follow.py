@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -276,3 +277,54 @@ async def test_probe_failure_lines_name_the_upstream_and_the_recovery(
     assert "upstream newHeads failed network=bsc node=bsc-0" in text
     assert f"upstream in service network=bsc node=bsc-0 url={bsc.url}" in text.split(failed[0])[1]
     assert "upstream newHeads subscribed network=bsc node=bsc-0" in text.split(failed[0])[1]
+
+
+@pytest.mark.parametrize("source", ["newheads", "polling"])
+async def test_the_head_promise_holds_at_bsc_block_times(
+    make_config: MakeConfig,
+    aiohttp_client: Any,
+    chains: dict[str, Chain],
+    api_key: str,
+    store: Store,
+    account: str,
+    source: str,
+) -> None:
+    """A block every 0.45 s (BSC since Fermi), the block-time check on, two nodes: >= 95 %
+    of eth_blockNumber and latest answers at most 1 block behind the node, none > 2, and
+    no honest node taken out of rotation. With newHeads every header is confirmed over
+    HTTP first; polling alone probes twice a block."""
+    chain = chains["bsc"]
+    chain.block_time_s = 0.45
+    bsc = [await start_ws_node(chain) for _ in range(2)]
+    opbnb = await start_ws_node(chains["opbnb"])
+    cfg = make_config(
+        {
+            "upstream": {"probe_interval_s": 3.0, "ws_heads": source == "newheads"},
+            "networks": {"bsc": {"block_time_s": 0.45}},
+            "plans": {"free": {"rate": 10_000, "burst": 10_000}},
+        },
+        upstreams={"bsc": [n.url for n in bsc], "opbnb": [opbnb.url]},
+    )
+    client: Client = await aiohttp_client(create_app(cfg))
+    if source == "newheads":
+        await eventually(lambda: all(n.subscriptions("newHeads") == 1 for n in bsc), 5.0)
+    chain.start()
+    lags: list[int] = []
+    stop = time.monotonic() + 8.0
+    while time.monotonic() < stop:
+        for method, params in (
+            ("eth_blockNumber", []),
+            ("eth_getBlockByNumber", ["latest", False]),
+        ):
+            status, answer = await _call(client, api_key, method, params)
+            at_node = chain.head
+            assert status == 200, answer
+            result = answer["result"]
+            number = int(result if isinstance(result, str) else result["number"], 16)
+            lags.append(at_node - number)
+        await asyncio.sleep(0.03)
+    within_one = sum(1 for lag in lags if lag <= 1) / len(lags)
+    print(f"{source}: {len(lags)} answers, lag histogram {dict(sorted(Counter(lags).items()))}")
+    assert len(lags) > 50 and within_one >= 0.95 and max(lags) <= 2, sorted(lags)[-10:]
+    pool = client.app[T.POOLS]["bsc"]
+    assert not [n.inconsistent for n in pool.nodes if n.inconsistent]

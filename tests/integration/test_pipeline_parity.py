@@ -18,11 +18,13 @@ import orjson
 import pytest
 
 from gateway import typedefs as T
+from gateway.demo import chainnode
 from gateway.demo.mocknode import MockNode, MockNodeOptions
 from gateway.rpc.relay import STREAM_OVER
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import Served, served
+from tests.helpers.waiting import eventually
 
 BIG = 3 * STREAM_OVER  # the large answer: streamed on HTTP, fragmented on WS
 
@@ -248,3 +250,85 @@ async def test_a_large_answer_failing_before_its_head_is_counted_alike(
     assert status == 502 and over_ws == over_http
     _error(-32603, b"4")(over_http)
     assert counted == 2
+
+
+# -- batches get what single calls get -------------------------------------------
+_ADDR = "0x" + "3" * 40
+BATCH_ROWS = [
+    ("constants", [("eth_chainId", None), ("net_version", None)]),
+    ("head reads", [("eth_blockNumber", None), ("eth_getBlockByNumber", ["latest", False])]),
+    (
+        "state and blocks",
+        [
+            ("eth_getBalance", [_ADDR, "latest"]),
+            ("eth_call", [{"to": _ADDR, "data": "0x"}, "latest"]),
+            ("eth_getBlockByNumber", ["0x1", False]),
+        ],
+    ),
+    ("an unknown method among reads", [("eth_nope", None), ("eth_chainId", None)]),
+]
+
+
+@pytest.mark.parametrize("row", BATCH_ROWS, ids=[r[0] for r in BATCH_ROWS])
+async def test_a_batch_answers_as_its_calls_sent_singly(
+    row: tuple[str, list[tuple[str, Any]]], gateway: Served, keys: dict[str, str]
+) -> None:
+    """Each call of a batch answers exactly what it answers sent alone, on both transports."""
+    calls = row[1]
+    url = f"{gateway.url}/bsc/{keys['key']}"
+    async with aiohttp.ClientSession() as http:
+        singles = [
+            (await _over_http(http, url, _call(m, p, b"%d" % i)))[1]
+            for i, (m, p) in enumerate(calls)
+        ]
+        batch = b"[" + b",".join(_call(m, p, b"%d" % i) for i, (m, p) in enumerate(calls)) + b"]"
+        status, over_http = await _over_http(http, url, batch)
+        over_ws = await _over_ws(http, url, batch)
+    assert status == 200
+    assert orjson.loads(over_http) == [orjson.loads(s) for s in singles]
+    assert over_ws == over_http
+
+
+async def test_a_batch_is_clamped_and_routed_by_block_like_a_single_call(
+    make_config: MakeConfig, keys: dict[str, str]
+) -> None:
+    """One node 6 blocks behind: a batch's eth_blockNumber never answers below a single
+    call's answered before it, and a batch asking for the head block never gets null."""
+    chain = chainnode.Chain(56, start=1_000)
+    nodes = [
+        await chainnode.start_chain_node(chain),
+        await chainnode.start_chain_node(chain, lag=6),
+    ]
+    cfg = make_config(
+        {
+            "upstream": {"probe_interval_s": 0.05},
+            "plans": {"free": {"rate": 10_000, "burst": 10_000}},
+        },
+        upstreams={"bsc": [n.url for n in nodes]},
+    )
+    try:
+        async with served(cfg) as srv, aiohttp.ClientSession() as http:
+            pool = srv.app[T.POOLS]["bsc"]
+            url = f"{srv.url}/bsc/{keys['key']}"
+            for _ in range(10):
+                chain.advance()
+                target = chain.head
+                await eventually(lambda t=target: pool.intel.heads.node_head("bsc-1") == t - 6)
+                _, single = await _over_http(http, url, _call("eth_blockNumber", None))
+                shown = int(orjson.loads(single)["result"], 16)
+                for _ in range(4):  # both nodes get a turn
+                    batch = (
+                        b"["
+                        + _call("eth_blockNumber", None, b"1")
+                        + b","
+                        + _call("eth_getBlockByNumber", [hex(target), False], b"2")
+                        + b"]"
+                    )
+                    _, body = await _over_http(http, url, batch)
+                    assert all("result" in a for a in orjson.loads(body)), body
+                    number, block = [a["result"] for a in orjson.loads(body)]
+                    assert int(number, 16) >= shown
+                    assert block is not None and block["number"] == hex(target)
+    finally:
+        for node in nodes:
+            await node.close()

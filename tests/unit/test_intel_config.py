@@ -42,3 +42,19 @@ def test_overrides() -> None:
 def test_bad_values_name_their_path(raw: dict[str, object], path: str) -> None:
     with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
         config_from_dict(raw)
+
+
+def test_head_rules_and_block_times_load_and_are_checked() -> None:
+    cfg = config_from_dict({})
+    assert (cfg.network("bsc").block_time_s, cfg.network("opbnb").block_time_s) == (0.45, 0.25)
+    assert (cfg.head.max_lead, cfg.head.max_mismatches) == (64, 3)
+    cfg = config_from_dict({"head": {"max_lead": 8}, "networks": {"bsc": {"block_time_s": 0}}})
+    assert cfg.head.max_lead == 8 and cfg.network("bsc").block_time_s == 0.0
+    for raw, path in (
+        ({"networks": {"bsc": {"block_time_s": -1}}}, "networks.bsc.block_time_s"),
+        ({"networks": {"bsc": {"block_time_s": "fast"}}}, "networks.bsc.block_time_s"),
+        ({"head": {"max_lead": 0}}, "head:"),
+        ({"head": {"inconsistent_cooldown_s": 0}}, "head.inconsistent_cooldown_s"),
+    ):
+        with pytest.raises(ConfigError, match=path):
+            config_from_dict(raw)

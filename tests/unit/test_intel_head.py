@@ -1,10 +1,10 @@
-"""HeadTracker: per-node heads, a monotonic network head, reorg tags, routing by block."""
+"""HeadTracker: heads by confirmation, ejections, marks two nodes reach, routing by block."""
 
 from __future__ import annotations
 
 import orjson
 
-from gateway.intel.head import HeadReport, HeadTracker, NetworkHead, parse_probe
+from gateway.intel.head import HeadReport, HeadRules, HeadTracker, NetworkHead, parse_probe
 
 
 class Clock:
@@ -19,14 +19,18 @@ def tracker() -> HeadTracker:
     return HeadTracker(["a", "b"], clock=Clock())
 
 
-def test_network_head_never_goes_back_when_a_node_lags() -> None:
+def test_the_head_is_what_the_nodes_in_service_confirm() -> None:
     t = tracker()
     assert t.observe("a", HeadReport(100, "0xaa", safe=99, finalized=98))
     assert not t.observe("b", HeadReport(90, "0xbb", safe=89, finalized=88))
-    assert t.head == NetworkHead(100, "0xaa", 99, 98)
+    # marks: the highest two nodes both reached
+    assert t.head == NetworkHead(100, "0xaa", 89, 88)
+    assert t.block_number() == 100
     t.observe("a", HeadReport(95, "0xa5", safe=94, finalized=93))  # node a went back
-    assert (t.head.number, t.head.safe, t.head.finalized) == (100, 99, 98)
-    assert t.node_head("a") == 95 and t.lag("a") == 5 and t.lag("b") == 10
+    assert t.head.number == 95  # the head is what is confirmed now ...
+    assert t.block_number() == 100  # ... but eth_blockNumber answers never decrease
+    assert (t.head.safe, t.head.finalized) == (89, 88)  # marks never go back
+    assert t.node_head("a") == 95 and t.lag("a") == 0 and t.lag("b") == 5
 
 
 def test_same_number_new_hash_is_a_reorg_and_changes_the_tag() -> None:
@@ -39,16 +43,33 @@ def test_same_number_new_hash_is_a_reorg_and_changes_the_tag() -> None:
     assert not t.observe("b", HeadReport(100, None))  # a number alone says nothing new
 
 
-def test_finality_marks_are_monotonic_and_never_above_the_head() -> None:
+def test_a_mark_above_the_nodes_own_head_or_going_back_is_ignored() -> None:
     t = tracker()
-    t.observe("a", HeadReport(10, "0x1", safe=50, finalized=40))
-    assert (t.head.safe, t.head.finalized) == (10, 10)
-    assert not t.observe("b", HeadReport(10, "0x1", safe=5, finalized=4))
-    assert (t.head.safe, t.head.finalized) == (10, 10)
+    t.observe("a", HeadReport(10, "0x1", safe=50, finalized=40))  # above its own head
+    t.observe("b", HeadReport(10, "0x1", safe=9, finalized=8))
+    assert (t.head.safe, t.head.finalized) == (-1, -1)  # a's marks never counted
+    t.observe("a", HeadReport(10, "0x1", safe=9, finalized=8))
+    assert (t.head.safe, t.head.finalized) == (9, 8)
+    t.observe("a", HeadReport(10, "0x1", safe=5, finalized=4))  # going back: ignored
+    t.observe("b", HeadReport(11, "0x2", safe=10, finalized=9))
+    assert (t.head.safe, t.head.finalized) == (9, 8)  # a still says 9/8
+    t.observe("a", HeadReport(11, "0x2", safe=10, finalized=9))
+    assert (t.head.safe, t.head.finalized) == (10, 9)
+
+
+def test_one_nodes_word_makes_nothing_final_unless_it_is_the_only_node() -> None:
+    t = tracker()
+    t.observe("a", HeadReport(100, "0xaa", finalized=98))
+    assert t.head.finalized == -1  # b has not said it: nothing is final yet
+    t.forget("b")
+    assert t.head.finalized == -1
+    alone = HeadTracker(["a"], clock=Clock())
+    alone.observe("a", HeadReport(100, "0xaa", finalized=98))
+    assert alone.head.finalized == 98  # the network's only node
 
 
 def test_moving_only_finality_is_not_a_head_move() -> None:
-    t = tracker()
+    t = HeadTracker(["a"], clock=Clock())
     t.observe("a", HeadReport(10, "0x1", finalized=5))
     assert not t.observe("a", HeadReport(10, "0x1", finalized=8))
     assert t.head.finalized == 8 and t.moves == 1
@@ -59,34 +80,114 @@ def test_routing_by_block_and_forget() -> None:
     assert t.nodes_with(1) == [] and t.lag("a") is None
     t.observe("a", HeadReport(100, "0xaa"))
     t.observe("b", HeadReport(97, "0xbb"))
+    assert t.block_number() == 100
     assert t.nodes_with(98) == ["a"]
     assert t.nodes_with(97) == ["a", "b"]
     assert t.has("b", 97) and not t.has("b", 98)
     assert t.at_head("a") and not t.at_head("b")
     t.forget("a")
     assert t.nodes_with(97) == ["b"] and t.lag("a") is None
-    assert t.head.number == 100  # forgetting a node never lowers the head
-    assert t.lags() == {"a": None, "b": 3}
+    assert t.head == NetworkHead(97, "0xbb")  # nothing a said stays in force
+    assert t.block_number() == 100  # the answers already given stay monotonic
+    assert t.lags() == {"a": None, "b": 0}
 
 
 def test_at_head_needs_the_same_hash() -> None:
     t = tracker()
     t.observe("a", HeadReport(100, "0xaa"))
-    t.observe("b", HeadReport(100, "0xbb"))  # rival tip: b's word is newest
-    assert t.at_head("b") and not t.at_head("a")
+    t.observe("b", HeadReport(100, "0xbb"))  # a rival tip: the head keeps its tag
+    assert t.at_head("a") and not t.at_head("b")
+    t.observe("a", HeadReport(100, "0xbb"))  # a re-organised onto b's tip
+    assert t.head.tag == (100, "0xbb") and t.at_head("b")
 
 
-def test_observe_number_answers_never_decrease() -> None:
+def test_a_claim_moves_nothing_until_the_nodes_http_answer_has_its_hash() -> None:
     t = tracker()
     t.observe("a", HeadReport(100, "0xaa"))
-    assert t.observe_number("b", 90) == 100  # the lagging node's answer is lifted
-    assert t.node_head("b") == 90
-    assert t.observe_number("b", 105) == 105
-    assert t.head.number == 105 and t.head.hash is None  # hash unknown until a probe
+    t.observe("b", HeadReport(100, "0xaa"))
+    assert t.claim("a", 101, "0xa1")  # ask a for block 101
+    assert t.head.number == 100
+    assert t.vouch("a", 101, "0xa1")
+    assert t.head.tag == (101, "0xa1")
+    assert not t.claim("a", 101, "0xa1")  # known: nothing to ask
+    assert t.claim("b", 102)  # a number alone (eth_blockNumber) is a claim too
+    assert not t.vouch("b", 102, None) and t.head.number == 101
+
+
+def test_headers_the_nodes_own_answers_contradict_eject_it() -> None:
+    t = tracker()
+    out: list[tuple[str, str]] = []
+    t.on_eject = lambda node, why: out.append((node, why))
+    t.observe("a", HeadReport(100, "0xaa"))
+    t.observe("b", HeadReport(100, "0xaa"))
+    for n in (101, 102):
+        t.claim("a", n, f"0xfake{n}")
+        assert not t.vouch("a", n, f"0xreal{n}")  # a mismatch: neither hash counts
+        assert t.head.number == 100 and not out
+    t.claim("a", 103, "0xfake103")
+    t.vouch("a", 103, "0xreal103")
+    assert out and out[0][0] == "a" and "contradict" in out[0][1]
+    assert t.node_head("a") is None and t.head.tag == (100, "0xaa")
+
+
+def test_one_contradicted_header_counts_once() -> None:
+    t = tracker()
+    out: list[str] = []
+    t.on_eject = lambda node, why: out.append(node)
+    t.observe("a", HeadReport(100, "0xaa"))
+    t.claim("a", 101, "0xold")  # then a re-org the node's socket never announced
+    for _ in range(5):  # probe after probe finds the new tip
+        t.observe("a", HeadReport(101, "0xnew"))
+    assert not out and t.head.tag == (101, "0xnew")
+
+
+def test_a_match_resets_the_mismatches() -> None:
+    t = tracker()
+    t.observe("a", HeadReport(100, "0xaa"))
+    for n in range(101, 111):  # a re-org racing each answer, then the match
+        t.claim("a", n, "0xold")
+        t.vouch("a", n, "0xnew")
+        t.claim("a", n, "0xnew")
+        t.vouch("a", n, "0xnew")
+    assert t.node_head("a") == 110
+
+
+def test_a_node_far_ahead_of_every_other_is_ejected_and_its_head_dropped() -> None:
+    t = HeadTracker(["a", "b", "c"], clock=Clock(), rules=HeadRules(max_lead=10))
+    out: list[str] = []
+    t.on_eject = lambda node, why: out.append(node)
+    t.observe("c", HeadReport(1_000_100, "0xff"))  # first to answer: nothing to compare
+    assert t.head.number == 1_000_100
+    t.observe("a", HeadReport(100, "0xaa"))  # the others answer: c is far ahead
+    assert out == ["c"] and t.head.tag == (100, "0xaa")
+    t.observe("b", HeadReport(100, "0xaa"))
+    assert not t.claim("b", 1_000_000, "0xf")  # a far-future header: out at once
+    assert out == ["c", "b"] and t.head.tag == (100, "0xaa")
+
+
+def test_a_head_faster_than_the_block_time_is_ejected() -> None:
+    clock = Clock()
+    rules = HeadRules(block_time_s=0.5, rate_slack_blocks=2)
+    t = HeadTracker(["a"], clock=clock, rules=rules)
+    out: list[str] = []
+    t.on_eject = lambda node, why: out.append(why)
+    t.observe("a", HeadReport(100, "0x64"))
+    for n in range(101, 121):  # on time: a block per 0.5 s
+        clock.now += 0.5
+        t.observe("a", HeadReport(n, hex(n)))
+    assert not out and t.head.number == 120
+    for n in range(121, 141):  # twice as fast
+        clock.now += 0.25
+        t.observe("a", HeadReport(n, hex(n)))
+        if out:
+            break
+    assert n < 131, n  # caught within the slack and a few blocks
+    assert out and "faster than block_time_s" in out[0]
+    assert t.node_head("a") is None
 
 
 def test_resolve_tags() -> None:
-    t = tracker()
+    t = HeadTracker(["a"], clock=Clock())
     assert t.resolve("latest") is None and t.resolve("finalized") is None
     assert t.resolve("earliest") == 0 and t.resolve(7) == 7
     t.observe("a", HeadReport(100, "0xaa", safe=99, finalized=98))
