@@ -47,6 +47,8 @@ import aiohttp
 import orjson
 
 from gateway.config import NetworkConfig, WsConfig
+from gateway.config.redact import redact_url
+from gateway.redis.failurelog import error_fields
 from gateway.upstream.pool import NodePool
 from gateway.ws.nodelink import LinkError, NodeLink
 from gateway.ws.session import Session, frame_header
@@ -390,15 +392,22 @@ class Feed:
         if up.listeners or up.reserved or up.dead:
             return
         up.dead = True
-        if self.subs.get((up.kind, up.canon)) is up:
-            del self.subs[(up.kind, up.canon)]
-        self.on_change()
+        self._drop(up)
         uid, up.uid = up.uid, None
         if uid is not None:
             self.by_uid.pop(uid, None)
             link = self.link
             if link is not None:
                 self.spawn(_quiet_call(link, "eth_unsubscribe", [uid], self.timeout))
+
+    def _drop(self, up: UpSub) -> None:
+        """Forget a dead ``up``; with nothing left, stop wanting (and retrying) a node."""
+        if self.subs.get((up.kind, up.canon)) is up:
+            del self.subs[(up.kind, up.canon)]
+        if not self.subs:
+            self._wanted.clear()
+            self.refusals = 0  # stale by the time anyone subscribes again
+        self.on_change()
 
     # -- node side -----------------------------------------------------------
     def _notify(self, uid: str, raw: bytes, result: Any) -> None:
@@ -422,9 +431,7 @@ class Feed:
                     if not up.ready.done():
                         up.ready.set_exception(exc)
                     up.dead = True
-                    if self.subs.get((up.kind, up.canon)) is up:
-                        del self.subs[(up.kind, up.canon)]
-                    self.on_change()
+                    self._drop(up)
                     return
                 await asyncio.sleep(0.05)
                 continue
@@ -449,10 +456,17 @@ class Feed:
             self.by_uid[uid] = up
 
     async def run(self, http: aiohttp.ClientSession) -> None:
-        """Keep a socket to some node while anyone is subscribed; fail over on loss."""
+        """Keep a socket to some node while anyone is subscribed; fail over on loss.
+
+        Once the last subscription is gone (``_wanted`` cleared) no new socket is
+        tried: a node without a WebSocket is not retried for nobody. A socket
+        already open stays until it drops.
+        """
         failures = 0
         while True:
-            await self._wanted.wait()
+            if not self._wanted.is_set():
+                failures = 0  # the next subscriber starts a fresh round
+                await self._wanted.wait()
             url_index = self._pick()
             url = self.urls[url_index]
             link = NodeLink(f"{self.name}-{url_index}", self._notify)
@@ -460,12 +474,7 @@ class Feed:
                 await link.open(http, url, self.cfg.upstream_connect_timeout_s)
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 if failures % len(self.urls) == 0:  # once per round of nodes, not per try
-                    log.warning(
-                        "ws node unreachable network=%s node=%s err=%s",
-                        self.name,
-                        link.name,
-                        type(exc).__name__,
-                    )
+                    self._unreachable(link.name, url, exc)
                 failures += 1
                 self.refusals = failures
                 if failures % len(self.urls) == 0:  # every node refused: say so to waiters
@@ -494,6 +503,26 @@ class Feed:
             self.failovers += 1
             self._index = url_index + 1
             log.info("ws node lost network=%s node=%s", self.name, link.name)
+
+    def _unreachable(self, node: str, url: str, exc: BaseException) -> None:
+        """The failure line of a refused socket: where (redacted URL) and why."""
+        cls, message = error_fields(exc, url)
+        shown = redact_url(url)
+        log.warning(
+            "ws node unreachable network=%s node=%s url=%s error=%s: %s",
+            self.name,
+            node,
+            shown,
+            cls,
+            message,
+            extra={
+                "network": self.name,
+                "node": node,
+                "target": shown,
+                "error_class": cls,
+                "error": message,
+            },
+        )
 
     async def _watch(self, link: NodeLink) -> None:
         """Wait until the link closes, or until its node has fallen behind.

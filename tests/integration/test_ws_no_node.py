@@ -7,14 +7,29 @@ every node refusing sockets, waiting out ``ws.upstream_request_timeout_s``
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from gateway.redis.embedded import free_port
-from tests.helpers.wsstack import WsStack, chains, http, rpc, stack, ws_config, ws_nodes
+from tests.helpers.config import MakeConfig
+from tests.helpers.served import served
+from tests.helpers.wsstack import (
+    WsStack,
+    chains,
+    eventually,
+    http,
+    rpc,
+    stack,
+    ws_config,
+    ws_nodes,
+)
 
 __all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]  # the fixtures used
 
@@ -46,3 +61,62 @@ async def test_a_subscribe_with_every_node_refusing_is_answered_promptly(
         # the socket stays usable for plain calls
         answer = await rpc(ws, {"jsonrpc": "2.0", "id": 9, "method": "eth_chainId"})
         assert answer["result"] == "0x38"
+
+
+class _NoSocketNode:
+    """An HTTP server that answers every WebSocket handshake 404, counting the tries."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.tries += 1
+        return web.Response(status=404, text="no websocket here")
+
+
+@pytest.fixture
+async def no_socket_node() -> AsyncIterator[tuple[_NoSocketNode, str]]:
+    node = _NoSocketNode()
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", node.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield node, f"ws://127.0.0.1:{port}/v1/secrettoken123"
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_link_stops_retrying_once_the_last_subscriber_left(
+    make_config: MakeConfig,
+    no_socket_node: tuple[_NoSocketNode, str],
+    http: aiohttp.ClientSession,
+    api_key: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    node, url = no_socket_node
+    cfg = make_config(
+        {"networks": {"bsc": {"ws_upstreams": [url]}}, "ws": {"reconnect_delay_s": 0.05}}
+    )
+    caplog.set_level(logging.WARNING, logger="gateway.ws.fanout")
+    async with served(cfg) as srv:
+        async with http.ws_connect(f"ws{srv.url[4:]}/bsc/{api_key}") as ws:
+            sub = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
+            answer = await rpc(ws, sub)
+            assert answer["error"]["code"] == -32603, answer
+        await eventually(lambda: node.tries >= 1)
+        # An attempt in flight when the subscriber left may still finish; after
+        # that, nothing: the retry delay is 0.05 s (0.8 s at most with backoff),
+        # so a link still retrying would try several more times in 3 s.
+        await asyncio.sleep(1.0)
+        settled = node.tries
+        await asyncio.sleep(3.0)
+        assert node.tries == settled, (settled, node.tries)
+    lines = [r.getMessage() for r in caplog.records if "ws node unreachable" in r.getMessage()]
+    assert lines, "no failure line"
+    assert "url=ws://127.0.0.1:" in lines[0] and "/v1/***" in lines[0], lines[0]
+    assert "secrettoken123" not in lines[0]
+    assert "error=WSServerHandshakeError: 404" in lines[0], lines[0]
