@@ -103,7 +103,7 @@ class LeaseLimiter:
         settings: LeaseSettings = LeaseSettings(),
         *,
         clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        wall_ms: Callable[[], int] | None = None,
     ) -> None:
         self._run = run
         self._plans = {p.name: p for p in plans}
@@ -116,7 +116,9 @@ class LeaseLimiter:
         self._usage = usage
         self._s = settings
         self._clock = clock
-        self._wall_ms = wall_ms
+        self._wall_ms = wall_ms or _wall_now_ms
+        # the give-back's ``now`` for lease.lua: an injected clock's, else Redis TIME
+        self._script_ms = wall_ms
         self._keys: dict[str, _Key] = {}
 
     # -- the hot path ------------------------------------------------------------
@@ -403,7 +405,8 @@ class LeaseLimiter:
     async def _return(self, khash: str, key: _Key) -> int:
         back, key.tokens = key.tokens, 0
         keys = (ks.record_key(self._prefix, khash), ks.key_tag(self._prefix, khash))
-        args = ["", "0", "0", "0", str(back), *self._plan_args(0, {})]
+        now_ms = "" if self._script_ms is None else str(self._script_ms())
+        args = [now_ms, "0", "0", "0", str(back), *self._plan_args(0, {})]
         try:
             await self._run(keys, args)
         except LimiterUnavailable:
@@ -434,6 +437,10 @@ def _remaining(key: _Key, now: float) -> int:
     if now > key.asked:
         remaining += int(key.rate * (now - key.asked))
     return burst if remaining > burst else (remaining if remaining > 0 else 0)
+
+
+def _wall_now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _text(value: Any) -> str:
