@@ -10,12 +10,14 @@ under load became HTTP 500s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
@@ -24,17 +26,70 @@ from gateway.config import RedisConfig
 RedisClient = Redis | RedisCluster
 
 
+class _Gates:
+    """One semaphore of ``per_node`` places per cluster node (by name), shared by a client."""
+
+    def __init__(self, per_node: int, timeout_s: float) -> None:
+        self.per_node = per_node
+        self.timeout_s = timeout_s
+        self._by_node: dict[str, asyncio.Semaphore] = {}
+
+    @contextlib.asynccontextmanager
+    async def place(self, node: str) -> AsyncIterator[None]:
+        gate = self._by_node.get(node)
+        if gate is None:
+            gate = self._by_node[node] = asyncio.Semaphore(self.per_node)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await gate.acquire()
+        except TimeoutError:
+            # MaxConnectionsError, as redis-py's own pool says it: client-side
+            # exhaustion, which redis-py neither retries nor takes for a node failure
+            # (a ConnectionError raised here would reset the node's connections).
+            raise MaxConnectionsError(f"no free connection to {node} in time") from None
+        try:
+            yield
+        finally:
+            gate.release()
+
+
+class _GatedNode(ClusterNode):
+    """A cluster node whose commands and pipelines wait for one of its gate's places.
+
+    Gated here, where a connection is taken, and not where a command is first
+    aimed: redis-py follows MOVED and ASK inside one call, so a gate on the
+    first node let calls redirected from every other node, and every
+    pipeline, take this node's connections past its pool (``MaxConnectionsError``
+    at a cold start or a failover, when many calls redirect at once). The
+    class is made per client (``_gates`` is its gates); nodes redis-py creates
+    are adopted by ``GatedRedisCluster._adopt``.
+    """
+
+    __slots__ = ()
+    _gates: _Gates
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self._gates.place(self.name):
+            return await super().execute_command(*args, **kwargs)
+
+    async def execute_pipeline(self, commands: Any) -> bool:
+        async with self._gates.place(self.name):
+            return await super().execute_pipeline(commands)
+
+
 class GatedRedisCluster(RedisCluster):
     """A cluster client whose commands wait for a connection instead of failing.
 
     redis-py's cluster nodes raise ``MaxConnectionsError`` once
     ``max_connections`` commands are in flight to one node (there is no
     blocking pool for clusters). Here each node has a gate of ``per_node``
-    places: a command for a busy node waits at most ``gate_timeout_s``, as
-    ``BlockingConnectionPool`` does for one Redis. The gates are per node so
-    that a hung node, whose calls each hold a place until they time out,
-    cannot starve the healthy ones. Nodes are built with twice ``per_node``
-    connections, room for calls that a MOVED/ASK sends on to another node.
+    places (``_GatedNode``): a command or pipeline for a busy node waits at
+    most ``gate_timeout_s``, as ``BlockingConnectionPool`` does for one Redis.
+    The gates are per node so that a hung node, whose calls each hold a place
+    until they time out, cannot starve the healthy ones. Nodes are built with
+    twice ``per_node`` connections: room for what redis-py runs outside the
+    gates (topology discovery, MULTI/EXEC pipelines, a node first met in a
+    redirect until it is adopted).
     """
 
     def __init__(
@@ -42,25 +97,30 @@ class GatedRedisCluster(RedisCluster):
     ) -> None:
         kwargs["max_connections"] = 2 * per_node
         super().__init__(*args, **kwargs)
-        self._gates: dict[str, asyncio.Semaphore] = {}
-        self._per_node = per_node
-        self._gate_timeout_s = gate_timeout_s
+        gates = _Gates(per_node, gate_timeout_s)
+        self._node_class = type("GatedNode", (_GatedNode,), {"__slots__": (), "_gates": gates})
+        self._adopted = 0
+        self._adopt()
+
+    def _adopt(self) -> None:
+        """Gate every node redis-py knows (it makes plain ``ClusterNode`` objects)."""
+        nodes = self.nodes_manager.nodes_cache
+        for node in [*nodes.values(), *self.nodes_manager.startup_nodes.values()]:
+            if type(node) is ClusterNode:
+                node.__class__ = self._node_class
+        self._adopted = len(nodes)
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> GatedRedisCluster:
+        await super().initialize(*args, **kwargs)
+        self._adopt()
+        return self
 
     async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
-        gate = self._gates.get(target_node.name)
-        if gate is None:
-            gate = self._gates[target_node.name] = asyncio.Semaphore(self._per_node)
-        try:
-            async with asyncio.timeout(self._gate_timeout_s):
-                await gate.acquire()
-        except TimeoutError:
-            raise RedisConnectionError(
-                f"no free connection to {target_node.name} in time"
-            ) from None
-        try:
-            return await super()._execute_command(target_node, *args, **kwargs)
-        finally:
-            gate.release()
+        if type(target_node) is not self._node_class or (
+            len(self.nodes_manager.nodes_cache) != self._adopted
+        ):
+            self._adopt()  # a node found since (a redirect, a new topology)
+        return await super()._execute_command(target_node, *args, **kwargs)
 
 
 def connect(cfg: RedisConfig, url: str) -> RedisClient:

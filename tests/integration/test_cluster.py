@@ -25,7 +25,7 @@ from redis.asyncio.cluster import RedisCluster
 from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config
-from gateway.redis.clients import connect
+from gateway.redis.clients import GatedRedisCluster, connect
 from gateway.redis.embedded import free_port
 from gateway.redis.keyspace import record_key
 from gateway.rpc.auth import key_hash
@@ -159,6 +159,52 @@ async def test_many_requests_in_flight_at_once(
 
     statuses = Counter(await asyncio.gather(*(one() for _ in range(300))))
     assert statuses[200] == 100 and statuses[429] == 200, statuses
+
+
+async def test_redirected_calls_and_pipelines_wait_at_the_node_that_serves_them(
+    redis_url: str, prefix: str
+) -> None:
+    """A node's gate bounds every connection taken from it, not only first-aimed calls.
+
+    redis-py follows a MOVED inside one call, and pipelines go to the nodes
+    directly: both took connections past a gate set where a command was first
+    aimed, so a cold start or a failover (many calls redirected at once) ran
+    a node out of its pool (``MaxConnectionsError``). Here two slots served
+    by one node are pointed at the other two nodes (as a stale slot map
+    would), and calls to all three slots and pipelines run at once.
+    """
+    client = GatedRedisCluster.from_url(
+        redis_url, decode_responses=True, per_node=2, gate_timeout_s=10, reinitialize_steps=0
+    )
+    try:
+        await client.initialize()
+        manager = client.nodes_manager
+        by_node: dict[str, list[str]] = {}
+        for i in range(2000):
+            tag = f"{prefix}:{{g{i}}}"
+            by_node.setdefault(manager.get_node_from_slot(client.keyslot(tag)).name, []).append(tag)
+        name, tags = max(by_node.items(), key=lambda item: len(item[1]))
+        served = manager.nodes_cache[name]
+        others = [node for node in manager.nodes_cache.values() if node is not served]
+        direct, moved_a, moved_b = tags[:3]
+        manager.slots_cache[client.keyslot(moved_a)] = [others[0]]
+        manager.slots_cache[client.keyslot(moved_b)] = [others[1]]
+
+        async def piped(i: int) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            pipe.incr(f"{direct}:p{i}")
+            pipe.incr(f"{direct}:p{i}")
+            return await pipe.execute()
+
+        calls = [
+            client.incr(f"{tag}:c{i}") for tag in (direct, moved_a, moved_b) for i in range(10)
+        ]
+        results = await asyncio.gather(*calls, *(piped(i) for i in range(10)))
+        assert results == [1] * 30 + [[1, 2]] * 10
+        # the gate's places, no more (the pool could hold 2 * per_node)
+        assert len(served._connections) <= 2, len(served._connections)
+    finally:
+        await client.aclose()
 
 
 async def test_revoke_reaches_every_gateway_process_within_a_second(
