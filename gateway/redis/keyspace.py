@@ -20,6 +20,7 @@ Per account, email, key id (``{<acct>}`` tags an account's keys together):
 
     p:a:{<acct>}         account hash: id, email, pw (argon2), plan, created, totp...
     p:a:{<acct>}:keys    set of key ids of that account
+    p:a:{<acct>}:kw      sorted set of its working key ids -> ms they stop (+inf: no end)
     p:a:{<acct>}:lock    held while a key of the account is created or rotated
     p:a:{<acct>}:sess    sorted set of the account's session refs -> created ms
     p:a:{<acct>}:rc      set of SHA-256 of the unused recovery codes
@@ -88,6 +89,11 @@ def account(prefix: str, account_id: str) -> str:
 
 def account_keys(prefix: str, account_id: str) -> str:
     return f"{prefix}:a:{{{account_id}}}:keys"
+
+
+def account_working(prefix: str, account_id: str) -> str:
+    """Sorted set: the account's working keys by id, scored by when each stops (ms)."""
+    return f"{prefix}:a:{{{account_id}}}:kw"
 
 
 def account_lock(prefix: str, account_id: str) -> str:

@@ -24,9 +24,10 @@ from redis.exceptions import LockError
 from gateway.limits.limiter import cidr_bits
 from gateway.redis import keyspace as ks
 from gateway.rpc.auth import generate_key, key_hash, key_hint
+from gateway.store import keycap
 from gateway.store.core import NotFound, StoreCore, StoreError
 from gateway.store.keyevents import publish_key_change
-from gateway.store.records import Account, KeyRecord, counts_towards_cap
+from gateway.store.records import Account, KeyRecord
 
 
 def _opt_int(value: str | None) -> int | None:
@@ -138,7 +139,7 @@ class ApiKeys(StoreCore):
         """
         if cap is None:
             return
-        if await self.active_key_count(account_id) + 1 > cap:
+        if await self.active_key_count(account_id) + 1 > cap:  # from the index: keycap
             raise StoreError(
                 f"you already have {cap} active keys (keys in a rotation grace period "
                 "count), the most an account may have; revoke one you no longer use "
@@ -224,6 +225,7 @@ class ApiKeys(StoreCore):
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(ks.key_index(self.prefix, key_id), khash)
         pipe.sadd(ks.account_keys(self.prefix, account.id), key_id)
+        keycap.add_working(pipe, self.prefix, account.id, key_id, exp)
         await pipe.execute()
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(ks.record_key(self.prefix, khash), mapping=record)
@@ -326,6 +328,7 @@ class ApiKeys(StoreCore):
         pipe.hset(ks.record_key(self.prefix, khash), "rev", now)
         pipe.hdel(ks.bucket_key(self.prefix, khash), "t", "ts")
         self._expire_at(pipe, key_id, khash, now)
+        keycap.drop_working(pipe, self.prefix, record.account, key_id)
         await pipe.execute()
         # not in the pipeline: a Cluster pipeline refuses PUBLISH (it has no key)
         await publish_key_change(self.redis, self.prefix, khash)
@@ -383,6 +386,9 @@ class ApiKeys(StoreCore):
                 )
                 if grace_ms == 0:
                     pipe.hset(ks.record_key(self.prefix, khash), "rev", now)
+                    keycap.drop_working(pipe, self.prefix, account.id, key_id)
+                else:
+                    keycap.add_working(pipe, self.prefix, account.id, key_id, new_expiry)
                 self._expire_at(pipe, key_id, khash, new_expiry)
                 await pipe.execute()
                 await publish_key_change(self.redis, self.prefix, khash)  # its expiry changed
@@ -414,7 +420,12 @@ class ApiKeys(StoreCore):
         )
 
     async def active_key_count(self, account_id: str) -> int:
-        """Keys of the account that work now, rotated ones in their grace period included."""
-        records = await self.list_keys(account_id)
+        """Keys of the account that work now, rotated ones in their grace period included.
+
+        Counted from the account's index of working keys (``store.keycap``),
+        not by reading every key's record.
+        """
         now = await self.now_ms()
-        return sum(1 for r in records if counts_towards_cap(r, now))
+        return await keycap.working_count(
+            self.redis, self.prefix, account_id, now, lambda: self.list_keys(account_id)
+        )

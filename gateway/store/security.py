@@ -423,7 +423,9 @@ class SecurityStore:
             pipe.delete(ks.insight_log(self.prefix, khash))  # failed calls, with client networks
             await pipe.execute()
         await self.end_sessions(account.id)
-        await self.redis.delete(ks.account_keys(self.prefix, account.id))
+        await self.redis.delete(
+            ks.account_keys(self.prefix, account.id), ks.account_working(self.prefix, account.id)
+        )
         return revoked
 
     async def _revoke_all(self, account_id: str) -> int:

@@ -171,3 +171,36 @@ async def test_keys_page_stays_small_after_many_cycles(
     rows = await user.key_rows()
     assert len(rows) == 20 and set(rows.values()) == {"Revoked"}
     assert len(html) < 80_000, len(html)
+
+
+async def _records_read(redis: Redis) -> int:
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_hgetall", {}).get("calls", 0))
+
+
+async def test_the_cap_is_checked_without_reading_every_key(
+    store: Store, account: str, redis: Redis
+) -> None:
+    """Creating a key reads the account's record, not the record of each of its keys."""
+    made = [(await store.create_key(account, max_keys=20))[1] for _ in range(12)]
+    await store.revoke_key(made[0].id)
+    await store.rotate_key(made[1].id, grace_ms=3_600_000, max_keys=20)  # both count
+    before = await _records_read(redis)
+    await store.create_key(account, max_keys=20)
+    assert await _records_read(redis) - before <= 1  # the account; 13 keys were 14 reads
+    assert await store.active_key_count(account) == 13
+    await store.create_key(account, max_keys=20, expires_in_ms=1)  # stops almost at once
+    await asyncio.sleep(0.01)
+    assert await store.active_key_count(account) == 13
+
+
+async def test_a_missing_index_is_rebuilt_from_the_records(
+    store: Store, account: str, redis: Redis
+) -> None:
+    """Keys made before the index existed still count."""
+    for _ in range(3):
+        await store.create_key(account, max_keys=3)
+    await redis.delete(f"{store.prefix}:a:{{{account}}}:kw")
+    with pytest.raises(StoreError, match="3 active keys"):
+        await store.create_key(account, max_keys=3)
+    assert await redis.zcard(f"{store.prefix}:a:{{{account}}}:kw") == 3

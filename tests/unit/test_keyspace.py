@@ -31,6 +31,7 @@ def test_per_key_names_share_one_hash_tag() -> None:
 def test_account_and_dashboard_names() -> None:
     assert ks.account("p", "a1") == "p:a:{a1}"
     assert ks.account_keys("p", "a1") == "p:a:{a1}:keys"
+    assert ks.account_working("p", "a1") == "p:a:{a1}:kw"
     assert ks.account_lock("p", "a1") == "p:a:{a1}:lock"
     assert ks.account_sessions("p", "a1") == "p:a:{a1}:sess"
     assert ks.account_recovery("p", "a1") == "p:a:{a1}:rc"
