@@ -19,6 +19,7 @@ from gateway.limits.limiter import ip_bits
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.clientip import ClientIP
+from gateway.rpc.errors import CORS_HEADERS
 from gateway.rpc.pipeline import Caller, Pipeline
 from gateway.rpc.relay import Relay, failure_kind
 from gateway.rpc.replies import Answer, error_answer
@@ -29,12 +30,6 @@ from gateway.upstream.errors import UpstreamError
 log = logging.getLogger("gateway.rpc")
 
 JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
-CORS_HEADERS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": (
-        "RateLimit, RateLimit-Policy, Retry-After, X-Gateway-Cache, X-Gateway-Node"
-    ),
-}
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "POST, OPTIONS",

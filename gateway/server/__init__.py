@@ -2,7 +2,8 @@
 and workers (the multi-process supervisor). ``gunicorn_app`` is the gunicorn entry point
 (``gunicorn gateway.server:gunicorn_app``).
 
-May import: app, ops, redis, demo, config, typedefs, rpc.protocol (error replies).
+May import: app, ops, redis, demo, config, typedefs, rpc.protocol and rpc.errors (error
+replies and their CORS headers).
 """
 
 from gateway.server.protocol import gunicorn_app

@@ -76,6 +76,7 @@ from gateway.ops.logsetup import setup_logging
 from gateway.ops.metrics import Metrics, mark_process_dead
 from gateway.ops.metricsport import MetricsListener
 from gateway.rpc import protocol as rpc
+from gateway.rpc.errors import CORS_HEADERS
 
 log = logging.getLogger("gateway.server")
 
@@ -378,6 +379,7 @@ def _expect_refused() -> web.Response:
         status=417,
         body=rpc.error_body(rpc.INVALID_REQUEST, None, "only Expect: 100-continue is supported"),
         content_type="application/json",
+        headers=CORS_HEADERS,  # like every RPC answer: a browser sees the error
     )
     resp.force_close()
     return resp

@@ -90,6 +90,8 @@ async def test_unknown_expect_gets_a_json_rpc_417(
     err = _rpc_error(resp)
     assert err["code"] == -32600
     assert "200-ok" not in resp.body.decode()  # the header is not echoed
+    # CORS like every RPC answer, so a browser's fetch sees the error
+    assert resp.headers.get("access-control-allow-origin") == "*", resp.headers
     assert not _own_records(caplog)
 
 
