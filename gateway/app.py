@@ -37,13 +37,13 @@ from gateway.limits.limiter import (
 )
 from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging, use_format
-from gateway.ops.metrics import Metrics
+from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
 from gateway.ops.routes import setup_ops_routes
 from gateway.redis.clients import admin_connect, connect, pubsub_connect
 from gateway.redis.embedded import ensure_embedded
 from gateway.redis.mux import MuxRedis
-from gateway.rpc.clientip import ClientIP
+from gateway.rpc.clientip import CLIENT_IP, ClientIP
 from gateway.rpc.http import RpcHttp
 from gateway.rpc.pipeline import Pipeline
 from gateway.store.accounts import Store
@@ -69,8 +69,8 @@ def create_app(config: Config | None = None) -> web.Application:
         client_max_size=cfg.limits.max_body_bytes, handler_args={"access_log_class": AccessLogger}
     )
     app[T.CONFIG] = cfg
-    app[T.METRICS] = Metrics()
-    app[T.CLIENT_IP] = ClientIP(cfg.server.trusted_proxies)
+    app[METRICS] = Metrics()
+    app[CLIENT_IP] = ClientIP(cfg.server.trusted_proxies)
     app.cleanup_ctx.append(_redis_url_ctx)
     app.cleanup_ctx.append(_redis_ctx)
     app.cleanup_ctx.append(_mux_ctx)
@@ -87,7 +87,7 @@ def create_app(config: Config | None = None) -> web.Application:
         app.cleanup_ctx.append(metrics_listener_ctx)
     slots = asyncio.Semaphore(cfg.limits.max_in_flight)
     # One pipeline per network, fed by both transports (HTTP here, WebSocket in setup_ws).
-    handlers = [RpcHttp(Pipeline(cfg, net, app[T.METRICS], slots)) for net in cfg.networks]
+    handlers = [RpcHttp(Pipeline(cfg, net, app[METRICS], slots)) for net in cfg.networks]
     for handler in handlers:
         for path in (handler.network.prefix, handler.network.prefix + "/{key}"):
             if cfg.ws.enabled:  # GET + Upgrade opens a WebSocket (same resource as "*")
@@ -227,7 +227,7 @@ async def _admission_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
     cfg = app[T.CONFIG]
-    metrics = app[T.METRICS]
+    metrics = app[METRICS]
     pools: dict[str, NodePool] = {}
     for net in cfg.networks:
         pool = NodePool(
@@ -291,11 +291,11 @@ async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
     insight = app.get(T.INSIGHT)
     cfg = app[T.CONFIG]
     filter_store = FilterStore.for_config(app[T.REDIS], cfg.redis.prefix, cfg.filters)
-    filters_live = live_gauge(app[T.METRICS].registry)
+    filters_live = live_gauge(app[METRICS].registry)
     for handler in app[HANDLERS]:
         pool = app[T.POOLS][handler.network.name]
         handler.pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
-        handler.bind(app[T.CLIENT_IP])
+        handler.bind(app[CLIENT_IP])
         live = filters_live.labels(handler.network.name)
         add_filter_methods(handler.pipeline, filter_store, app[T.ERRORS], live)
     yield

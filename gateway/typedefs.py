@@ -1,4 +1,10 @@
-"""Every ``web.AppKey`` of the application, in one place."""
+"""Every ``web.AppKey`` of the application, in one place, but two.
+
+Two keys live beside their types, in packages that read app keys themselves:
+``ops.metrics.METRICS`` (ops.routes reads keys) and ``rpc.clientip.CLIENT_IP``
+(rpc.http sets request keys). Importing them here would make ops and rpc import
+typedefs and typedefs import them: every arrow here points down.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,8 @@ from aiohttp import web
 
 from gateway.config import Config
 from gateway.limits.limiter import Limiter
-from gateway.ops.metrics import Metrics
 from gateway.redis.clients import RedisClient
 from gateway.redis.mux import MuxRedis
-from gateway.rpc.clientip import CLIENT_IP as CLIENT_IP  # defined beside ClientIP
 from gateway.store.accounts import Store
 from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
@@ -28,7 +32,6 @@ REDIS_URL = web.AppKey("redis_url", str)
 STORE = web.AppKey("store", Store)
 LIMITER: web.AppKey[Limiter] = web.AppKey("limiter")
 POOLS = web.AppKey("pools", dict[str, NodePool])
-METRICS = web.AppKey("metrics", Metrics)
 ERRORS = web.AppKey("errors", ErrorCounter)
 INSIGHT = web.AppKey("insight", InsightSink)
 USAGE = web.AppKey("usage", UsageSink)

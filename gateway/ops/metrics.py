@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as _mp
 
@@ -223,6 +224,11 @@ class Metrics:
         merged = CollectorRegistry()
         _mp.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
         return generate_latest(merged)
+
+
+# The app's one Metrics, defined beside its type (as ``rpc.clientip.CLIENT_IP`` is):
+# typedefs importing ops would make ops <-> typedefs, since ops.routes reads app keys.
+METRICS = web.AppKey("metrics", Metrics)
 
 
 class NetworkMetrics:

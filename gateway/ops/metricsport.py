@@ -39,7 +39,7 @@ from prometheus_client import multiprocess as _mp
 
 from gateway import typedefs as T
 from gateway.config import listen_address
-from gateway.ops.metrics import Metrics
+from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.routes import metrics as metrics_view
 
 log = logging.getLogger("gateway.metrics")
@@ -57,7 +57,7 @@ class MetricsListener:
         self._host, self._port = parsed
         self._retry_s = retry_s
         app = web.Application()
-        app[T.METRICS] = metrics
+        app[METRICS] = metrics
         app.router.add_get("/metrics", metrics_view)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         self._retry: asyncio.Task[None] | None = None
@@ -111,7 +111,7 @@ class MetricsListener:
 async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
     """``cleanup_ctx`` for an app served by a runner that is not ours (gunicorn's own)."""
     address = app[T.CONFIG].server.metrics_listen
-    listener = MetricsListener(app[T.METRICS], address) if address else None
+    listener = MetricsListener(app[METRICS], address) if address else None
     if listener is not None:
         await listener.start()
     try:

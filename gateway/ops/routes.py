@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import typedefs as T
 from gateway.config.redact import redact_url
+from gateway.ops.metrics import METRICS
 from gateway.redis.failurelog import error_fields
 
 _NO_STORE = {"Cache-Control": "no-store"}
@@ -112,7 +113,7 @@ async def readyz_network(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus text; routed only on the metrics listener (``server.metrics_listen``)."""
-    body = request.app[T.METRICS].exposition()
+    body = request.app[METRICS].exposition()
     resp = web.Response(body=body, headers=_NO_STORE)
     resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
     resp.charset = "utf-8"

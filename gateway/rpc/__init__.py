@@ -1,6 +1,7 @@
 """The JSON-RPC call pipeline every transport feeds (pipeline, reads, forward, relay,
-guard, ids, local methods, replies), the HTTP adapter (http), protocol (types,
-errors, parse; no I/O), auth (the key's shape and hash) and clientip.
+guard, ids, local methods, replies), the HTTP adapter (http), protocol (types, parse;
+no I/O), errors (the catalogue), auth (the key in a request), clientip and sinks (what
+the pipeline knows of the store's counters: it does not import the store).
 
-May import: limits, upstream, intel, store, redis, ops, config, typedefs.
+May import: limits, upstream, intel, identity, redis, ops, config, typedefs.
 """

@@ -37,6 +37,7 @@ __all__ = [
     "ErrorKind",
     "error_body",
     "error_obj",
+    "reply_code",
 ]
 
 CORS_HEADERS: Final = {
@@ -98,3 +99,23 @@ def error_obj(kind: ErrorKind, id_: Any = None, data: Any = None) -> dict[str, A
     if data is not None:
         err["data"] = data
     return {"jsonrpc": "2.0", "id": id_, "error": err}
+
+
+def reply_code(body: bytes) -> int:
+    """The JSON-RPC error code of an answer (the first one of a batch), 0 if none.
+
+    Called only for answers already known to hold an error or to be small,
+    so a large successful reply is never parsed again.
+    """
+    if b'"error"' not in body:
+        return 0
+    try:
+        reply = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return 0
+    for item in reply if type(reply) is list else (reply,):
+        if type(item) is dict:
+            error = item.get("error")
+            if type(error) is dict and type(error.get("code")) is int:
+                return int(error["code"])
+    return 0

@@ -19,7 +19,7 @@ from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
 from gateway.rpc.reads import Reads
 from gateway.rpc.relay import STREAM_OVER, Relay, failure_kind
-from gateway.store.errorcounts import ErrorCounter
+from gateway.rpc.sinks import ErrorCounts
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import NodePool, UpstreamError
 
@@ -35,7 +35,7 @@ class Pipeline(Protocol):
     network: NetworkConfig
     pool: NodePool
     reads: Reads
-    errors: ErrorCounter
+    errors: ErrorCounts
 
     def next_gids(self, n: int) -> int: ...
 

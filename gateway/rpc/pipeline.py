@@ -25,6 +25,7 @@ from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
 from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
+from gateway.rpc.errors import reply_code
 from gateway.rpc.forward import forward_calls
 from gateway.rpc.guard import LogsGuard
 from gateway.rpc.history import refuse_missing_state
@@ -34,8 +35,7 @@ from gateway.rpc.locals import run_locals
 from gateway.rpc.reads import Reads
 from gateway.rpc.refusals import REFUSED_ERROR, refuse_calls, refused_answer
 from gateway.rpc.served import served_headers
-from gateway.store.errorcounts import ErrorCounter
-from gateway.store.insight import InsightSink, reply_code
+from gateway.rpc.sinks import CallInsight, ErrorCounts
 from gateway.upstream.pool import NodePool
 
 __all__ = ["REFUSED_ERROR", "Caller", "Pipeline"]
@@ -49,8 +49,8 @@ class Pipeline:
 
     limiter: Limiter
     reads: Reads
-    errors: ErrorCounter
-    insight: InsightSink | None = None  # set at startup when insight is on
+    errors: ErrorCounts
+    insight: CallInsight | None = None  # set at startup when insight is on
 
     def __init__(
         self,
@@ -85,8 +85,8 @@ class Pipeline:
         self,
         limiter: Limiter,
         pool: NodePool,
-        errors: ErrorCounter,
-        insight: InsightSink | None = None,
+        errors: ErrorCounts,
+        insight: CallInsight | None = None,
     ) -> None:
         """Attach the resources made by the app's cleanup contexts (at startup)."""
         self.insight = insight

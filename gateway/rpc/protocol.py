@@ -31,6 +31,7 @@ from gateway.rpc.errors import (
     INVALID_REQUEST,
     MAX_METHOD_NAME,
     METHOD_NOT_FOUND,
+    RATE_LIMITED,
     UPSTREAM_UNAVAILABLE,
     ErrorKind,
     error_obj,

@@ -73,7 +73,7 @@ from gateway import typedefs as T
 from gateway.config import ServerConfig
 from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging
-from gateway.ops.metrics import Metrics, mark_process_dead
+from gateway.ops.metrics import METRICS, Metrics, mark_process_dead
 from gateway.ops.metricsport import MetricsListener
 from gateway.rpc import protocol as rpc
 from gateway.rpc.errors import CORS_HEADERS
@@ -447,7 +447,7 @@ class GatewayRunner(web.AppRunner):
         cfg = app[T.CONFIG].server
         listen = cfg.metrics_listen if metrics_listen is None else metrics_listen
         self.metrics_listener = (
-            MetricsListener(app[T.METRICS], listen) if listen and T.METRICS in app else None
+            MetricsListener(app[METRICS], listen) if listen and METRICS in app else None
         )
         kwargs.setdefault("keepalive_timeout", cfg.keepalive_timeout_s)
         kwargs.setdefault("shutdown_timeout", cfg.drain_timeout_s)
@@ -464,7 +464,7 @@ class GatewayRunner(web.AppRunner):
         # request factory, which a fresh GatewayServer could not reach.
         server.__class__ = GatewayServer
         assert isinstance(server, GatewayServer)
-        server.watch = _Watch(self.app[T.CONFIG].server, self.app.get(T.METRICS))
+        server.watch = _Watch(self.app[T.CONFIG].server, self.app.get(METRICS))
         return server
 
     async def setup(self) -> None:

@@ -2,6 +2,6 @@
 accounts, apikeys, sessions, attempts (throttles), usage and passwords over core, plus
 security, per-key limits (keylimits), request insight and upstream error counts.
 
-May import: limits.limiter (CIDR bits), rpc.auth (key shape), rpc.clientip (IP masks),
-redis (clients; keyspace names every key), config.
+May import: limits.limiter (CIDR bits), identity (key shape, IP masks), redis (clients;
+keyspace names every key), config.
 """

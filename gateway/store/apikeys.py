@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import LockError
 
+from gateway.identity.keys import generate_key, key_hash, key_hint
 from gateway.limits.limiter import cidr_bits
 from gateway.redis import keyspace as ks
-from gateway.rpc.auth import generate_key, key_hash, key_hint
 from gateway.store import keycap
 from gateway.store.core import NotFound, StoreCore, StoreError
 from gateway.store.keyevents import publish_key_change

@@ -29,11 +29,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import orjson
-
+from gateway.identity.netmask import mask_ip
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import flush_every
-from gateway.rpc.clientip import mask_ip
 
 log = logging.getLogger("gateway.insight")
 
@@ -258,23 +256,3 @@ class InsightSink:
     async def run(self) -> None:
         """Flush every interval until cancelled; a last flush on the way out (SIGTERM)."""
         await flush_every(self._interval, self.flush)
-
-
-def reply_code(body: bytes) -> int:
-    """The JSON-RPC error code of an answer (the first one of a batch), 0 if none.
-
-    Called only for answers already known to hold an error or to be small,
-    so a large successful reply is never parsed again.
-    """
-    if b'"error"' not in body:
-        return 0
-    try:
-        reply = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return 0
-    for item in reply if type(reply) is list else (reply,):
-        if type(item) is dict:
-            error = item.get("error")
-            if type(error) is dict and type(error.get("code")) is int:
-                return int(error["code"])
-    return 0

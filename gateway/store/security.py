@@ -43,8 +43,8 @@ from typing import Any
 import pyotp
 from redis.commands.core import AsyncScript
 
+from gateway.identity.netmask import mask_ip
 from gateway.redis import keyspace as ks
-from gateway.rpc.clientip import mask_ip
 from gateway.store.accounts import Account, NotFound, Store, StoreError, normalize_email
 
 MIN_PASSWORD = 8

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from gateway import typedefs as T
+from gateway.ops.metrics import METRICS
 from gateway.rpc.http import RpcHttp
 from gateway.ws.calls import SubscriptionMethods
 from gateway.ws.service import WS, WsService
@@ -33,7 +34,7 @@ def setup_ws(app: web.Application, handlers: Sequence[RpcHttp]) -> None:
     cfg = app[T.CONFIG]
     if not cfg.ws.enabled:
         return
-    svc = WsService(cfg, app[T.METRICS])
+    svc = WsService(cfg, app[METRICS])
     app[WS] = svc
     for handler in handlers:
         SubscriptionMethods(svc, handler.network.name).register(handler.pipeline.local)

@@ -33,6 +33,7 @@ from gateway.limits.limiter import Decision, LimiterUnavailable, Status, ip_bits
 from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import key_hash
+from gateway.rpc.clientip import CLIENT_IP
 from gateway.rpc.http import RpcHttp, rpc_key
 from gateway.rpc.pipeline import REFUSED_ERROR, Caller
 from gateway.rpc.relay import failure_kind
@@ -74,7 +75,7 @@ class WsRoute:
             return _refuse(rpc.UNAUTHORIZED, 401)
         khash = key_hash(key)
         origin = request.headers.get(hdrs.ORIGIN, "")
-        ip = request.config_dict[T.CLIENT_IP](request)
+        ip = request.config_dict[CLIENT_IP](request)
         bits = ip_bits(ip)
         try:
             decision = await svc.limiter.admit(khash, 0, {}, origin, bits)

@@ -26,10 +26,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from gateway import typedefs as T
 from gateway.config import Config
 from gateway.config.redact import redact_url
 from gateway.limits.limiter import LimiterUnavailable, RedisScript
+from gateway.ops.metrics import METRICS
 from gateway.redis.embedded import RedisProcess
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
@@ -162,7 +162,7 @@ async def test_redis_stopped_and_restarted_under_load(
 
         await asyncio.gather(fault(), run_load(f"{srv.url}/bsc/{own_key}", 2.6, timeline))
         errors_metric = (
-            srv.app[T.METRICS].redis_errors.labels("open" if fail_open else "closed")._value.get()
+            srv.app[METRICS].redis_errors.labels("open" if fail_open else "closed")._value.get()
         )
     # By send time: one call admitted before the stop was read by its client after
     # the mark once (a 200 "during" the outage in a CI run; all in one event loop).

@@ -25,7 +25,7 @@ import pytest
 from gateway import typedefs as T
 from gateway.config import Config
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
-from gateway.ops.metrics import Metrics
+from gateway.ops.metrics import METRICS, Metrics
 from gateway.store.accounts import Store
 from gateway.upstream.pool import NodePool
 from tests.helpers.config import MakeConfig
@@ -160,7 +160,7 @@ async def test_node_killed_under_load_no_client_errors(
 
         result = await run_load(f"{srv.url}/bsc/{api_key}", 2.0, kill)
         pool = srv.app[T.POOLS]["bsc"]
-        metrics = srv.app[T.METRICS]
+        metrics = srv.app[METRICS]
         out_after = pool.nodes[1].down_until > 0 or not pool.nodes[1].healthy
         retries = _result(metrics, "bsc-1", "retry")
         failed = _result(metrics, "bsc-1", "error") + _result(metrics, "bsc-1", "timeout")
@@ -199,7 +199,7 @@ async def test_slow_node_times_out_then_fails_over(make_config: MakeConfig, api_
                 nodes[0].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=5000)
 
             result = await run_load(f"{srv.url}/bsc/{api_key}", 2.0, slow_down)
-            metrics = srv.app[T.METRICS]
+            metrics = srv.app[METRICS]
             timeouts = _result(metrics, "bsc-0", "timeout")
             # A read in flight on the slow node is hedged on the other one after
             # the slow node's p95 (a cancelled loser is no timeout), or times out.

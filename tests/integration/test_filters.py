@@ -28,6 +28,7 @@ from gateway.demo.chainnode import Chain, ChainNode, start_chain_node
 from gateway.filters.service import FilterService
 from gateway.filters.store import FilterStore
 from gateway.intel.head import HeadTracker, NetworkHead
+from gateway.ops.metrics import METRICS
 from gateway.redis import keyspace as ks
 from gateway.redis.embedded import free_port
 from gateway.rpc import protocol
@@ -409,7 +410,7 @@ async def test_the_live_filters_gauge_follows_create_uninstall_and_expiry(
     make_app: AppFactory, api_key: str
 ) -> None:
     client = await make_app({"filters": {"ttl_s": 0.3}})
-    registry = client.app[T.METRICS].registry
+    registry = client.app[METRICS].registry
     assert registry.get_sample_value("gateway_filters_live", {"network": "bsc"}) == 0
     a = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]
     b = (await rpc(client, api_key, "eth_newFilter", [{}]))["result"]
@@ -421,7 +422,7 @@ async def test_the_live_filters_gauge_follows_create_uninstall_and_expiry(
     assert registry.get_sample_value("gateway_filters_live", {"network": "bsc"}) == 1  # c only
     assert (await rpc(client, api_key, "eth_getFilterChanges", [b]))["error"]["code"] == -32000
     assert c != b and registry.get_sample_value("gateway_filters_live", {"network": "bsc"}) == 1
-    scraped = client.app[T.METRICS].exposition().decode()
+    scraped = client.app[METRICS].exposition().decode()
     assert 'gateway_filters_live{network="bsc"} 1.0' in scraped
 
 

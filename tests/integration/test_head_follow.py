@@ -23,6 +23,7 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.demo.mockws import Chain, start_ws_node
 from gateway.ops.logsetup import formatter
+from gateway.ops.metrics import METRICS
 from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.scrape import scrape
@@ -183,7 +184,7 @@ async def test_a_node_of_another_chain_gets_no_calls_and_is_reported(
     assert fields["level"] == "WARNING" and fields["logger"] == "gateway.upstream"
     assert (fields["node"], fields["chain_id"], fields["expected_chain_id"]) == ("bsc-1", 204, 56)
     assert fields["target"] == node["url"]
-    _, _, text = await scrape(client.app[T.METRICS])
+    _, _, text = await scrape(client.app[METRICS])
     mismatch = {
         s.labels["node"]: s.value
         for f in text_string_to_metric_families(text)

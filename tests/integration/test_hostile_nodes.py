@@ -25,6 +25,7 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.demo import chainnode
 from gateway.demo.mockws import Chain, MockWsNode, start_ws_node
+from gateway.ops.metrics import METRICS
 from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.scrape import scrape
@@ -128,7 +129,7 @@ async def test_a_far_future_header_takes_its_node_out_and_moves_nothing(
     body = await (await client.get("/readyz")).json()
     row = body["networks"]["bsc"]["upstreams"][2]
     assert row["in_service"] is False and "ahead of every other node" in row["inconsistent"]
-    _, _, text = await scrape(client.app[T.METRICS])
+    _, _, text = await scrape(client.app[METRICS])
     flags = {
         s.labels["node"]: s.value
         for f in text_string_to_metric_families(text)

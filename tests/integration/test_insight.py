@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from gateway.config import ConfigError, config_from_dict
 from gateway.redis import keyspace as ks
 from gateway.rpc.auth import key_hash
+from gateway.rpc.errors import reply_code
 from gateway.store.accounts import Store
 from gateway.store.insight import (
     HOUR_MS,
@@ -19,7 +20,6 @@ from gateway.store.insight import (
     bucket_of,
     bucket_value,
     percentile,
-    reply_code,
 )
 from gateway.store.insightquery import InsightStore, month_start_ms
 from gateway.store.security import SecurityStore

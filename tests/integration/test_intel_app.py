@@ -23,6 +23,7 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config
 from gateway.demo.chainnode import Chain, ChainNode, start_chain_node
+from gateway.ops.metrics import METRICS
 from gateway.upstream.pool import NodePool
 from tests.helpers.config import MakeConfig
 from tests.helpers.txs import sender_account, signed
@@ -112,7 +113,7 @@ async def test_hedged_reads_answer_fast_and_writes_are_never_hedged(
         await rpc(client, api_key, "eth_sendRawTransaction", [raw], id_=i)
     assert seen(nodes, "eth_sendRawTransaction") == [1, 1]
     await pool.probe_once()  # syncs the metrics
-    text = client.app[T.METRICS].exposition().decode()
+    text = client.app[METRICS].exposition().decode()
     assert 'gateway_hedges_total{network="bsc",result="sent"}' in text
 
 
@@ -134,7 +135,7 @@ async def test_block_number_never_decreases_with_a_lagging_node(
     assert min(answers) >= 20_001  # never the lagging node's own head
     assert seen(nodes, "eth_blockNumber")[1] >= 1  # the lagging node did serve calls
     await pool.probe_once()
-    text = client.app[T.METRICS].exposition().decode()
+    text = client.app[METRICS].exposition().decode()
     assert 'gateway_upstream_head_lag_blocks{network="bsc",node="bsc-1"} 50.0' in text
     assert 'gateway_network_head_block{mark="finalized",network="bsc"}' in text
 
@@ -221,7 +222,7 @@ async def test_final_blocks_stay_cached_as_the_head_moves(
     cache = pool.intel.cache
     assert cache is not None and cache.bytes <= cache.max_bytes
     await pool.probe_once()
-    text = client.app[T.METRICS].exposition().decode()
+    text = client.app[METRICS].exposition().decode()
     assert (
         'gateway_cache_lookups_total{method="eth_getBlockByNumber",network="bsc",result="hit"} 3.0'
         in text

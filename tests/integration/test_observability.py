@@ -23,7 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import typedefs as T
+from gateway.ops.metrics import METRICS
 from tests.helpers.config import Client
 from tests.helpers.scrape import scrape
 
@@ -172,7 +172,7 @@ async def _served_names(client: Client, api_key: str) -> dict[str, set[str] | No
         resp = await client.post(f"/bsc/{api_key}", json=body)
         assert resp.status == 200, await resp.text()
     await asyncio.sleep(0.5)  # a health probe or two (0.2 s in tests) syncs the intel counters
-    status, _, text = await scrape(client.app[T.METRICS])
+    status, _, text = await scrape(client.app[METRICS])
     assert status == 200
     names: dict[str, set[str] | None] = {}
     for family in text_string_to_metric_families(text):
@@ -201,7 +201,7 @@ async def test_every_metric_the_board_and_rules_use_is_served(client: Client, ap
     # Labels of declared-but-empty series come from the same app's collectors.
     declared = {
         c._name: set(getattr(c, "_labelnames", ()))  # type: ignore[attr-defined]
-        for c in client.app[T.METRICS].registry._collector_to_names
+        for c in client.app[METRICS].registry._collector_to_names
     }
     problems = []
     for where, expr in [*_board_exprs(), *_rule_exprs()]:

@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions
+from gateway.ops.metrics import METRICS
 from gateway.redis.embedded import free_port
 from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
@@ -124,7 +124,7 @@ async def test_metrics_count_requests_latency_upstream_limits(
         await client.post(f"/bsc/{api_key}", data=CALL, headers=JSON)
     await client.post("/bsc", data=CALL, headers=JSON)  # no key: 401
     assert (await client.get("/metrics")).status == 404  # not on the public port
-    status, content_type, text = await scrape(client.app[T.METRICS])
+    status, content_type, text = await scrape(client.app[METRICS])
     assert status == 200
     assert content_type.startswith("text/plain")
     samples = _samples(text)
@@ -160,7 +160,7 @@ async def test_metrics_redis_errors_by_policy(
                 "code": -32603,
                 "message": "Service unavailable",
             }
-        samples = _samples((await scrape(client.app[T.METRICS]))[2])
+        samples = _samples((await scrape(client.app[METRICS]))[2])
         policy = "open" if fail_open else "closed"
         assert samples[("gateway_redis_errors_total", (("policy", policy),))] == 1
 

@@ -20,6 +20,7 @@ import pytest
 from gateway import typedefs as T
 from gateway.demo import chainnode
 from gateway.demo.mocknode import MockNode, MockNodeOptions
+from gateway.ops.metrics import METRICS
 from gateway.rpc.relay import STREAM_OVER
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
@@ -245,7 +246,7 @@ async def test_a_large_answer_failing_before_its_head_is_counted_alike(
         url = f"{srv.url}/opbnb/{keys['key']}"
         status, over_http = await _over_http(http, url, body)
         over_ws = await _over_ws(http, url, body)
-        requests = srv.app[T.METRICS].requests
+        requests = srv.app[METRICS].requests
         counted = requests.labels("opbnb", "eth_call", "502")._value.get()
     assert status == 502 and over_ws == over_http
     _error(-32603, b"4")(over_http)

@@ -18,10 +18,9 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config, ConfigError, config_from_dict
-from gateway.ops.metrics import Metrics
+from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import MetricsListener, SupervisorMetricsListener
 from gateway.redis.embedded import free_port
 from gateway.server.protocol import GatewayRunner
@@ -247,7 +246,7 @@ async def test_empty_metrics_listen_opens_nothing(make_config: MakeConfig) -> No
     app = create_app(make_config({"server": {"metrics_listen": ""}}))
     runner = GatewayRunner(app)
     assert runner.metrics_listener is None
-    assert T.METRICS in app
+    assert METRICS in app
 
 
 @pytest.mark.parametrize("bad", ["9464", "host:", ":80", "h:99999", "h:x"])

@@ -10,8 +10,8 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway import typedefs as T
 from gateway.demo.mockws import Chain, header_of
+from gateway.ops.metrics import METRICS
 from gateway.ws.service import WS
 from tests.helpers.wsstack import (
     WsStack,
@@ -83,7 +83,7 @@ async def test_heads_continue_on_another_node_without_gaps_or_duplicates(
     assert results == [header_of(_block(chain, n)) for n in range(start, chain.head + 1)]
     svc = stack.app[WS]
     await svc.charge_once()
-    registry = stack.app[T.METRICS].registry
+    registry = stack.app[METRICS].registry
     assert registry.get_sample_value("gateway_ws_upstream_failovers_total", {"network": "bsc"}) == 1
     filled = registry.get_sample_value("gateway_ws_gap_filled_total", {"network": "bsc"})
     assert filled is not None and filled >= 5

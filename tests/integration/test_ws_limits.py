@@ -15,6 +15,7 @@ from aiohttp import web
 
 from gateway import typedefs as T
 from gateway.demo.mockws import MockWsNode
+from gateway.ops.metrics import METRICS
 from gateway.store.accounts import Store
 from gateway.ws.service import WS
 from tests.helpers.config import MakeConfig
@@ -37,7 +38,7 @@ SUB_HEADS = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["n
 
 
 def _metric(stack: WsStack, name: str, **labels: str) -> float:
-    value = stack.app[T.METRICS].registry.get_sample_value(name, labels)
+    value = stack.app[METRICS].registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
 
 
@@ -188,7 +189,7 @@ async def _unanswered_pings_close(
         aiohttp.WSMsgType.CLOSING,
     )
     assert loop.time() - started < 2.0
-    registry = app[T.METRICS].registry
+    registry = app[METRICS].registry
     await eventually(
         lambda: (
             registry.get_sample_value("gateway_ws_disconnects_total", {"reason": "heartbeat"}) == 1

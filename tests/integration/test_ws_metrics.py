@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import typedefs as T
+from gateway.ops.metrics import METRICS
 from gateway.ws.service import WS
 from tests.helpers.wsstack import (
     WsStack,
@@ -25,7 +25,7 @@ __all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
 
 
 def _samples(stack: WsStack) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = stack.app[T.METRICS].exposition().decode()
+    text = stack.app[METRICS].exposition().decode()
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:

@@ -7,7 +7,7 @@ import time
 import pyotp
 import pytest
 
-from gateway.rpc.clientip import mask_ip
+from gateway.identity.netmask import mask_ip
 from gateway.store.security import (
     _matching_step,
     new_recovery_code,
