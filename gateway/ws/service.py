@@ -38,7 +38,7 @@ from gateway.limits.limiter import Limiter
 from gateway.ops.metrics import Metrics
 from gateway.redis.keyspace import record_key
 from gateway.ws.charging import Charger
-from gateway.ws.fanout import Feed
+from gateway.ws.feed import Feed
 from gateway.ws.leases import SocketLeases
 from gateway.ws.metrics import WsMetrics
 from gateway.ws.session import CLOSE_GOING_AWAY, CLOSE_REVOKED, KeyState, Session
