@@ -73,7 +73,7 @@ async def _serve(stack: str, port: int) -> None:
         if stack == "gateway":
             from gateway import typedefs as T
             from gateway.config import config_from_dict
-            from gateway.server.protocol import GatewayRunner
+            from gateway.server.listener import GatewayRunner
 
             app[T.CONFIG] = config_from_dict({"server": {"access_log": False}})
             runner = GatewayRunner(app)

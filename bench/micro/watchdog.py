@@ -43,7 +43,7 @@ async def _serve(kind: str, port: int) -> None:
     if kind == "gateway":
         from gateway import typedefs as T
         from gateway.config import config_from_dict
-        from gateway.server.protocol import GatewayRunner
+        from gateway.server.listener import GatewayRunner
 
         app[T.CONFIG] = config_from_dict({"server": {"access_log": False}})
         runner = GatewayRunner(app)

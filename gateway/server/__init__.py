@@ -6,6 +6,6 @@ May import: app, ops, redis, demo, config, typedefs, rpc.protocol and rpc.errors
 replies and their CORS headers).
 """
 
-from gateway.server.protocol import gunicorn_app
+from gateway.server.listener import gunicorn_app
 
 __all__ = ["gunicorn_app"]

@@ -30,7 +30,7 @@ from gateway.config import Config, NetworkConfig, data_dir
 from gateway.ops.logsetup import setup_logging
 from gateway.redis.embedded import RedisProcess, ensure_embedded
 from gateway.redis.keyspace import record_key
-from gateway.server.protocol import ListenError, bind_listener, serve_app
+from gateway.server.listener import ListenError, bind_listener, serve_app
 from gateway.server.workers import Supervisor, config_to_raw
 
 __all__ = ["config_to_raw", "serve"]

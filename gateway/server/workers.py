@@ -58,7 +58,7 @@ from gateway.config import Config, MethodSet
 from gateway.config.nodes import network_raw
 from gateway.ops.metrics import MULTIPROC_ENV, multiprocess_dir
 from gateway.ops.metricsport import SupervisorMetricsListener
-from gateway.server.protocol import ListenError, bind_listener
+from gateway.server.listener import ListenError, bind_listener
 
 log = logging.getLogger("gateway.workers")
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import Config
-from gateway.server.protocol import GatewayRunner
+from gateway.server.listener import GatewayRunner
 
 HOST = "127.0.0.1"
 

@@ -26,7 +26,7 @@ from gateway.app import create_app
 from gateway.demo.mocknode import MockNode
 from gateway.ops.accesslog import escape, redacted_path
 from gateway.redis.embedded import free_port
-from gateway.server.protocol import GatewayRunner
+from gateway.server.listener import GatewayRunner
 from tests.helpers.config import MakeConfig, scenario
 
 HOST = "127.0.0.1"

@@ -22,7 +22,7 @@ from aiohttp import web
 from gateway.app import create_app
 from gateway.config import Config
 from gateway.demo.mocknode import MockNode, MockNodeOptions
-from gateway.server.protocol import GatewayRunner
+from gateway.server.listener import GatewayRunner
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
 

@@ -23,7 +23,7 @@ from gateway.config import Config, ConfigError, config_from_dict
 from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import MetricsListener, SupervisorMetricsListener
 from gateway.redis.embedded import free_port
-from gateway.server.protocol import GatewayRunner
+from gateway.server.listener import GatewayRunner
 from tests.helpers.config import MakeConfig
 
 HOST = "127.0.0.1"

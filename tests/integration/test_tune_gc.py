@@ -12,7 +12,7 @@ import pytest
 
 PROBE = (
     "import gc, sys\n"
-    "from gateway.server.protocol import tune_gc\n"
+    "from gateway.server.listener import tune_gc\n"
     "tune_gc(int(sys.argv[1]))\n"
     "print(gc.get_threshold()[0], gc.get_freeze_count() > 0)\n"
 )
