@@ -8,7 +8,7 @@ import pyotp
 import pytest
 
 from gateway.identity.netmask import mask_ip
-from gateway.store.security import (
+from gateway.store.twofactor import (
     _matching_step,
     new_recovery_code,
     normalize_recovery_code,
