@@ -3,9 +3,8 @@
 This module is also each worker's entry point (``python -m gateway.server.runner
 --worker ...``, started by the supervisor only).
 
-It stays whole because the three ways to serve (one process, a worker started
-by the supervisor, the offline demo) share the event loop and open-files setup
-here, and the demo's key and banner are most of the rest.
+The offline demo's stack (embedded Redis, mock nodes and builders, the demo keys
+and banner) is ``server.demo``; it is served here like any app.
 """
 
 from __future__ import annotations
@@ -17,28 +16,22 @@ import logging
 import os
 import signal
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
 
-from gateway import typedefs as T
 from gateway.app import create_app
-from gateway.config import Config, NetworkConfig, data_dir
+from gateway.config import Config, data_dir
 from gateway.ops.logsetup import setup_logging
 from gateway.redis.embedded import RedisProcess, ensure_embedded
-from gateway.redis.keyspace import record_key
+from gateway.server.demo import demo_app
 from gateway.server.listener import ListenError, bind_listener, serve_app
 from gateway.server.workers import Supervisor, config_to_raw
 
 __all__ = ["config_to_raw", "serve"]
 
 log = logging.getLogger("gateway.serve")
-
-DEMO_EMAIL = "demo@example.com"
-DEMO_PASSWORD = "demo-password"
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -81,7 +74,9 @@ def serve(
         if demo or cfg.server.workers <= 1:  # a busy port fails before Redis or nodes start
             bind_listener(cfg.server.host, cfg.server.port, reuse_port=False, backlog=1).close()
         if demo:
-            return _serve_demo(cfg)
+            with demo_app(cfg) as app:
+                _run(app, cfg)
+            return 0
         embedded: RedisProcess | None = None
         if not cfg.redis.url:
             url, embedded = ensure_embedded(data_dir(cfg))
@@ -257,122 +252,6 @@ async def _watch_parent(parent: int, stop: asyncio.Event, interval_s: float = 1.
         await asyncio.sleep(interval_s)
     log.warning("supervisor pid=%s is gone; stopping", parent)
     stop.set()
-
-
-# -- the offline demo --------------------------------------------------------
-def _serve_demo(cfg: Config) -> int:
-    from gateway.demo.mockbuilder import lands_on, start_mock_builder
-    from gateway.demo.mockws import Chain, start_ws_node
-
-    tmp = tempfile.TemporaryDirectory(prefix="gateway-demo-")
-    redis_proc = RedisProcess(Path(tmp.name), persist=False)
-    url = redis_proc.start()
-
-    async def build() -> web.Application:
-        # one HTTP + WebSocket mock node per network, a block a second, so
-        # eth_subscribe works in the demo too; and a mock builder (the private route)
-        nodes, builders = [], []
-        for net in cfg.networks:
-            chain = Chain(net.chain_id, block_time_s=1.0)
-            nodes.append(await start_ws_node(chain))
-            builders.append(await start_mock_builder(net.chain_id, lands_on(chain)))
-            chain.start()
-        networks = tuple(
-            # the mock mines a block per transaction too, as a dev chain does:
-            # faster than a real network's block time, so no block-time check
-            dataclasses.replace(
-                net,
-                upstreams=(n.url,),
-                ws_upstreams=(n.ws_url,),
-                private_tx=(b.url,),
-                block_time_s=0.0,
-            )
-            for net, n, b in zip(cfg.networks, nodes, builders, strict=True)
-        )
-        demo_cfg = dataclasses.replace(
-            cfg, networks=networks, redis=dataclasses.replace(cfg.redis, url=url)
-        )
-        app = create_app(demo_cfg)
-
-        async def nodes_ctx(app: web.Application) -> AsyncIterator[None]:
-            try:
-                yield
-            finally:
-                for node, builder in zip(nodes, builders, strict=True):
-                    await node.close()
-                    await node.chain.stop()
-                    await builder.close()
-
-        # first in, so last out: the pools and head followers stop before their
-        # nodes do (stopped after them, each logged a probe failure on the way out)
-        app.cleanup_ctx.insert(0, nodes_ctx)
-        app.on_startup.append(_demo_key)
-        return app
-
-    try:
-        _run(build(), cfg)
-    finally:
-        redis_proc.stop()
-        tmp.cleanup()
-    return 0
-
-
-async def _demo_key(app: web.Application) -> None:
-    cfg = app[T.CONFIG]
-    store = app[T.STORE]
-    acct = await store.create_account(DEMO_EMAIL, DEMO_PASSWORD, "free")
-    key, _ = await store.create_key(acct.id, name="demo", env="development")
-    private, rec = await store.create_key(acct.id, name="demo-private", env="development")
-    # as `gateway keys update --private-tx on` does (nothing cached it yet: no publish)
-    await store.redis.hset(record_key(store.prefix, await store.key_hash_of(rec.id)), "ptx", "on")
-    base = f"http://{cfg.server.host}:{cfg.server.port}"
-    print(_demo_banner(base, key, cfg.networks), flush=True)
-    print(f"Demo API key with private transactions on (mock builder): {private}\n", flush=True)
-
-
-def _demo_banner(base: str, key: str, networks: tuple[NetworkConfig, ...]) -> str:
-    body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
-    lines = [
-        "",
-        "rpc-gateway demo: embedded Redis, mock nodes for "
-        + ", ".join(f"{n.name} (chain {n.chain_id})" for n in networks)
-        + ".",
-        f"Demo account: {DEMO_EMAIL} / {DEMO_PASSWORD}   dashboard: {base}/dashboard",
-        f"Demo API key: {key}",
-        "",
-        "Try:",
-        f"  export RPC_KEY={key}",
-    ]
-    for net in networks:
-        lines.append(
-            f"  curl -s -X POST {base}{net.prefix}/$RPC_KEY "
-            f"-H 'Content-Type: application/json' -d '{body}'"
-        )
-        lines.append(
-            f'  curl -s -X POST {base}{net.prefix} -H "Authorization: Bearer $RPC_KEY" '
-            f"-H 'Content-Type: application/json' -d '{body}'"
-        )
-    ws = "ws" + base[len("http") :]
-    sub = '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'
-    first = networks[0].prefix if networks else "/bsc"
-    lines += [
-        "",
-        "WebSocket (new blocks as they come):",
-        f"  websocat -n '{ws}{first}/'$RPC_KEY <<< '{sub}'",
-        "  python - <<'EOF'",
-        "import asyncio, os",
-        "from web3 import AsyncWeb3, WebSocketProvider",
-        "async def main():",
-        f"    url = '{ws}{first}/' + os.environ['RPC_KEY']",
-        "    async with AsyncWeb3(WebSocketProvider(url)) as w3:",
-        "        await w3.eth.subscribe('newHeads')",
-        "        async for msg in w3.socket.process_subscriptions():",
-        "            print(int(msg['result']['number']))",
-        "asyncio.run(main())",
-        "EOF",
-    ]
-    lines += ["", "Ctrl-C stops everything.", ""]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,139 @@
+"""The offline demo (``gateway serve --demo``): an embedded Redis, one mock node and
+one mock builder per network (HTTP and WebSocket, a block a second), a demo account
+and keys, and a banner that says how to call it. ``server.runner`` serves the app
+made here like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from pathlib import Path
+
+from aiohttp import web
+
+from gateway import typedefs as T
+from gateway.app import create_app
+from gateway.config import Config, NetworkConfig
+from gateway.demo.mockbuilder import lands_on, start_mock_builder
+from gateway.demo.mockws import Chain, start_ws_node
+from gateway.redis.embedded import RedisProcess
+from gateway.redis.keyspace import record_key
+
+DEMO_EMAIL = "demo@example.com"
+DEMO_PASSWORD = "demo-password"
+
+
+@contextlib.contextmanager
+def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
+    """The demo's app (to be awaited), over an embedded Redis that lives while inside."""
+    tmp = tempfile.TemporaryDirectory(prefix="gateway-demo-")
+    redis_proc = RedisProcess(Path(tmp.name), persist=False)
+    url = redis_proc.start()
+
+    async def build() -> web.Application:
+        # one HTTP + WebSocket mock node per network, a block a second, so
+        # eth_subscribe works in the demo too; and a mock builder (the private route)
+        nodes, builders = [], []
+        for net in cfg.networks:
+            chain = Chain(net.chain_id, block_time_s=1.0)
+            nodes.append(await start_ws_node(chain))
+            builders.append(await start_mock_builder(net.chain_id, lands_on(chain)))
+            chain.start()
+        networks = tuple(
+            # the mock mines a block per transaction too, as a dev chain does:
+            # faster than a real network's block time, so no block-time check
+            dataclasses.replace(
+                net,
+                upstreams=(n.url,),
+                ws_upstreams=(n.ws_url,),
+                private_tx=(b.url,),
+                block_time_s=0.0,
+            )
+            for net, n, b in zip(cfg.networks, nodes, builders, strict=True)
+        )
+        demo_cfg = dataclasses.replace(
+            cfg, networks=networks, redis=dataclasses.replace(cfg.redis, url=url)
+        )
+        app = create_app(demo_cfg)
+
+        async def nodes_ctx(app: web.Application) -> AsyncIterator[None]:
+            try:
+                yield
+            finally:
+                for node, builder in zip(nodes, builders, strict=True):
+                    await node.close()
+                    await node.chain.stop()
+                    await builder.close()
+
+        # first in, so last out: the pools and head followers stop before their
+        # nodes do (stopped after them, each logged a probe failure on the way out)
+        app.cleanup_ctx.insert(0, nodes_ctx)
+        app.on_startup.append(_demo_key)
+        return app
+
+    try:
+        yield build()
+    finally:
+        redis_proc.stop()
+        tmp.cleanup()
+
+
+async def _demo_key(app: web.Application) -> None:
+    cfg = app[T.CONFIG]
+    store = app[T.STORE]
+    acct = await store.create_account(DEMO_EMAIL, DEMO_PASSWORD, "free")
+    key, _ = await store.create_key(acct.id, name="demo", env="development")
+    private, rec = await store.create_key(acct.id, name="demo-private", env="development")
+    # as `gateway keys update --private-tx on` does (nothing cached it yet: no publish)
+    await store.redis.hset(record_key(store.prefix, await store.key_hash_of(rec.id)), "ptx", "on")
+    base = f"http://{cfg.server.host}:{cfg.server.port}"
+    print(_demo_banner(base, key, cfg.networks), flush=True)
+    print(f"Demo API key with private transactions on (mock builder): {private}\n", flush=True)
+
+
+def _demo_banner(base: str, key: str, networks: tuple[NetworkConfig, ...]) -> str:
+    body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+    lines = [
+        "",
+        "rpc-gateway demo: embedded Redis, mock nodes for "
+        + ", ".join(f"{n.name} (chain {n.chain_id})" for n in networks)
+        + ".",
+        f"Demo account: {DEMO_EMAIL} / {DEMO_PASSWORD}   dashboard: {base}/dashboard",
+        f"Demo API key: {key}",
+        "",
+        "Try:",
+        f"  export RPC_KEY={key}",
+    ]
+    for net in networks:
+        lines.append(
+            f"  curl -s -X POST {base}{net.prefix}/$RPC_KEY "
+            f"-H 'Content-Type: application/json' -d '{body}'"
+        )
+        lines.append(
+            f'  curl -s -X POST {base}{net.prefix} -H "Authorization: Bearer $RPC_KEY" '
+            f"-H 'Content-Type: application/json' -d '{body}'"
+        )
+    ws = "ws" + base[len("http") :]
+    sub = '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'
+    first = networks[0].prefix if networks else "/bsc"
+    lines += [
+        "",
+        "WebSocket (new blocks as they come):",
+        f"  websocat -n '{ws}{first}/'$RPC_KEY <<< '{sub}'",
+        "  python - <<'EOF'",
+        "import asyncio, os",
+        "from web3 import AsyncWeb3, WebSocketProvider",
+        "async def main():",
+        f"    url = '{ws}{first}/' + os.environ['RPC_KEY']",
+        "    async with AsyncWeb3(WebSocketProvider(url)) as w3:",
+        "        await w3.eth.subscribe('newHeads')",
+        "        async for msg in w3.socket.process_subscriptions():",
+        "            print(int(msg['result']['number']))",
+        "asyncio.run(main())",
+        "EOF",
+    ]
+    lines += ["", "Ctrl-C stops everything.", ""]
+    return "\n".join(lines)
