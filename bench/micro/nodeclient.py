@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import aiohttp
 
 from bench.client import build_request
-from bench.loadgen import LoadSpec, _new_loop, _Worker
+from bench.loadgen import LoadSpec, _new_loop
+from bench.loadworker import _Worker
 from bench.micro.common import Row, add_common, closed_loop, emit, pin_self, where
 from bench.stack import CpuPlan, ManagedProcess
 from gateway.upstream.nodeclient import NodeClient

@@ -28,92 +28,31 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import decimal
 import hashlib
-import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, cast
 
 import orjson
 
 from gateway.demo import wallet
 from gateway.demo.framing import RequestFramer
+from gateway.demo.nodeoptions import LatencyDist, MockNodeOptions
+from gateway.demo.nodewire import error_obj, go_decode, http_answer, js_id, loads, loads_exact
 
-__all__ = ["LatencyDist", "MockNode", "MockNodeOptions", "go_decode", "start_mock_node"]
-
-LatencyDist = Literal["uniform", "exponential"]
+__all__ = [
+    "LatencyDist",
+    "MockNode",
+    "MockNodeOptions",
+    "go_decode",
+    "start_mock_node",
+]  # go_decode: nodewire's
 
 _MAX_HEAD: Final = 64 * 1024
 _MAX_BODY: Final = 16 * 1024 * 1024
 _BLOCK_INTERVAL_S: Final = 3  # timestamp spacing of canned blocks
 _GENESIS_TS: Final = 1_598_671_449  # BSC genesis; any fixed value would do
-
-_REASONS: Final = {
-    200: b"OK",
-    204: b"No Content",
-    400: b"Bad Request",
-    405: b"Method Not Allowed",
-    413: b"Payload Too Large",
-    429: b"Too Many Requests",
-    431: b"Request Header Fields Too Large",
-    500: b"Internal Server Error",
-}
-
-
-@dataclass(frozen=True)
-class MockNodeOptions:
-    """Behaviour of one mock node; frozen so a swap is one atomic assignment.
-
-    Rates are fractions of HTTP requests and are drawn once per request, in
-    the order drop, error, 429, so with a ``seed`` the same sequence of
-    requests always meets the same faults.
-    """
-
-    chain_id: int = 56
-    latency_ms: float = 0.0
-    latency_jitter_ms: float = 0.0
-    latency_dist: LatencyDist = "uniform"  # "exponential": jitter is the mean
-    error_rate: float = 0.0
-    rate_429: float = 0.0
-    drop_rate: float = 0.0
-    block_time_s: float = 1.0
-    start_block: int = 1_000_000
-    seed: int | None = None
-    # How the node reads a request: "exact" (strict, first parser wins), or
-    # "go" as geth / BSC / op-geth do with encoding/json: keys matched
-    # case-insensitively, the last one wins ("Method" overrides "method").
-    decode: Literal["exact", "go"] = "exact"
-    # What the node does with ids: "echo" them exactly; "js" reads them as
-    # float64 and writes them back as JavaScript does (2**64 comes back as
-    # 18446744073709552000); "refuse_null" answers -32600 to ``id: null``.
-    ids: Literal["echo", "js", "refuse_null"] = "echo"
-    # When set, every POST is answered 200 with exactly these bytes (a broken
-    # node, a proxy's HTML page, an answer of hundreds of megabytes).
-    raw_answer: bytes | None = None
-    # When > 0, eth_call and eth_getLogs answer a hex string result of about
-    # this many bytes (a 50 MB eth_getLogs, a hostile node).
-    result_bytes: int = 0
-    # When set, the gateway's own health probe (the batch holding the
-    # ``GATEWAY_CHAIN_CHECK`` id) is answered at once, with no fault and no
-    # latency: a test of what clients meet keeps its nodes in service and its
-    # seeded fault sequence for the clients' calls alone.
-    spare_probes: bool = False
-
-    def __post_init__(self) -> None:
-        rates = (self.error_rate, self.rate_429, self.drop_rate)
-        if any(not 0.0 <= r <= 1.0 for r in rates) or sum(rates) > 1.0:
-            raise ValueError("error_rate, rate_429, drop_rate: each in [0, 1], sum <= 1")
-        if self.latency_ms < 0 or self.latency_jitter_ms < 0 or self.block_time_s < 0:
-            raise ValueError("latency_ms, latency_jitter_ms, block_time_s must be >= 0")
-        if self.latency_dist not in ("uniform", "exponential"):
-            raise ValueError(f"latency_dist: unknown distribution {self.latency_dist!r}")
-        if self.decode not in ("exact", "go"):
-            raise ValueError(f"decode: unknown mode {self.decode!r}")
-        if self.ids not in ("echo", "js", "refuse_null"):
-            raise ValueError(f"ids: unknown mode {self.ids!r}")
 
 
 # The id of the gateway's chain check in its health probe (gateway/upstream/health.py
@@ -124,98 +63,6 @@ _PROBE_MARK: Final = b'"' + GATEWAY_CHAIN_CHECK.encode() + b'"'
 
 class _Reparse(Exception):
     """A float id was read by orjson; re-read with the literal-keeping parser."""
-
-
-def _http(status: int, body: bytes, *, close: bool, extra: bytes = b"") -> bytes:
-    """Serialise one HTTP/1.1 response; 204 carries no body and no length."""
-    head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
-    if status != 204:
-        head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
-    if close:
-        head += b"Connection: close\r\n"
-    return head + extra + b"\r\n" + (body if status != 204 else b"")
-
-
-def _err(cid: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": cid, "error": {"code": code, "message": message}}
-
-
-def _loads(body: bytes) -> Any:
-    """Parse JSON, keeping number literals exact when orjson cannot."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return _loads_exact(body)
-
-
-def _loads_exact(body: bytes) -> Any:
-    def reject(name: str) -> Any:
-        raise ValueError(f"not JSON: {name}")
-
-    return json.loads(
-        body, parse_int=orjson.Fragment, parse_float=orjson.Fragment, parse_constant=reject
-    )
-
-
-class _GoObject(dict[str, Any]):
-    """A JSON object that also remembers its members in order, duplicates included."""
-
-    __slots__ = ("pairs",)
-
-    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
-        super().__init__(pairs)
-        self.pairs = pairs
-
-
-_GO_FIELDS: Final = {"jsonrpc": str, "id": object, "method": str, "params": object}
-
-
-def go_decode(body: bytes) -> Any:
-    """Read a request the way Go's ``encoding/json`` fills geth's message struct.
-
-    Each member whose name equals a field's name under Unicode case folding
-    sets that field, later members overwriting earlier ones; a ``null`` for a
-    string field leaves it as it was; every other member is ignored.
-    Numbers keep their literal (``json.RawMessage``).
-    """
-
-    def reject(name: str) -> Any:
-        raise ValueError(f"not JSON: {name}")
-
-    msg = json.loads(
-        body,
-        parse_int=orjson.Fragment,
-        parse_float=orjson.Fragment,
-        parse_constant=reject,
-        object_pairs_hook=_GoObject,
-    )
-    if isinstance(msg, list):
-        return [_go_struct(item) for item in msg]
-    return _go_struct(msg)
-
-
-def _go_struct(obj: Any) -> Any:
-    if not isinstance(obj, _GoObject):
-        return obj
-    out: dict[str, Any] = {}
-    for key, value in obj.pairs:
-        name = key.casefold()
-        kind = _GO_FIELDS.get(name)
-        if kind is None or (value is None and kind is str):
-            continue
-        out[name] = value
-    return out
-
-
-def _js_id(cid: Any) -> Any:
-    """An id as a JavaScript node writes it back: through a float64."""
-    if type(cid) is not int and type(cid) is not float:
-        return cid
-    f = float(cid)
-    if not f.is_integer():
-        return f
-    digits = format(decimal.Decimal(repr(f)), "f").partition(".")[0]
-    return orjson.Fragment(digits)
 
 
 def _hash32(*parts: object) -> str:
@@ -327,8 +174,8 @@ class _Conn(asyncio.Protocol):
             self._respond(*request)
         error = framer.error
         if error is not None and not self._closing:
-            body = orjson.dumps(_err(None, -32600, "Invalid Request"))
-            self._emit(_http(error.status, body, close=True), 0.0, close=True)
+            body = orjson.dumps(error_obj(None, -32600, "Invalid Request"))
+            self._emit(http_answer(error.status, body, close=True), 0.0, close=True)
             self._closing = True
 
     def _respond(self, method: bytes, body: bytes, keep_alive: bool) -> None:
@@ -337,13 +184,13 @@ class _Conn(asyncio.Protocol):
         opts = node.options
         close = not keep_alive
         if method != b"POST":
-            reply = orjson.dumps(_err(None, -32600, "Invalid Request"))
+            reply = orjson.dumps(error_obj(None, -32600, "Invalid Request"))
             self._emit(
-                _http(405, reply, close=close, extra=b"Allow: POST\r\n"), node._delay(), close
+                http_answer(405, reply, close=close, extra=b"Allow: POST\r\n"), node._delay(), close
             )
         elif opts.spare_probes and _PROBE_MARK in body:
             status, reply = node._answer(body)
-            self._emit(_http(status, reply, close=close), 0.0, close)
+            self._emit(http_answer(status, reply, close=close), 0.0, close)
         else:
             roll = node._rng.random() if opts.drop_rate or opts.error_rate or opts.rate_429 else 1.0
             if roll < opts.drop_rate:
@@ -351,17 +198,19 @@ class _Conn(asyncio.Protocol):
                 self._emit(None, node._delay(), True)
             elif roll < opts.drop_rate + opts.error_rate:
                 status, reply = 500, node._fault_body(body, -32603, "Internal error")
-                self._emit(_http(status, reply, close=close), node._delay(), close)
+                self._emit(http_answer(status, reply, close=close), node._delay(), close)
             elif roll < opts.drop_rate + opts.error_rate + opts.rate_429:
                 status, reply = 429, node._fault_body(body, -32005, "Rate limit exceeded")
                 extra = b"Retry-After: 1\r\n"
-                self._emit(_http(status, reply, close=close, extra=extra), node._delay(), close)
+                self._emit(
+                    http_answer(status, reply, close=close, extra=extra), node._delay(), close
+                )
             elif opts.raw_answer is not None:
                 node._count_calls(body)
-                self._emit(_http(200, opts.raw_answer, close=close), node._delay(), close)
+                self._emit(http_answer(200, opts.raw_answer, close=close), node._delay(), close)
             else:
                 status, reply = node._answer(body)
-                self._emit(_http(status, reply, close=close), node._delay(), close)
+                self._emit(http_answer(status, reply, close=close), node._delay(), close)
         if close:
             self._closing = True
 
@@ -475,11 +324,11 @@ class MockNode:
             if self.options.ids == "js":
                 return self._answer_parsed(orjson.loads(body), floats_ok=True)
             try:
-                return self._answer_parsed(_loads(body))
+                return self._answer_parsed(loads(body))
             except _Reparse:
-                return self._answer_parsed(_loads_exact(body))
+                return self._answer_parsed(loads_exact(body))
         except (ValueError, RecursionError):
-            return 200, orjson.dumps(_err(None, -32700, "Parse error"))
+            return 200, orjson.dumps(error_obj(None, -32700, "Parse error"))
 
     def _answer_parsed(self, msg: Any, floats_ok: bool = False) -> tuple[int, bytes]:
         calls = msg if isinstance(msg, list) else [msg]
@@ -487,7 +336,7 @@ class MockNode:
             raise _Reparse  # before counting, so a re-read does not count twice
         if isinstance(msg, list):
             if not msg:
-                return 200, orjson.dumps(_err(None, -32600, "Invalid Request"))
+                return 200, orjson.dumps(error_obj(None, -32600, "Invalid Request"))
             replies = [r for r in map(self._call, msg) if r is not None]
         else:
             one = self._call(msg)
@@ -498,18 +347,18 @@ class MockNode:
 
     def _call(self, call: Any) -> dict[str, Any] | None:
         if not isinstance(call, dict):
-            return _err(None, -32600, "Invalid Request")
+            return error_obj(None, -32600, "Invalid Request")
         cid = call.get("id")
         method = call.get("method")
         opts = self.options
         if opts.decode == "go":
             self.received.append((method, call.get("params")))
         if opts.ids == "js":
-            cid = _js_id(cid)
+            cid = js_id(cid)
         elif opts.ids == "refuse_null" and "id" in call and cid is None:
-            return _err(None, -32600, "Invalid Request: id must not be null")
+            return error_obj(None, -32600, "Invalid Request: id must not be null")
         if not isinstance(method, str) or call.get("jsonrpc") != "2.0":
-            return _err(cid, -32600, "Invalid Request")
+            return error_obj(cid, -32600, "Invalid Request")
         if cid != GATEWAY_CHAIN_CHECK:  # the gateway's probe, not a call to count
             self.calls += 1
             self.by_method[method] += 1
@@ -521,14 +370,14 @@ class MockNode:
         try:
             result = handler(self, call.get("params"))
         except (TypeError, ValueError, IndexError, KeyError):
-            return _err(cid, -32602, "Invalid params")
+            return error_obj(cid, -32602, "Invalid params")
         if opts.result_bytes > 0 and method in ("eth_call", "eth_getLogs"):
             result = "0x" + "ab" * (opts.result_bytes // 2)
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
     def _wallet_call(self, cid: Any, method: str, params: Any) -> dict[str, Any]:
         if not wallet.offers(method):
-            return _err(cid, -32601, wallet.not_offered(method))
+            return error_obj(cid, -32601, wallet.not_offered(method))
         chain = self.options.chain_id
         try:
             result = wallet.answer(
@@ -539,9 +388,9 @@ class MockNode:
                 block_hash=lambda n: _hash32(chain, n),
             )
         except wallet.NodeError as exc:
-            return _err(cid, exc.code, str(exc))
+            return error_obj(cid, exc.code, str(exc))
         except (TypeError, ValueError, IndexError, KeyError):
-            return _err(cid, -32602, "Invalid params")
+            return error_obj(cid, -32602, "Invalid params")
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
     def _fault_body(self, body: bytes, code: int, message: str) -> bytes:
@@ -549,14 +398,16 @@ class MockNode:
         msg = self._count_calls(body)
         if isinstance(msg, list) and msg:
             ids = [c.get("id") for c in msg if isinstance(c, dict) and "id" in c]
-            return orjson.dumps([_err(i, code, message) for i in ids] or _err(None, code, message))
+            return orjson.dumps(
+                [error_obj(i, code, message) for i in ids] or error_obj(None, code, message)
+            )
         cid = msg.get("id") if isinstance(msg, dict) else None
-        return orjson.dumps(_err(cid, code, message))
+        return orjson.dumps(error_obj(cid, code, message))
 
     def _count_calls(self, body: bytes) -> Any:
         """Count the calls of a faulted request (the node did receive them)."""
         try:
-            msg = _loads(body)
+            msg = loads(body)
         except ValueError:
             return None
         for call in msg if isinstance(msg, list) else [msg]:

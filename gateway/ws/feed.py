@@ -6,6 +6,10 @@ first), subscribes again and has each stream repaired (``ws.repair``) before
 resuming it. Once the last subscription is gone no new socket is tried. The
 shared subscriptions themselves, and their delivery rules, are
 ``ws.fanout.UpSub``.
+
+It stays whole because the socket's life (connect, fail over, give up a node
+that fell behind) and the subscriptions' life (reserve, establish, resume,
+release) decide together when a socket is wanted and what rides on it.
 """
 
 from __future__ import annotations

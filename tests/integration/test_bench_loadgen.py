@@ -10,7 +10,8 @@ import pytest
 
 from bench.client import build_request
 from bench.hist import LatencyHistogram
-from bench.loadgen import LoadSpec, WorkerStats, _Worker, intended_times, run_load
+from bench.loadgen import LoadSpec, WorkerStats, intended_times, run_load
+from bench.loadworker import _Worker
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}'
