@@ -166,6 +166,44 @@ def test_no_import_cycles_not_even_type_only() -> None:
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+def _bench_graph() -> dict[str, set[str]]:
+    """bench's modules and the bench modules each imports (any import, anywhere in it)."""
+    bench = ROOT.parent / "bench"
+    names = {
+        ".".join(p.relative_to(bench.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in sorted(bench.rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module in names:
+                subs = {f"{node.module}.{a.name}" for a in node.names}
+                found |= (subs & set(names)) or {node.module}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in names}
+        graph[name] = found - {name}
+    return graph
+
+
+def test_bench_has_no_import_cycles() -> None:
+    """The report asked a scenario for its plot, the scenario the report: a circle."""
+    graph = _bench_graph()
+    assert graph.get("bench.report")  # it sees bench's imports
+    cycles = []
+    for start in sorted(graph):
+        seen, todo = set(), list(graph[start])
+        while todo:
+            mod = todo.pop()
+            if mod == start:
+                cycles.append(start)
+                break
+            if mod not in seen and not start.startswith(mod + "."):  # a package's own init
+                seen.add(mod)
+                todo.extend(graph.get(mod, ()))
+    assert not cycles, f"bench modules that import themselves through others: {cycles}"
+
+
 def _builds_key_names(path: Path) -> list[int]:
     """Lines of f-strings shaped like a Redis key: ``f"{...prefix}:..."``."""
     lines = []
