@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from gateway.demo import wallet
 from gateway.demo.mocknode import GATEWAY_CHAIN_CHECK, MockNode, MockNodeOptions, _Conn
+from gateway.demo.nodewire import BLOCK_INTERVAL_S, GENESIS_TS
 
-_GENESIS_TS: Final = 1_598_671_449
 _MAX_LOG_BLOCKS: Final = 10_000  # real nodes refuse wider eth_getLogs the same way
 _FAR: Final = 86_400.0  # "hang": an answer due in a day
 
@@ -185,7 +185,7 @@ class ChainNode(MockNode):
             "number": hex(number),
             "hash": chain.block_hash(number),
             "parentHash": chain.block_hash(number - 1) if number else "0x" + "00" * 32,
-            "timestamp": hex(_GENESIS_TS + number * 3),
+            "timestamp": hex(GENESIS_TS + number * BLOCK_INTERVAL_S),
             "miner": "0x" + "00" * 20,
             "gasLimit": hex(140_000_000),
             "gasUsed": hex(21_000),

@@ -39,7 +39,15 @@ import orjson
 from gateway.demo import wallet
 from gateway.demo.framing import RequestFramer
 from gateway.demo.nodeoptions import LatencyDist, MockNodeOptions
-from gateway.demo.nodewire import error_obj, go_decode, http_answer, js_id, loads, loads_exact
+from gateway.demo.nodewire import (
+    canned_block,
+    error_obj,
+    go_decode,
+    http_answer,
+    js_id,
+    loads,
+    loads_exact,
+)
 
 __all__ = [
     "LatencyDist",
@@ -51,8 +59,6 @@ __all__ = [
 
 _MAX_HEAD: Final = 64 * 1024
 _MAX_BODY: Final = 16 * 1024 * 1024
-_BLOCK_INTERVAL_S: Final = 3  # timestamp spacing of canned blocks
-_GENESIS_TS: Final = 1_598_671_449  # BSC genesis; any fixed value would do
 
 
 # The id of the gateway's chain check in its health probe (gateway/upstream/health.py
@@ -92,21 +98,8 @@ def _block_by_number(node: MockNode, params: Any) -> Any:
     if number > head:
         return None  # real nodes answer null for a block they do not have yet
     chain = node.options.chain_id
-    return {
-        "number": hex(number),
-        "hash": _hash32(chain, number),
-        "parentHash": _hash32(chain, number - 1),
-        "timestamp": hex(_GENESIS_TS + number * _BLOCK_INTERVAL_S),
-        "miner": "0x" + "00" * 20,
-        "gasLimit": hex(140_000_000),
-        "gasUsed": "0x0",
-        "baseFeePerGas": "0x0",
-        "difficulty": "0x2",
-        "extraData": "0x",
-        "size": "0x260",
-        "transactions": node.ledger.hashes_in(number),
-        "uncles": [],
-    }
+    hashes = node.ledger.hashes_in(number)
+    return canned_block(number, _hash32(chain, number), _hash32(chain, number - 1), hashes)
 
 
 _METHODS: Final[dict[str, _Handler]] = {

@@ -37,10 +37,10 @@ import orjson
 from aiohttp import WSMsgType, web
 
 from gateway.demo import wallet
+from gateway.demo.nodewire import canned_block
 
 __all__ = ["Chain", "MockWsNode", "log_matches", "start_ws_node"]
 
-_GENESIS_TS = 1_598_671_449
 _ADDRESSES = tuple("0x" + f"{i:02x}" * 20 for i in range(1, 4))
 TRANSFER_TOPIC = "0x" + hashlib.sha256(b"Transfer(address,address,uint256)").hexdigest()
 # Fields of a block answer that a newHeads header does not carry (geth's shape).
@@ -110,21 +110,8 @@ class Chain:
     def block(self, number: int) -> dict[str, Any] | None:
         if number > self.head or number < 0:
             return None
-        return {
-            "number": hex(number),
-            "hash": self.block_hash(number),
-            "parentHash": self.block_hash(number - 1),
-            "timestamp": hex(_GENESIS_TS + number * 3),
-            "miner": "0x" + "00" * 20,
-            "gasLimit": hex(140_000_000),
-            "gasUsed": "0x0",
-            "baseFeePerGas": "0x0",
-            "difficulty": "0x2",
-            "extraData": "0x",
-            "size": "0x260",
-            "transactions": self.ledger.hashes_in(number),
-            "uncles": [],
-        }
+        hashes = self.ledger.hashes_in(number)
+        return canned_block(number, self.block_hash(number), self.block_hash(number - 1), hashes)
 
     def logs(self, number: int, *, removed: bool = False) -> list[dict[str, Any]]:
         bhash = self.block_hash(number)

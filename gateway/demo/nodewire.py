@@ -113,3 +113,28 @@ def js_id(cid: Any) -> Any:
         return f
     digits = format(decimal.Decimal(repr(f)), "f").partition(".")[0]
     return orjson.Fragment(digits)
+
+
+GENESIS_TS: Final = 1_598_671_449  # BSC genesis; any fixed value would do
+BLOCK_INTERVAL_S: Final = 3  # timestamp spacing of canned blocks
+
+
+def canned_block(
+    number: int, block_hash: str, parent_hash: str, transactions: list[Any]
+) -> dict[str, Any]:
+    """A block header as the mock nodes answer it (the HTTP one and the WebSocket one)."""
+    return {
+        "number": hex(number),
+        "hash": block_hash,
+        "parentHash": parent_hash,
+        "timestamp": hex(GENESIS_TS + number * BLOCK_INTERVAL_S),
+        "miner": "0x" + "00" * 20,
+        "gasLimit": hex(140_000_000),
+        "gasUsed": "0x0",
+        "baseFeePerGas": "0x0",
+        "difficulty": "0x2",
+        "extraData": "0x",
+        "size": "0x260",
+        "transactions": transactions,
+        "uncles": [],
+    }
