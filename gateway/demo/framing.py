@@ -1,15 +1,14 @@
 """HTTP/1.1 framing for the test-side peers: the mock node's requests, the bench client's answers.
 
-Both used to hand-write head parsing and chunked decoding, twice, each with
-its own gaps (trailers, leniencies, error codes). Both now cut messages off a
-byte stream with one parser, llhttp (Node.js's), through ``httptools``.
+Both cut messages off a byte stream with one parser, llhttp (Node.js's),
+through ``httptools``: one set of rules for heads, chunked bodies and
+trailers, and one set of error codes, on both sides.
 
 Why httptools and not aiohttp's own C parser (which ``upstream/nodeclient.py``
 uses): aiohttp builds a URL, a header multidict and a ``StreamReader`` for
-every message, about 3.9 µs per request on the reference machine, twice the
-hand-written code (1.9 µs). httptools calls back per event and builds
-nothing, 0.6 µs per request and 0.7 µs per response, so neither the mock node
-nor the load generator costs more than before (README, "Client cost").
+every message, about 3.9 µs per request on the reference machine. httptools
+calls back per event and builds nothing, 0.6 µs per request and 0.7 µs per
+response, so the test-side peers stay cheap next to the gateway they load.
 
 Framers keep only what the peers look at, and hand finished messages back in
 order, so pipelined requests and split reads need nothing from the caller.
