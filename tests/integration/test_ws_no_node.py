@@ -74,6 +74,20 @@ class _NoSocketNode:
         return web.Response(status=404, text="no websocket here")
 
 
+async def _quiet(node: _NoSocketNode, quiet_s: float, wait_s: float = 20.0) -> int:
+    """The try count once it has not changed for ``quiet_s`` (fails after ``wait_s``)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + wait_s
+    last, since = node.tries, loop.time()
+    while loop.time() < end:
+        await asyncio.sleep(0.1)
+        if node.tries != last:
+            last, since = node.tries, loop.time()
+        elif loop.time() - since >= quiet_s:
+            return last
+    raise AssertionError(f"the link kept retrying: {node.tries} tries")
+
+
 @pytest.fixture
 async def no_socket_node() -> AsyncIterator[tuple[_NoSocketNode, str]]:
     node = _NoSocketNode()
@@ -110,9 +124,8 @@ async def test_the_link_stops_retrying_once_the_last_subscriber_left(
         await eventually(lambda: node.tries >= 1)
         # An attempt in flight when the subscriber left may still finish; after
         # that, nothing: the retry delay is 0.05 s (0.8 s at most with backoff),
-        # so a link still retrying would try several more times in 3 s.
-        await asyncio.sleep(1.0)
-        settled = node.tries
+        # so a link still retrying never stays quiet for 1.5 s, let alone 3 s more.
+        settled = await _quiet(node, 1.5)
         await asyncio.sleep(3.0)
         assert node.tries == settled, (settled, node.tries)
     lines = [r.getMessage() for r in caplog.records if "ws node unreachable" in r.getMessage()]
