@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gateway import typedefs as T
 from gateway.limits.limiter import MuxScript, RedisScript, ScriptRunner
+from gateway.ops.metrics import METRICS
 from gateway.rpc.pipeline import Pipeline
 from gateway.tx.bucket import BUCKET_LUA, Buckets
 from gateway.tx.keymode import KeyModes
@@ -74,7 +75,7 @@ async def _transactions(app: web.Application, pipelines: Sequence[Pipeline]) -> 
     app[T.KEY_EVENTS].add(modes.invalidate)
     buckets = Buckets(_runner(app))
     txlog = TxLog(app[T.STORE].redis, cfg.redis.prefix, cfg.insight.log_cap, cfg.insight.log_ttl_s)
-    counter = tx_counter(app[T.METRICS].registry)
+    counter = tx_counter(app[METRICS].registry)
     fan = FanOut()
     for pipe in pipelines:
         net = pipe.network

@@ -20,6 +20,7 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.demo.mockbuilder import MockBuilder, start_mock_builder
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from gateway.ops.metrics import METRICS
 from gateway.redis import keyspace as ks
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
@@ -353,7 +354,7 @@ async def test_log_shows_hash_and_route_never_the_bytes(
     assert set(entry["accepted_by"].split(",")) <= {"bsc-0", "bsc-1"}
     assert entry["outcome"] == "accepted"
     assert raw[10:] not in str(entry)
-    metrics = client.app[T.METRICS].registry
+    metrics = client.app[METRICS].registry
     assert (
         metrics.get_sample_value(
             "gateway_transactions_total",
