@@ -17,6 +17,7 @@ from gateway.dashboard.views import (
     config_of,
     fmt_number,
     login_required,
+    own_key,
     redirect,
     render,
     sentence,
@@ -42,22 +43,15 @@ def _limits(request: web.Request) -> KeyLimits:
     return KeyLimits(store_of(request), config_of(request).plans)
 
 
-async def _own_key(request: web.Request, account: Account) -> KeyRecord:
-    try:
-        return await store_of(request).get_key(request.match_info["key_id"], account.id)
-    except NotFound:
-        raise web.HTTPNotFound() from None
-
-
 @login_required
 async def limits_page(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     return await _limits_page(request, account, record, saved=request.query.get("saved") == "1")
 
 
 @login_required
 async def save_limits(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     form = await request.post()
     values = {name: str(form.get(name, ""))[:32] for name in ("rate", "daily_cu")}
     try:
@@ -109,7 +103,7 @@ async def _limits_page(
 
 @login_required
 async def requests_page(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     insight = InsightStore(store_of(request), config_of(request).plans)
     method = request.query.get("method", "").strip()[:MAX_FILTER]
     code_text = request.query.get("code", "").strip()[:MAX_FILTER]

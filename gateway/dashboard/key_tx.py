@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.dashboard.session import store_of
-from gateway.dashboard.views import config_of, login_required, redirect, render, sentence
+from gateway.dashboard.views import config_of, login_required, own_key, redirect, render, sentence
 from gateway.store.accounts import Account, KeyRecord, NotFound, StoreError
 from gateway.store.keytx import recent_transactions, set_private_tx
 
@@ -26,22 +26,15 @@ CHOICES = (
 )
 
 
-async def _own_key(request: web.Request, account: Account) -> KeyRecord:
-    try:
-        return await store_of(request).get_key(request.match_info["key_id"], account.id)
-    except NotFound:
-        raise web.HTTPNotFound() from None
-
-
 @login_required
 async def tx_page(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     return await _page(request, account, record, saved=request.query.get("saved") == "1")
 
 
 @login_required
 async def save_tx(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     form = await request.post()
     mode = str(form.get("private_tx", ""))[:16]
     try:

@@ -16,13 +16,12 @@ from aiohttp import web
 from multidict import MultiDictProxy
 
 from gateway.dashboard.session import store_of
-from gateway.dashboard.views import config_of, login_required, redirect, render, sentence
+from gateway.dashboard.views import config_of, login_required, own_key, redirect, render, sentence
 from gateway.store.accounts import (
     DAY_MS,
     HOUR_MS,
     Account,
     KeyRecord,
-    NotFound,
     StoreError,
     counts_towards_cap,
 )
@@ -78,20 +77,20 @@ async def create_key(request: web.Request, account: Account) -> web.StreamRespon
 
 @login_required
 async def confirm_revoke(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     return render(request, "confirm.html", {"action": "revoke", "key": record}, account=account)
 
 
 @login_required
 async def revoke_key(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     await store_of(request).revoke_key(record.id, account_id=account.id)
     return redirect("/dashboard/keys?msg=revoked")
 
 
 @login_required
 async def confirm_rotate(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     return render(
         request,
         "confirm.html",
@@ -107,7 +106,7 @@ async def confirm_rotate(request: web.Request, account: Account) -> web.StreamRe
 
 @login_required
 async def rotate_key(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await _own_key(request, account)
+    record = await own_key(request, account)
     form = await request.post()
     choices = {value: ms for value, _, ms in GRACE_CHOICES}
     grace = choices.get(str(form.get("grace", DEFAULT_GRACE)), choices[DEFAULT_GRACE])
@@ -122,13 +121,6 @@ async def rotate_key(request: web.Request, account: Account) -> web.StreamRespon
         return await _page(request, account, error=sentence(str(exc)), status=409)
     old = await store_of(request).get_key(record.id, account.id)  # now with its grace expiry
     return await _page(request, account, new_key=key, new_record=new, rotated=old)
-
-
-async def _own_key(request: web.Request, account: Account) -> KeyRecord:
-    try:
-        return await store_of(request).get_key(request.match_info["key_id"], account.id)
-    except NotFound:
-        raise web.HTTPNotFound() from None
 
 
 async def _page(

@@ -19,7 +19,7 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.config import Config
 from gateway.dashboard.session import VISITOR, log_out, store_of, visitor_of
-from gateway.store.accounts import Account, NotFound
+from gateway.store.accounts import Account, KeyRecord, NotFound
 
 AccountView = Callable[[web.Request, Account], Awaitable[web.StreamResponse]]
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -83,6 +83,14 @@ def login_required(view: AccountView) -> View:
         return await view(request, account)
 
     return wrapper
+
+
+async def own_key(request: web.Request, account: Account) -> KeyRecord:
+    """The key named in the path (``key_id``) if ``account`` owns it, else 404."""
+    try:
+        return await store_of(request).get_key(request.match_info["key_id"], account.id)
+    except NotFound:
+        raise web.HTTPNotFound() from None
 
 
 def safe_next(target: str) -> str:
