@@ -116,7 +116,7 @@ class LeaseLimiter:
         self._usage = usage
         self._s = settings
         self._clock = clock
-        self._wall_ms = wall_ms or _wall_now_ms
+        self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
         # the give-back's ``now`` for lease.lua: an injected clock's, else Redis TIME
         self._script_ms = wall_ms
         self._keys: dict[str, _Key] = {}
@@ -437,10 +437,6 @@ def _remaining(key: _Key, now: float) -> int:
     if now > key.asked:
         remaining += int(key.rate * (now - key.asked))
     return burst if remaining > burst else (remaining if remaining > 0 else 0)
-
-
-def _wall_now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _text(value: Any) -> str:
