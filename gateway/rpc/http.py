@@ -123,6 +123,14 @@ class RpcHttp:
             return _reply(error_answer(rpc.BAD_BODY, None, data))
         except ConnectionError:  # client gone, or too slow (server.body_timeout_s)
             return _reply(error_answer(rpc.REQUEST_TIMEOUT, None, "body incomplete"))
+        except Exception:
+            # Whatever the payload raises once its connection is closed (a slow
+            # client cut by server.body_timeout_s mid-read) is that client gone,
+            # not an internal error: no traceback in the log for it.
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return _reply(error_answer(rpc.REQUEST_TIMEOUT, None, "body incomplete"))
+            raise
         if len(body) > self.max_body:
             return self._too_large()
         return body
