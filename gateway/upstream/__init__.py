@@ -1,6 +1,6 @@
-"""Talking to nodes: pool (pick, retry, hedge), node, transport (the lean client in
-nodeclient, or aiohttp), errors, health (probes that verify the chain) and newheads
-(the head from each node's subscription).
+"""Talking to nodes: pool (pick, retry, hedge), lifecycle (start, probe, in and out of
+rotation, close), node, transport (the lean client in nodeclient, or aiohttp), errors,
+health (probes that verify the chain) and newheads (the head from each node's subscription).
 
 May import: intel, ops.metrics, config, redis (failurelog: rate-limited failure lines).
 """
