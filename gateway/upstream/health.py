@@ -95,24 +95,16 @@ async def check_node(
     return CheckResult(report, parse_chain_id(body))
 
 
+@dataclass(eq=False)
 class Health:
     """Applies probe results to one network's nodes, logging what changed."""
 
-    def __init__(
-        self,
-        network: NetworkConfig,
-        cfg: UpstreamConfig,
-        nodes: list[Node],
-        intel: NetworkIntel,
-        intel_metrics: NetworkIntelMetrics | None,
-        lines: RateLimitedLog,
-    ) -> None:
-        self.network = network
-        self.cfg = cfg
-        self.nodes = nodes
-        self.intel = intel
-        self.intel_metrics = intel_metrics
-        self.lines = lines
+    network: NetworkConfig
+    cfg: UpstreamConfig
+    nodes: list[Node]
+    intel: NetworkIntel
+    intel_metrics: NetworkIntelMetrics | None
+    lines: RateLimitedLog
 
     async def probe(self, session: aiohttp.ClientSession, limit: aiohttp.ClientTimeout) -> None:
         results = await asyncio.gather(*(check_node(session, n, limit) for n in self.nodes))

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final
 
 import aiohttp
@@ -85,35 +86,27 @@ def header_report(frame: Any) -> HeadReport | None:
     return None if mark is None else HeadReport(mark[0], mark[1])
 
 
+@dataclass(eq=False)
 class HeadFollower:
     """Keeps one node's ``newHeads`` subscription open and feeds what it says."""
 
-    def __init__(
-        self,
-        network: str,
-        node: Node,
-        session: aiohttp.ClientSession,
-        cfg: UpstreamConfig,
-        *,
-        chain_id: int,
-        on_head: Callable[[Node, HeadReport], None],
-        on_lost: Callable[[Node], None],
-        lines: RateLimitedLog,
-        connect_timeout_s: float,
-    ) -> None:
-        self.network = network
-        self.chain_id = chain_id
-        self.node = node
-        self.session = session
-        self.cfg = cfg
-        self.on_head = on_head
-        self.on_lost = on_lost
-        self.lines = lines
-        self.connect_timeout_s = connect_timeout_s
-        self.shown = redact_url(node.ws_url)  # for logs: the key-free form
-        self.live = False  # subscribed right now
-        self.no_ws = False  # the URL refused the WebSocket handshake (said once)
-        self.heads = 0  # headers taken (tests and the bench read it)
+    network: str
+    node: Node
+    session: aiohttp.ClientSession
+    cfg: UpstreamConfig
+    _: KW_ONLY
+    chain_id: int
+    on_head: Callable[[Node, HeadReport], None]
+    on_lost: Callable[[Node], None]
+    lines: RateLimitedLog
+    connect_timeout_s: float
+    shown: str = field(init=False)  # for logs: the key-free form
+    live: bool = field(init=False, default=False)  # subscribed right now
+    no_ws: bool = field(init=False, default=False)  # the URL refused the handshake (said once)
+    heads: int = field(init=False, default=0)  # headers taken (tests and the bench read it)
+
+    def __post_init__(self) -> None:
+        self.shown = redact_url(self.node.ws_url)
 
     async def run(self) -> None:
         """Subscribe, follow, and on any loss wait and subscribe again, until cancelled."""
