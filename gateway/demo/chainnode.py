@@ -20,13 +20,12 @@ view of the chain ``lag`` blocks behind), and only tests import it.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from typing import Any, Final
 
 from gateway.demo import wallet
-from gateway.demo.mocknode import GATEWAY_CHAIN_CHECK, MockNode, MockNodeOptions, _Conn
-from gateway.demo.nodewire import BLOCK_INTERVAL_S, GENESIS_TS
+from gateway.demo.mocknode import MockNode, MockNodeOptions, listen
+from gateway.demo.nodewire import BLOCK_INTERVAL_S, GENESIS_TS, error_obj
 
 _MAX_LOG_BLOCKS: Final = 10_000  # real nodes refuse wider eth_getLogs the same way
 _FAR: Final = 86_400.0  # "hang": an answer due in a day
@@ -131,29 +130,18 @@ class ChainNode(MockNode):
     def _delay(self) -> float:
         return self.hold_s if self.hold_s is not None else super()._delay()
 
-    def _call(self, call: Any) -> dict[str, Any] | None:
-        if not isinstance(call, dict):
-            return _err(None, -32600, "Invalid Request")
-        cid = call.get("id")
-        method = call.get("method")
-        if not isinstance(method, str) or call.get("jsonrpc") != "2.0":
-            return _err(cid, -32600, "Invalid Request")
-        if cid != GATEWAY_CHAIN_CHECK:  # the gateway's probe, not a call to count
-            self.calls += 1
-            self.by_method[method] += 1
-        if "id" not in call:
-            return None
+    def _valid_call(self, cid: Any, method: str, params: Any) -> dict[str, Any]:
+        """Answer from the chain (``_m_<method>``), else as the demo wallet would."""
         handler = getattr(self, "_m_" + method, None)
-        params = call.get("params")
         params = params if isinstance(params, list) else []
         if handler is None and not wallet.offers(method):
-            return _err(cid, -32601, wallet.not_offered(method))
+            return error_obj(cid, -32601, wallet.not_offered(method))
         try:
             result = self._wallet(method, params) if handler is None else handler(params)
         except (TypeError, ValueError, IndexError, KeyError):
-            return _err(cid, -32602, "Invalid params")
+            return error_obj(cid, -32602, "Invalid params")
         except (_NodeError, wallet.NodeError) as exc:
-            return _err(cid, exc.code, str(exc))
+            return error_obj(cid, exc.code, str(exc))
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
     # -- block references ----------------------------------------------------
@@ -317,18 +305,8 @@ class _NodeError(Exception):
         self.code = code
 
 
-def _err(cid: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": cid, "error": {"code": code, "message": message}}
-
-
 async def start_chain_node(
     chain: Chain, *, lag: int = 0, host: str = "127.0.0.1", port: int = 0
 ) -> ChainNode:
     """Start a ``ChainNode`` on ``host:port`` (0 picks a free port)."""
-    node = ChainNode(chain, lag=lag)
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Conn(node), host, port, backlog=1024)
-    node._server = server
-    node.port = server.sockets[0].getsockname()[1]
-    node.url = f"http://{host}:{node.port}"
-    return node
+    return await listen(ChainNode(chain, lag=lag), host, port)

@@ -32,7 +32,7 @@ import hashlib
 import random
 import time
 from collections.abc import Callable
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 import orjson
 
@@ -357,15 +357,19 @@ class MockNode:
             self.by_method[method] += 1
         if "id" not in call:
             return None
+        return self._valid_call(cid, method, call.get("params"))
+
+    def _valid_call(self, cid: Any, method: str, params: Any) -> dict[str, Any]:
+        """The answer to a valid call that was counted (``ChainNode`` answers from its chain)."""
         handler = _METHODS.get(method)
         if handler is None:
-            return self._wallet_call(cid, method, call.get("params"))
+            return self._wallet_call(cid, method, params)
         try:
-            result = handler(self, call.get("params"))
+            result = handler(self, params)
         except (TypeError, ValueError, IndexError, KeyError):
             return error_obj(cid, -32602, "Invalid params")
-        if opts.result_bytes > 0 and method in ("eth_call", "eth_getLogs"):
-            result = "0x" + "ab" * (opts.result_bytes // 2)
+        if self.options.result_bytes > 0 and method in ("eth_call", "eth_getLogs"):
+            result = "0x" + "ab" * (self.options.result_bytes // 2)
         return {"jsonrpc": "2.0", "id": cid, "result": result}
 
     def _wallet_call(self, cid: Any, method: str, params: Any) -> dict[str, Any]:
@@ -410,11 +414,18 @@ class MockNode:
         return msg
 
 
+_N = TypeVar("_N", bound=MockNode)
+
+
 async def start_mock_node(
     options: MockNodeOptions | None = None, host: str = "127.0.0.1", port: int = 0
 ) -> MockNode:
     """Start a mock node listening on ``host:port`` (0 picks a free port)."""
-    node = MockNode(options or MockNodeOptions())
+    return await listen(MockNode(options or MockNodeOptions()), host, port)
+
+
+async def listen(node: _N, host: str, port: int) -> _N:
+    """Serve ``node`` on ``host:port`` (0 picks a free port); its ``port`` and ``url`` say where."""
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _Conn(node), host, port, backlog=1024)
     node._server = server
