@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from gateway.intel.hedge import Launch, run_hedged, timed
 from gateway.upstream.eligible import ANY, Route
@@ -49,6 +49,16 @@ from gateway.upstream.nodeclient import NodeStream
 
 # Node and UpstreamError live in their own modules; importers reach them here too.
 __all__ = ["Node", "NodePool", "UpstreamError"]
+
+
+class CallOptions(TypedDict, total=False):
+    """What ``forward`` passes on to ``forward_from`` (whose docstring says what each means)."""
+
+    idempotent: bool
+    stream_over: int | None
+    hedge: bool
+    min_block: int
+    route: Route
 
 
 class NodePool(PoolLifecycle):
@@ -124,25 +134,9 @@ class NodePool(PoolLifecycle):
         return self.health.report(self.clock(), self.summary())
 
     # -- forwarding ----------------------------------------------------------
-    async def forward(
-        self,
-        body: bytes,
-        *,
-        idempotent: bool = True,
-        stream_over: int | None = None,
-        hedge: bool = False,
-        min_block: int = -1,
-        route: Route = ANY,
-    ) -> bytes | NodeStream:
+    async def forward(self, body: bytes, **how: Unpack[CallOptions]) -> bytes | NodeStream:
         """POST ``body`` to a node and return its answer (any 2xx); see ``forward_from``."""
-        payload, _ = await self.forward_from(
-            body,
-            idempotent=idempotent,
-            stream_over=stream_over,
-            hedge=hedge,
-            min_block=min_block,
-            route=route,
-        )
+        payload, _ = await self.forward_from(body, **how)
         return payload
 
     async def forward_from(
