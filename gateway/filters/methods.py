@@ -1,6 +1,6 @@
 """``FilterMethods``: the filter methods as local methods of a network's pipeline.
 
-Registered on both transports (``rpc.local``), so a filter made over HTTP
+Registered on both transports (``rpc.localmethods``), so a filter made over HTTP
 is polled over a WebSocket and the other way round; the pipeline validates,
 admits and meters each call at its plan's weight before it gets here, and
 an ``eth_getLogs`` range over the plan's limit is refused by the service
@@ -27,7 +27,7 @@ from gateway.filters.logsread import HalvingReader, ReadLogs
 from gateway.filters.nodepath import ReadPath
 from gateway.filters.service import FILTER_METHODS, FilterService
 from gateway.filters.store import FilterStore
-from gateway.rpc.local import CallError, ForwardAs, LocalContext, LocalMethods
+from gateway.rpc.localmethods import CallError, ForwardAs, LocalContext, LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
 from gateway.store.errorcounts import ErrorCounter

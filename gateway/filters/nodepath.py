@@ -26,8 +26,9 @@ import orjson
 from gateway.filters.changes import NodeError
 from gateway.intel.cache import result_bytes
 from gateway.rpc import protocol as rpc
+from gateway.rpc.errors import failure_kind
 from gateway.rpc.reads import Reads
-from gateway.rpc.relay import Relay, failure_kind
+from gateway.rpc.relay import Relay
 from gateway.upstream.pool import UpstreamError
 
 _ID = 0  # the id the read is answered with here (never sent: the pipeline picks the node's)

@@ -2,8 +2,8 @@
 
 ``answer(khash, plan, method, params)`` returns the ``result`` as JSON bytes,
 ``(ErrorKind, data)``, or (``eth_getFilterLogs``) the ``eth_getLogs`` to
-forward in its place (``rpc.local.ForwardAs``); ``filters.methods`` makes it the pipeline's local
-methods (HTTP and WebSocket alike). The node is reached only through the
+forward in its place (``rpc.localmethods.ForwardAs``); ``filters.methods`` makes it
+the pipeline's local methods (HTTP and WebSocket alike). The node is reached only through the
 injected ``NodeCall`` (``filters.nodepath.ReadPath``: the pipeline's read
 path, with cache, coalescing and routing by block), the head from the
 network's ``HeadTracker``. A filter object is read by the one Go-style
@@ -46,7 +46,7 @@ from gateway.filters.store import FilterState, FilterStore, well_formed_id
 from gateway.intel.head import HeadTracker, NetworkHead
 from gateway.intel.logsguard import check_logs_range
 from gateway.rpc import protocol as rpc
-from gateway.rpc.local import ForwardAs
+from gateway.rpc.localmethods import ForwardAs
 from gateway.rpc.params import LogFilter, canonical_filter, read_filter
 
 log = logging.getLogger("gateway.filters")

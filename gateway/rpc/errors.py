@@ -13,6 +13,8 @@ from typing import Any, Final
 
 import orjson
 
+from gateway.upstream.errors import UpstreamError
+
 __all__ = [
     "BAD_BODY",
     "BODY_TOO_LARGE",
@@ -37,6 +39,7 @@ __all__ = [
     "ErrorKind",
     "error_body",
     "error_obj",
+    "failure_kind",
     "reply_code",
 ]
 
@@ -119,3 +122,11 @@ def reply_code(body: bytes) -> int:
             if type(error) is dict and type(error.get("code")) is int:
                 return int(error["code"])
     return 0
+
+
+def failure_kind(exc: Exception) -> ErrorKind:
+    """The client's error for a failed node call (``UpstreamError`` or ``BadAnswer``):
+    ``UPSTREAM_TIMEOUT`` (504) for a deadline, else ``UPSTREAM_UNAVAILABLE`` (502)."""
+    if isinstance(exc, UpstreamError) and exc.timeout:
+        return UPSTREAM_TIMEOUT
+    return UPSTREAM_UNAVAILABLE

@@ -17,8 +17,9 @@ from gateway.config import Config, NetworkConfig
 from gateway.intel.methods import READS
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
+from gateway.rpc.errors import failure_kind
 from gateway.rpc.reads import Reads
-from gateway.rpc.relay import STREAM_OVER, Relay, failure_kind
+from gateway.rpc.relay import STREAM_OVER, Relay
 from gateway.rpc.sinks import ErrorCounts
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import NodePool, UpstreamError

@@ -1,4 +1,4 @@
-"""Run a request's local methods (``rpc.local``) in place of forwarding them.
+"""Run a request's local methods (``rpc.localmethods``) in place of forwarding them.
 
 Each answered call gets its whole answer in ``call.local`` (the batch and
 single-answer code then treat it like a cache hit); a local notification
@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.rpc.local import After, Caller, CallError, ForwardAs, LocalContext, LocalMethods
+from gateway.rpc.localmethods import After, Caller, CallError, ForwardAs, LocalContext, LocalMethods
 from gateway.rpc.reads import Reads
 from gateway.rpc.replies import ParsedRequest
 

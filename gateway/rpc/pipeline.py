@@ -30,7 +30,7 @@ from gateway.rpc.forward import forward_calls
 from gateway.rpc.guard import LogsGuard
 from gateway.rpc.history import refuse_missing_state
 from gateway.rpc.ids import keep_raw_ids
-from gateway.rpc.local import TRANSPORTS, After, Caller, LocalMethods
+from gateway.rpc.localmethods import TRANSPORTS, After, Caller, LocalMethods
 from gateway.rpc.locals import run_locals
 from gateway.rpc.reads import Reads
 from gateway.rpc.refusals import REFUSED_ERROR, refuse_calls, refused_answer

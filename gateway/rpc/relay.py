@@ -32,6 +32,9 @@ from typing import Any
 import orjson
 
 from gateway.rpc import protocol as rpc
+
+# rpc.http and ws.upgrade import failure_kind from here still; it lives in rpc.errors.
+from gateway.rpc.errors import failure_kind as failure_kind
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.nodeclient import NodeStream
 
@@ -45,13 +48,6 @@ _OPEN = re.compile(rb"\s*\{")
 _MEMBER = re.compile(rb'\s*"(jsonrpc|id)"\s*:\s*("2\.0"|-?[0-9]+)\s*,')
 _BODY = re.compile(rb'\s*"(result|error)"\s*:')
 _TAIL = re.compile(rb',\s*"id"\s*:\s*(-?[0-9]+)\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
-
-
-def failure_kind(exc: Exception) -> rpc.ErrorKind:
-    """The client's error for a failed node call (``UpstreamError`` or ``BadAnswer``)."""
-    if isinstance(exc, UpstreamError) and exc.timeout:
-        return rpc.UPSTREAM_TIMEOUT
-    return rpc.UPSTREAM_UNAVAILABLE
 
 
 class Relay:

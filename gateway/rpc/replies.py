@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.rpc import protocol as rpc
-from gateway.rpc.local import After
+from gateway.rpc.localmethods import After
 from gateway.rpc.relay import Relay
 
 
@@ -34,7 +34,7 @@ class ParsedRequest:
         self.error = error
         self.plan = ""  # the key's plan, once admitted (its eth_getLogs range limit)
         self.guarded: int | None = None  # the range limit judged before admission
-        self.status = 200  # a lone local call's refusal may set its own (rpc.local.CallError)
+        self.status = 200  # a lone local call's refusal may set its own (localmethods.CallError)
         self.headers: dict[str, str] | None = None  # ... and headers to go with it
 
 

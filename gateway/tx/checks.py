@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gateway.rpc.local import CallError
+from gateway.rpc.localmethods import CallError
 from gateway.rpc.params import go_fold
 from gateway.tx.codec import DecodedTx, TxError, decode_raw_tx, parse_hex
 

@@ -35,7 +35,7 @@ import orjson
 from gateway.config import NetworkConfig, PlanConfig
 from gateway.limits.limiter import LimiterUnavailable
 from gateway.redis import keyspace as ks
-from gateway.rpc.local import CallError, LocalContext, LocalMethods
+from gateway.rpc.localmethods import CallError, LocalContext, LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
 from gateway.tx.bucket import Buckets

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from gateway.rpc import protocol as rpc
-from gateway.rpc.local import WS, CallError, LocalContext, LocalMethods
+from gateway.rpc.localmethods import WS, CallError, LocalContext, LocalMethods
 from gateway.rpc.params import read_filter
 from gateway.ws.fanout import NodeRefused, UpSub, new_client_id
 from gateway.ws.session import Session
