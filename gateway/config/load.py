@@ -32,7 +32,7 @@ from gateway.config.schema import (
     NetworkConfig,
     PlanConfig,
 )
-from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS, network_tx, plan_tx
+from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS, network_tx, non_negative, plan_tx
 
 # The TOML sections: every field of Config that holds a section dataclass, in
 # Config's order (networks and plans are tables of tables, read below).
@@ -110,22 +110,16 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         raise ConfigError(
             "head: max_lead and max_mismatches must be at least 1, rate_slack_blocks 0 or more"
         )
-    if head.inconsistent_cooldown_s <= 0:
-        raise ConfigError("head.inconsistent_cooldown_s: must be above 0")
+    _floor("head.inconsistent_cooldown_s", head.inconsistent_cooldown_s, 0, above=True)
     _check_filters(sections["filters"])
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
         raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
     ws = sections["ws"]
-    if ws.charge_interval_s <= 0:
-        raise ConfigError("ws.charge_interval_s: must be above 0")
-    if ws.socket_lease_s < 3:
-        raise ConfigError("ws.socket_lease_s: must be at least 3")
-    if ws.recheck_interval_s <= 0:
-        raise ConfigError("ws.recheck_interval_s: must be above 0")
-    if ws.send_queue_bytes < 4096:
-        raise ConfigError("ws.send_queue_bytes: must be at least 4096")
-    if ws.max_in_flight_per_socket < 1:
-        raise ConfigError("ws.max_in_flight_per_socket: must be at least 1")
+    _floor("ws.charge_interval_s", ws.charge_interval_s, 0, above=True)
+    _floor("ws.socket_lease_s", ws.socket_lease_s, 3)
+    _floor("ws.recheck_interval_s", ws.recheck_interval_s, 0, above=True)
+    _floor("ws.send_queue_bytes", ws.send_queue_bytes, 4096)
+    _floor("ws.max_in_flight_per_socket", ws.max_in_flight_per_socket, 1)
     for i, cidr in enumerate(sections["server"].trusted_proxies):
         try:
             ipaddress.ip_network(cidr, strict=False)
@@ -183,25 +177,24 @@ def _check_intel(cache: CacheConfig, hedge: HedgeConfig) -> None:
         raise ConfigError("hedge.ceiling_s: must not be below hedge.floor_s")
     if not 0.0 < hedge.percentile <= 1.0:
         raise ConfigError("hedge.percentile: must be in (0, 1]")
-    if hedge.window < 1:
-        raise ConfigError("hedge.window: must be at least 1")
+    _floor("hedge.window", hedge.window, 1)
 
 
 def _check_filters(filters: FiltersConfig) -> None:
-    if filters.ttl_s <= 0:
-        raise ConfigError("filters.ttl_s: must be above 0")
-    if filters.max_blocks_per_poll < 1:
-        raise ConfigError("filters.max_blocks_per_poll: must be at least 1")
-    if filters.reorg_polls < 1:
-        raise ConfigError("filters.reorg_polls: must be at least 1")
-    if filters.max_poll_bytes < 4096:
-        raise ConfigError("filters.max_poll_bytes: must be at least 4096")
-    if filters.max_topic_alternatives < 1:
-        raise ConfigError("filters.max_topic_alternatives: must be at least 1")
-    if filters.max_filter_bytes < 1024:
-        raise ConfigError("filters.max_filter_bytes: must be at least 1024")
+    _floor("filters.ttl_s", filters.ttl_s, 0, above=True)
+    _floor("filters.max_blocks_per_poll", filters.max_blocks_per_poll, 1)
+    _floor("filters.reorg_polls", filters.reorg_polls, 1)
+    _floor("filters.max_poll_bytes", filters.max_poll_bytes, 4096)
+    _floor("filters.max_topic_alternatives", filters.max_topic_alternatives, 1)
+    _floor("filters.max_filter_bytes", filters.max_filter_bytes, 1024)
     if filters.max_key_bytes < filters.max_filter_bytes:
         raise ConfigError("filters.max_key_bytes: must be at least filters.max_filter_bytes")
+
+
+def _floor(path: str, value: float, low: int, *, above: bool = False) -> None:
+    """Refuse a value under its floor (``above``: at or under it), naming its config path."""
+    if value <= low if above else value < low:
+        raise ConfigError(f"{path}: must be {'above' if above else 'at least'} {low}")
 
 
 def _over_defaults(
@@ -293,9 +286,7 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
     ws_upstreams = _url_list(table.get("ws_upstreams", ws_default), f"{path}.ws_upstreams", "ws")
     routes = read_routes(table.get("extra_methods", []), path, nodes)
     methods = network_methods(path, table, chain_id, extra_weights)
-    block_time = table.get("block_time_s", 0.0)
-    if isinstance(block_time, bool) or not isinstance(block_time, int | float) or block_time < 0:
-        raise ConfigError(f"{path}.block_time_s: expected seconds, 0 or more (0 = no check)")
+    block_time = non_negative(table, "block_time_s", 0.0, path, " (seconds, 0 = no check)")
     return NetworkConfig(
         name=name,
         prefix=prefix,
@@ -306,7 +297,7 @@ def _network(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -
         nodes=nodes,
         routes=types.MappingProxyType(routes),
         **network_tx(path, table),
-        block_time_s=float(block_time),
+        block_time_s=block_time,
     )
 
 
@@ -397,9 +388,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     title = table.get("title", name.title())
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
-    price = table.get("price_per_million_cu", 0)
-    if isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
-        raise ConfigError(f"{path}.price_per_million_cu: expected a non-negative number (0 = free)")
+    price = non_negative(table, "price_per_million_cu", 0, path, " (0 = free)")
     return PlanConfig(
         name=name,
         title=title,
@@ -409,7 +398,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         weights=types.MappingProxyType(merged),  # "prefix*" keys never match a name
         weight_patterns=tuple(patterns),
         max_logs_range=logs_range,
-        price_per_million_cu=float(price),
+        price_per_million_cu=price,
         **plan_tx(path, table),
         **ws_caps,
     )

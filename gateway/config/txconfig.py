@@ -35,10 +35,13 @@ NETWORK_KEYS: Final = frozenset(
 PLAN_KEYS: Final = frozenset({"private_tx", "bundle_rate", "bundle_burst"})
 
 
-def _number(table: Mapping[str, Any], key: str, default: float, path: str) -> float:
+def non_negative(
+    table: Mapping[str, Any], key: str, default: float, path: str, meaning: str = ""
+) -> float:
+    """``table[key]`` (else ``default``) as a number >= 0; ``meaning`` ends the error message."""
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{path}.{key}: expected a non-negative number")
+        raise ConfigError(f"{path}.{key}: expected a non-negative number{meaning}")
     return float(value)
 
 
@@ -62,13 +65,13 @@ def network_tx(path: str, table: Mapping[str, Any]) -> dict[str, Any]:
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"{path}.private_tx[{i}]: not an http(s) URL")
-    timeout = _number(table, "tx_timeout_s", d.tx_timeout_s, path)
+    timeout = non_negative(table, "tx_timeout_s", d.tx_timeout_s, path)
     if timeout <= 0:
         raise ConfigError(f"{path}.tx_timeout_s: must be above 0")
     return {
         "tx_broadcast": broadcast,
         "private_tx": tuple(urls),
-        "tx_per_sender_rate": _number(table, "tx_per_sender_rate", d.tx_per_sender_rate, path),
+        "tx_per_sender_rate": non_negative(table, "tx_per_sender_rate", d.tx_per_sender_rate, path),
         "tx_per_sender_burst": _count(table, "tx_per_sender_burst", d.tx_per_sender_burst, path),
         "tx_timeout_s": timeout,
     }
@@ -82,6 +85,6 @@ def plan_tx(path: str, table: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f'{path}.private_tx: must be "on", "fallback" or "off"')
     return {
         "private_tx": mode,
-        "bundle_rate": _number(table, "bundle_rate", d.bundle_rate, path),
+        "bundle_rate": non_negative(table, "bundle_rate", d.bundle_rate, path),
         "bundle_burst": _count(table, "bundle_burst", d.bundle_burst, path),
     }

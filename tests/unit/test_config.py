@@ -108,3 +108,35 @@ def test_node_url_lists_name_the_bad_entry(key: str, url: object, message: str) 
     with pytest.raises(ConfigError) as exc:
         config_from_dict({"networks": {"bsc": net}}, env={})
     assert str(exc.value) == message
+
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        ({"ws": {"socket_lease_s": 2}}, "ws.socket_lease_s: must be at least 3"),
+        ({"ws": {"socket_lease_s": 3}}, None),
+        ({"ws": {"charge_interval_s": 0}}, "ws.charge_interval_s: must be above 0"),
+        (
+            {"filters": {"max_filter_bytes": 1023}},
+            "filters.max_filter_bytes: must be at least 1024",
+        ),
+        ({"filters": {"ttl_s": 0.0}}, "filters.ttl_s: must be above 0"),
+        ({"hedge": {"window": 0}}, "hedge.window: must be at least 1"),
+        (
+            {"networks": {"bsc": {"block_time_s": -1}}},
+            "networks.bsc.block_time_s: expected a non-negative number (seconds, 0 = no check)",
+        ),
+        (
+            {"plans": {"free": {"price_per_million_cu": True}}},
+            "plans.free.price_per_million_cu: expected a non-negative number (0 = free)",
+        ),
+    ],
+)
+def test_floors_name_the_path_and_the_floor(raw: dict[str, object], message: str | None) -> None:
+    """One floor check serves every section: the value at its floor passes, below it is refused."""
+    if message is None:
+        config_from_dict(raw)
+        return
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict(raw)
+    assert str(exc.value) == message
