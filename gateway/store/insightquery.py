@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.config import PlanConfig
 from gateway.redis import keyspace as ks
-from gateway.store.accounts import DAY_MS, KeyRecord, Store
+from gateway.store.accounts import DAY_MS, KeyRecord
 from gateway.store.insight import HOUR_MS, SLOT_MS, percentile
+from gateway.store.planview import PlanView
 
 WINDOWS: Mapping[str, tuple[str, int]] = {
     "hour": ("Last hour", HOUR_MS),
@@ -93,14 +93,8 @@ def month_start_ms(now_ms: int) -> int:
     return int(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
 
 
-class InsightStore:
+class InsightStore(PlanView):
     """Read side of request insight and cost over the shared ``Store``'s Redis."""
-
-    def __init__(self, store: Store, plans: Sequence[PlanConfig]) -> None:
-        self.store = store
-        self.redis: Any = store.redis
-        self.prefix = store.prefix
-        self._plans = {p.name: p for p in plans}
 
     async def _own(self, key_id: str, account_id: str | None) -> tuple[KeyRecord, str]:
         record = await self.store.get_key(key_id, account_id)

@@ -15,13 +15,12 @@ hash, the channel gateway processes listen on to drop a cached record.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
 
 from gateway.config import PlanConfig
 from gateway.redis.keyspace import record_key
-from gateway.store.accounts import KeyRecord, Store, StoreError
+from gateway.store.accounts import KeyRecord, StoreError
 from gateway.store.keyevents import publish_key_change
+from gateway.store.planview import PlanView
 
 MAX_DAILY_CU = 10**15  # beyond any real day; keeps the field an exact Lua number
 
@@ -48,14 +47,8 @@ def parse_daily(text: str) -> int | None:
     return int(text)
 
 
-class KeyLimits:
+class KeyLimits(PlanView):
     """Reads and writes the owner's caps of a key, checked against the plans in config."""
-
-    def __init__(self, store: Store, plans: Sequence[PlanConfig]) -> None:
-        self.store = store
-        self.redis: Any = store.redis
-        self.prefix = store.prefix
-        self._plans = {p.name: p for p in plans}
 
     def plan_of(self, record: KeyRecord) -> PlanConfig:
         plan = self._plans.get(record.plan)
