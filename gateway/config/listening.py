@@ -18,7 +18,11 @@ class WsConfig:
 
     enabled: bool = True
     max_message_bytes: int = 1_048_576  # a bigger frame closes the socket (1009)
-    heartbeat_s: float = 30.0  # ping an idle socket this often; no pong in time closes it
+    # Ping an idle socket this often; no pong in time closes it. The pings are
+    # also what keeps a quiet socket open through a proxy's idle timeout, so
+    # keep it well under those (nginx proxy_read_timeout 75 s, a cloud load
+    # balancer's 60 s).
+    heartbeat_s: float = 20.0
     max_sockets_per_key: int = 100  # across all processes; a plan's ws_max_sockets overrides
     # Each open socket holds a lease in Redis, renewed every third of this; a
     # crashed process's leases lapse after it (gateway/ws/leases.py).

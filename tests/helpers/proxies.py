@@ -7,6 +7,11 @@ address (``SOURCE``) for the proxy's connections to the gateway. The source
 address is what lets a test tell the proxy from the client although both are
 on loopback: the gateway trusts ``SOURCE`` only, and the client connects
 from 127.0.0.1. Everything that decides X-Forwarded-For is kept as shipped.
+
+``scale`` multiplies the idle timeouts (HAProxy's ``timeout client``,
+``server`` and ``tunnel``, nginx's ``proxy_read_timeout`` and
+``proxy_send_timeout``) so a test that scales the gateway's heartbeat by the
+same factor checks the shipped ratio in seconds instead of hours.
 """
 
 from __future__ import annotations
@@ -25,8 +30,23 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "127.0.0.2"  # the proxies' address as the gateway sees it
 
 
-def haproxy_config(front: int, stats: int, gateway_port: int) -> str:
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+def scale_timeouts(cfg: str, names: str, scale: float) -> str:
+    """``cfg`` with each ``<name> <duration>`` (name in the regex ``names``) times ``scale``."""
+
+    def scaled(m: re.Match[str]) -> str:
+        ms = int(m.group(2)) * _UNIT_MS[m.group(3)]
+        return f"{m.group(1)}{max(1, round(ms * scale))}ms"
+
+    return re.sub(rf"\b((?:{names})\s+)(\d+)(ms|s|m|h)\b", scaled, cfg)
+
+
+def haproxy_config(front: int, stats: int, gateway_port: int, scale: float = 1.0) -> str:
     cfg = (ROOT / "deploy" / "haproxy.cfg").read_text()
+    if scale != 1.0:
+        cfg = scale_timeouts(cfg, "timeout client|timeout server|timeout tunnel", scale)
     cfg = re.sub(r"resolvers docker\n(    .*\n)+", "", cfg.replace(" resolvers docker", ""))
     cfg = re.sub(r"    server gateway-[23] .*\n", "", cfg)  # one replica here
     cfg = cfg.replace("gateway-1:8545", f"{LOOPBACK}:{gateway_port} source {SOURCE}")
@@ -34,8 +54,10 @@ def haproxy_config(front: int, stats: int, gateway_port: int) -> str:
     return cfg.replace("bind :8404", f"bind {LOOPBACK}:{stats}")
 
 
-def nginx_config(front: int, gateway_port: int, prefix: Path) -> str:
+def nginx_config(front: int, gateway_port: int, prefix: Path, scale: float = 1.0) -> str:
     cfg = (ROOT / "deploy" / "nginx.conf").read_text()
+    if scale != 1.0:
+        cfg = scale_timeouts(cfg, "proxy_read_timeout|proxy_send_timeout", scale)
     cfg = re.sub(r"\n\s*server gateway-[23]:8545[^\n]*", "", cfg)
     cfg = re.sub(r"gateway-1:8545", f"{LOOPBACK}:{gateway_port}", cfg)
     cfg = cfg.replace("listen 8545;", f"listen {LOOPBACK}:{front};")
@@ -84,23 +106,23 @@ def _run(cmd: list[str], port: int, log: Path) -> Iterator[str]:
 
 
 @contextmanager
-def haproxy(gateway_port: int, workdir: Path) -> Iterator[str]:
+def haproxy(gateway_port: int, workdir: Path, scale: float = 1.0) -> Iterator[str]:
     """``haproxy -db`` (foreground) on a free port; yields its base URL."""
     front = free_port()
     cfg = workdir / "haproxy.cfg"
-    cfg.write_text(haproxy_config(front, free_port(), gateway_port))
+    cfg.write_text(haproxy_config(front, free_port(), gateway_port, scale))
     with _run(["haproxy", "-db", "-f", str(cfg)], front, workdir / "haproxy.log") as url:
         yield url
 
 
 @contextmanager
-def nginx(gateway_port: int, workdir: Path) -> Iterator[str]:
+def nginx(gateway_port: int, workdir: Path, scale: float = 1.0) -> Iterator[str]:
     """nginx in the foreground with everything under ``workdir``; yields its base URL."""
     front = free_port()
     prefix = workdir / "nginx"
     prefix.mkdir()
     cfg = prefix / "nginx.conf"
-    cfg.write_text(nginx_config(front, gateway_port, prefix))
+    cfg.write_text(nginx_config(front, gateway_port, prefix, scale))
     cmd = ["nginx", "-p", str(prefix), "-c", str(cfg), "-g", "daemon off;"]
     with _run(cmd, front, prefix / "stdout.log") as url:
         yield url
