@@ -8,6 +8,8 @@ typedefs and typedefs import them: every arrow here points down.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 
 from gateway.config import Config
@@ -36,6 +38,11 @@ ERRORS = web.AppKey("errors", ErrorCounter)
 INSIGHT = web.AppKey("insight", InsightSink)
 USAGE = web.AppKey("usage", UsageSink)
 KEY_EVENTS = web.AppKey("key_events", KeyEvents)
+# A network's WebSocket side for /readyz ("ok", "no WebSocket upstream",
+# "untried"); set by gateway.ws when WebSocket is enabled.
+WS_STATE: web.AppKey[Callable[[str], str]] = web.AppKey("ws_state")
+# On the metrics listener's app: the gateway app whose /readyz details it serves.
+READY_SOURCE = web.AppKey("ready_source", web.Application)
 
 # Per-request values the access log reads (never the key itself).
 RPC_METHOD = web.RequestKey("rpc_method", str)

@@ -41,6 +41,7 @@ from gateway import typedefs as T
 from gateway.config import listen_address
 from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.routes import metrics as metrics_view
+from gateway.ops.routes import readyz_details, readyz_network_details
 
 log = logging.getLogger("gateway.metrics")
 
@@ -50,7 +51,15 @@ RETRY_S: Final = 2.0  # how soon another process takes over a released address
 class MetricsListener:
     """Serves ``GET /metrics`` of one ``Metrics`` on ``address`` once it can bind it."""
 
-    def __init__(self, metrics: Metrics, address: str, *, retry_s: float = RETRY_S) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        address: str,
+        *,
+        retry_s: float = RETRY_S,
+        details: web.Application | None = None,
+    ) -> None:
+        """``details``: the gateway app whose /readyz (nodes, Redis address) this serves."""
         parsed = listen_address(address)
         if parsed is None:
             raise ValueError(f"server.metrics_listen: {address!r} is not host:port")
@@ -59,6 +68,10 @@ class MetricsListener:
         app = web.Application()
         app[METRICS] = metrics
         app.router.add_get("/metrics", metrics_view)
+        if details is not None:
+            app[T.READY_SOURCE] = details
+            app.router.add_get("/readyz", readyz_details)
+            app.router.add_get("/readyz/{network}", readyz_network_details)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         self._retry: asyncio.Task[None] | None = None
         self._site: web.TCPSite | None = None
@@ -111,7 +124,7 @@ class MetricsListener:
 async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
     """``cleanup_ctx`` for an app served by a runner that is not ours (gunicorn's own)."""
     address = app[T.CONFIG].server.metrics_listen
-    listener = MetricsListener(app[METRICS], address) if address else None
+    listener = MetricsListener(app[METRICS], address, details=app) if address else None
     if listener is not None:
         await listener.start()
     try:

@@ -2,10 +2,16 @@
 
 ``/healthz`` answers while the event loop runs (a liveness probe).
 
-``/readyz`` always reports Redis (a PING on the hot path's own connection:
-the multiplexed one the admission check uses, or the cluster client) and
-each network (every node: redacted URL, in service or why not, chain id,
-head) in its JSON body. Which failures make it 503 is
+``/readyz`` checks Redis (a PING on the hot path's own connection: the
+multiplexed one the admission check uses, or the cluster client) and each
+network. On the public port its JSON body says ready or not, overall and
+per network (with node counts, the head, and the WebSocket side: ``ok``,
+``untried`` or ``no WebSocket upstream``, the last listed under
+``degraded``), and nothing of what is behind the gateway: no node URL, no
+Redis address, no node's error text (it may name a host). The same paths
+on the metrics listener (``server.metrics_listen``, private) add every
+node (redacted URL, in service or why not, chain id, head, last error) and
+the Redis address and error. Which failures make it 503 is
 ``server.ready_requires`` (default ``["redis", "any_network"]``): one opBNB
 provider outage then keeps a pod serving BSC, instead of taking every pod
 out of the Service (docs/DEPLOYING.md "Readiness").
@@ -58,18 +64,31 @@ async def _redis_state(app: web.Application) -> dict[str, Any]:
     return state
 
 
-async def readyz(request: web.Request) -> web.Response:
-    """Redis and every network in the body; 200 or 503 by ``server.ready_requires``."""
-    app = request.app
+def _network(app: web.Application, name: str, detailed: bool) -> dict[str, Any]:
+    """One network as /readyz shows it: the public view drops the nodes."""
+    net = app[T.POOLS][name].report()
+    state = app.get(T.WS_STATE)
+    if state is not None:
+        net["websocket"] = state(name)
+    if not detailed:
+        net.pop("upstreams", None)
+    return net
+
+
+async def ready_report(app: web.Application, detailed: bool) -> tuple[dict[str, Any], int]:
+    """The /readyz body and status; ``detailed`` adds nodes and the Redis address."""
     requires = app[T.CONFIG].server.ready_requires
     redis = await _redis_state(app)
-    networks = {name: pool.report() for name, pool in app[T.POOLS].items()}
+    networks = {name: _network(app, name, detailed) for name in app[T.POOLS]}
     problems: list[str] = []
     if not redis["ready"]:
         problems.append(f"redis: {redis['error_class']}")
+    degraded: list[str] = []
     for name, net in networks.items():
         if not net["ready"]:
             problems.append(f"{name}: no upstream node in service")
+        if net.get("websocket") == "no WebSocket upstream":
+            degraded.append(f"{name}: no WebSocket upstream")
     failed: list[str] = []
     for item in requires:
         if item == "redis":
@@ -87,28 +106,51 @@ async def readyz(request: web.Request) -> web.Response:
         "failed_requirements": failed,
         "requires": list(requires),
         "problems": problems,
-        "redis": redis,
+        "degraded": degraded,
+        "redis": redis if detailed else {"ready": redis["ready"]},
         "networks": networks,
     }
-    return web.json_response(body, status=503 if failed else 200, headers=_NO_STORE)
+    return body, 503 if failed else 200
 
 
-async def readyz_network(request: web.Request) -> web.Response:
-    """One network alone (plus Redis when ``ready_requires`` names it)."""
-    app = request.app
-    name = request.match_info["network"]
-    pool = app[T.POOLS].get(name)
-    if pool is None:
-        return web.json_response(
-            {"ready": False, "error": f"no network named {name!r}"}, status=404, headers=_NO_STORE
-        )
-    net = pool.report()
+async def network_report(
+    app: web.Application, name: str, detailed: bool
+) -> tuple[dict[str, Any], int]:
+    """One network alone (plus Redis when ``ready_requires`` names it); 404 if unknown."""
+    if name not in app[T.POOLS]:
+        return {"ready": False, "error": f"no network named {name!r}"}, 404
+    net = _network(app, name, detailed)
     body: dict[str, Any] = {"ready": net["ready"], "network": name, **net}
     if "redis" in app[T.CONFIG].server.ready_requires:
         redis = await _redis_state(app)
-        body["redis"] = redis
+        body["redis"] = redis if detailed else {"ready": redis["ready"]}
         body["ready"] = net["ready"] and redis["ready"]
-    return web.json_response(body, status=200 if body["ready"] else 503, headers=_NO_STORE)
+    return body, 200 if body["ready"] else 503
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready or not, overall and per network; 200 or 503 by ``server.ready_requires``."""
+    body, status = await ready_report(request.app, detailed=False)
+    return web.json_response(body, status=status, headers=_NO_STORE)
+
+
+async def readyz_network(request: web.Request) -> web.Response:
+    """One network alone, public view."""
+    body, status = await network_report(request.app, request.match_info["network"], False)
+    return web.json_response(body, status=status, headers=_NO_STORE)
+
+
+async def readyz_details(request: web.Request) -> web.Response:
+    """/readyz with every node and the Redis address: metrics listener only."""
+    body, status = await ready_report(request.app[T.READY_SOURCE], detailed=True)
+    return web.json_response(body, status=status, headers=_NO_STORE)
+
+
+async def readyz_network_details(request: web.Request) -> web.Response:
+    """/readyz/<network> with its nodes: metrics listener only."""
+    app, name = request.app[T.READY_SOURCE], request.match_info["network"]
+    body, status = await network_report(app, name, True)
+    return web.json_response(body, status=status, headers=_NO_STORE)
 
 
 async def metrics(request: web.Request) -> web.Response:

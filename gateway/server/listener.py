@@ -73,7 +73,9 @@ class GatewayRunner(web.AppRunner):
         cfg = app[T.CONFIG].server
         listen = cfg.metrics_listen if metrics_listen is None else metrics_listen
         self.metrics_listener = (
-            MetricsListener(app[METRICS], listen) if listen and METRICS in app else None
+            MetricsListener(app[METRICS], listen, details=app)
+            if listen and METRICS in app
+            else None
         )
         kwargs.setdefault("keepalive_timeout", cfg.keepalive_timeout_s)
         kwargs.setdefault("shutdown_timeout", cfg.drain_timeout_s)

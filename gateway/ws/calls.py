@@ -30,6 +30,11 @@ INVALID_PARAMS: Final = rpc.INVALID_PARAMS
 SUBSCRIBE = "eth_subscribe"
 UNSUBSCRIBE = "eth_unsubscribe"
 KINDS: Final = frozenset({"newHeads", "logs", "newPendingTransactions"})
+# The data of a subscribe that no node can take (every WebSocket URL refused).
+NO_WS_NODE: Final = (
+    "no WebSocket upstream: no node of this network accepts a WebSocket, "
+    "so subscriptions are unavailable (plain calls still work)"
+)
 
 
 def subscribe_params(params: Any) -> tuple[str, list[Any], bytes] | str:
@@ -136,6 +141,14 @@ class SubscriptionMethods:
             raise _node_error(exc.error) from None
         except (TimeoutError, ConnectionError):
             self._unreserve(sess, ukey)
+            if feed.link is None and feed.refusals >= len(feed.urls):
+                # Every node refused a socket: say so, not "timeout" (HTTP-only
+                # provider URLs, a ws_upstreams list that points nowhere).
+                raise CallError(
+                    rpc.UPSTREAM_UNAVAILABLE.code,
+                    rpc.UPSTREAM_UNAVAILABLE.message,
+                    NO_WS_NODE,
+                ) from None
             raise CallError(
                 rpc.UPSTREAM_TIMEOUT.code,
                 rpc.UPSTREAM_TIMEOUT.message,

@@ -10,6 +10,7 @@ from gateway import typedefs as T
 from gateway.ops.metrics import METRICS
 from gateway.rpc.http import RpcHttp
 from gateway.ws.calls import SubscriptionMethods
+from gateway.ws.readiness import ws_state
 from gateway.ws.service import WS, WsService
 from gateway.ws.upgrade import WsRoute
 
@@ -39,4 +40,8 @@ def setup_ws(app: web.Application, handlers: Sequence[RpcHttp]) -> None:
     for handler in handlers:
         SubscriptionMethods(svc, handler.network.name).register(handler.pipeline.local)
     app.cleanup_ctx.append(svc.ctx)
+    nets = {handler.network.name: handler.network for handler in handlers}
+    app[T.WS_STATE] = lambda name: ws_state(
+        svc.feeds.get(name), app.get(T.POOLS, {}).get(name), nets[name].ws_upstreams
+    )
     app.on_shutdown.append(svc.drain)

@@ -26,6 +26,7 @@ from gateway.ops.logsetup import formatter
 from gateway.ops.metrics import METRICS
 from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
+from tests.helpers.readyz import readyz_details
 from tests.helpers.scrape import scrape
 from tests.helpers.waiting import eventually
 
@@ -170,7 +171,7 @@ async def test_a_node_of_another_chain_gets_no_calls_and_is_reported(
     client_calls = [m for m in wrong.calls if m in ("eth_gasPrice", "net_version")]
     assert client_calls == [], "a wrong-chain node was sent client calls"
     assert client.app[T.POOLS]["bsc"].nodes[1].chain_id == 204
-    body = await (await client.get("/readyz")).json()
+    _, body = await readyz_details(client.app)
     node = body["networks"]["bsc"]["upstreams"][1]
     assert node["verified"] is False and node["chain_id"] == 204
     assert node["error"] == "chain id 204, expected 56"

@@ -22,6 +22,7 @@ from gateway.ops.metrics import METRICS
 from gateway.redis.embedded import free_port
 from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
+from tests.helpers.readyz import readyz_details
 from tests.helpers.scrape import scrape
 from tests.helpers.served import served
 
@@ -56,16 +57,23 @@ async def test_readyz_ready_and_node_down(client: Client, mock_nodes: dict[str, 
         "healthy": 1,
         "fresh": 1,
     }
+    assert body["redis"] == {"ready": True} and body["requires"] == ["redis", "any_network"]
+    # the public port names no node and no address; the metrics listener does
+    assert "upstreams" not in bsc and mock_nodes["bsc"].url not in await resp.text()
+    _, details = await readyz_details(client.app)
+    bsc = details["networks"]["bsc"]
     assert bsc["upstreams"][0]["url"] == mock_nodes["bsc"].url
     assert bsc["upstreams"][0]["verified"] and bsc["upstreams"][0]["chain_id"] == 56
-    assert body["redis"]["ready"] and body["requires"] == ["redis", "any_network"]
     mock_nodes["opbnb"].down = True
     resp = await _readyz_until(client, 503, "/readyz/opbnb")  # the probe runs every 0.2 s
     resp = await client.get("/readyz")
     body = await resp.json()
     assert resp.status == 200 and body["ready"], body  # BSC still serves
     assert body["problems"] == ["opbnb: no upstream node in service"]
-    assert body["networks"]["opbnb"]["upstreams"][0]["error"]
+    _, details = await readyz_details(client.app)
+    assert details["networks"]["opbnb"]["upstreams"][0]["error"]
+    status, details = await readyz_details(client.app, "/readyz/opbnb")
+    assert status == 503 and details["upstreams"][0]["error"]
     assert (await client.get("/readyz/bsc")).status == 200
     assert (await client.get("/readyz/nosuch")).status == 404
     mock_nodes["opbnb"].down = False
@@ -100,8 +108,10 @@ async def test_readyz_redis_unreachable(make_config: MakeConfig, aiohttp_client:
     body = await resp.json()
     assert resp.status == 503 and body["problems"][0].startswith("redis: ")
     assert body["failed_requirements"] == ["redis"]
-    assert body["redis"]["address"] == cfg.redis.url
-    assert body["redis"]["error_class"] and body["redis"]["error"]
+    assert body["redis"] == {"ready": False}  # no address on the public port
+    status, details = await readyz_details(client.app)
+    assert status == 503 and details["redis"]["address"] == cfg.redis.url
+    assert details["redis"]["error_class"] and details["redis"]["error"]
 
 
 async def test_metrics_count_requests_latency_upstream_limits(
