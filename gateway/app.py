@@ -39,6 +39,7 @@ from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging, use_format
 from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
+from gateway.ops.fallback import setup_fallback_routes
 from gateway.ops.routes import setup_ops_routes
 from gateway.redis.clients import admin_connect, connect, pubsub_connect
 from gateway.redis.embedded import ensure_embedded
@@ -101,6 +102,7 @@ def create_app(config: Config | None = None) -> web.Application:
     setup_ops_routes(app)
     if cfg.dashboard.enabled:
         setup_dashboard(app, cfg)
+    setup_fallback_routes(app)  # last: a JSON 404 for whatever no route above matched
     return app
 
 

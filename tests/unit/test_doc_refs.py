@@ -61,8 +61,17 @@ def test_the_checker_finds_what_is_missing(tmp_path: Path) -> None:
         "the `gateway.access` log.\n"
         "Missing: `gateway.limits.leasing.Nope`, gateway/nope.py, [c](C.md#x).\n"
     )
-    (tmp_path / "docs" / "B.md").write_text("")
+    (tmp_path / "docs" / "B.md").write_text(
+        "Made by npm ci, not shipped: tests/js/node_modules/ethers; not: bench/node_modules.\n"
+    )
+    (tmp_path / "tests" / "js").mkdir(parents=True)
+    (tmp_path / "tests" / "js" / "package.json").write_text("{}")
     (tmp_path / "gateway").mkdir()
     (tmp_path / "gateway" / "logs.py").write_text('log = logging.getLogger("gateway.access")\n')
     got = {(f.line, f.ref) for f in _checker().check(tmp_path)}
-    assert got == {(4, "gateway.limits.leasing.Nope"), (4, "gateway/nope.py"), (4, "C.md")}
+    assert got == {
+        (4, "gateway.limits.leasing.Nope"),
+        (4, "gateway/nope.py"),
+        (4, "C.md"),
+        (1, "bench/node_modules"),
+    }
