@@ -36,10 +36,10 @@ from gateway.limits.limiter import (
     ScriptRunner,
 )
 from gateway.ops.accesslog import AccessLogger
+from gateway.ops.fallback import setup_fallback_routes
 from gateway.ops.logsetup import setup_logging, use_format
 from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
-from gateway.ops.fallback import setup_fallback_routes
 from gateway.ops.routes import setup_ops_routes
 from gateway.redis.clients import admin_connect, connect, pubsub_connect
 from gateway.redis.embedded import ensure_embedded
