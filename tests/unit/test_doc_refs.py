@@ -63,6 +63,7 @@ def test_the_checker_finds_what_is_missing(tmp_path: Path) -> None:
     )
     (tmp_path / "docs" / "B.md").write_text(
         "Made by npm ci, not shipped: tests/js/node_modules/ethers; not: bench/node_modules.\n"
+        "Errors follow SPEC §4 (issue 21), measured after the merge; the spec: fine.\n"
     )
     (tmp_path / "tests" / "js").mkdir(parents=True)
     (tmp_path / "tests" / "js" / "package.json").write_text("{}")
@@ -74,4 +75,7 @@ def test_the_checker_finds_what_is_missing(tmp_path: Path) -> None:
         (4, "gateway/nope.py"),
         (4, "C.md"),
         (1, "bench/node_modules"),
+        (2, "SPEC"),
+        (2, "issue 21"),
+        (2, "after the merge"),
     }
