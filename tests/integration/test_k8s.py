@@ -8,12 +8,16 @@ works offline). The rendered objects are then read for what a schema cannot
 see: selectors match the pod labels, probes point at routes the real app
 serves, container ports match ``gateway.toml`` (loaded by the real config
 loader), the grace period outlasts the preStop sleep plus the drain, the
-metrics port stays out of the Service, the Secret never replaces one made by
-hand, and the memory request follows the worker memory formula.
+metrics port stays out of the Service and behind a NetworkPolicy, the
+Secret never replaces one made by hand and names the Redis the example
+ships, ``trusted_proxies`` is narrow, every network has WebSocket URLs, and
+the memory request follows the worker memory formula.
 """
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import shutil
 import subprocess
 import sys
@@ -21,6 +25,7 @@ import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -38,6 +43,8 @@ REQUIRED = {
     "Service",
     "PodDisruptionBudget",
     "HorizontalPodAutoscaler",
+    "NetworkPolicy",
+    "StatefulSet",  # the example's own Redis
 }
 # Kubernetes versions the manifests must pass: the oldest minor still in
 # upstream support when this was written, and the newest the installed
@@ -76,8 +83,11 @@ def _docs() -> list[dict[str, Any]]:
     return docs
 
 
-def _by_kind(kind: str) -> dict[str, Any]:
+def _by_kind(kind: str, name: str = "rpc-gateway") -> dict[str, Any]:
+    """The one object of ``kind`` (of that name, where the example Redis has one too)."""
     found = [d for d in _docs() if d["kind"] == kind]
+    if len(found) > 1:
+        found = [d for d in found if d["metadata"]["name"] == name]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
 
@@ -230,3 +240,57 @@ def test_compose_passes_the_compose_spec_schema() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_example_brings_its_own_redis_where_the_secret_points() -> None:
+    """``kubectl apply -k`` alone comes up: the Secret's Redis exists, with a volume."""
+    url = base64.b64decode(_by_kind("Secret")["data"]["url"]).decode()
+    where = urlsplit(url)
+    service = _by_kind("Service", "redis")
+    assert where.hostname == service["metadata"]["name"]
+    assert where.port in {p["port"] for p in service["spec"]["ports"]}
+    redis = _by_kind("StatefulSet", "redis")
+    pod_labels = redis["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (claim,) = redis["spec"]["volumeClaimTemplates"]
+    (container,) = redis["spec"]["template"]["spec"]["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts[claim["metadata"]["name"]] == "/data"
+    assert "--appendonly" in container["args"], "without it a restart loses every key"
+    # only the gateway pods reach it
+    policy = _by_kind("NetworkPolicy", "redis")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    (rule,) = policy["ingress"]
+    (peer,) = rule["from"]
+    assert peer["podSelector"]["matchLabels"].items() <= _pod()["metadata"]["labels"].items()
+
+
+def test_the_metrics_port_is_closed_to_all_but_prometheus() -> None:
+    policy = _by_kind("NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= _pod()["metadata"]["labels"].items()
+    assert policy["policyTypes"] == ["Ingress"]
+    by_port = {rule["ports"][0]["port"]: rule for rule in policy["ingress"]}
+    assert set(by_port) == {"rpc", "metrics"}
+    assert "from" not in by_port["rpc"], "the RPC port is for everyone"
+    peers = by_port["metrics"]["from"]
+    assert peers and all("podSelector" in p for p in peers), "metrics: Prometheus only"
+    names = {p["name"] for p in _container()["ports"]}
+    assert set(by_port) <= names
+
+
+def test_trusted_proxies_are_narrow() -> None:
+    """A wide range would let any pod in it set the client IP an allowlist checks."""
+    for net in _config().server.trusted_proxies:
+        network = ipaddress.ip_network(net)
+        assert network.prefixlen >= (24 if network.version == 4 else 64), net
+
+
+def test_every_network_says_where_its_websocket_nodes_are() -> None:
+    """Subscriptions need a WebSocket URL; the HTTP-only public endpoints refuse one."""
+    raw = _toml()["networks"]
+    cfg = _config()
+    for net in cfg.networks:
+        assert raw[net.name].get("ws_upstreams"), f"{net.name}: no ws_upstreams"
+        assert all(u.startswith("wss://") for u in net.ws_upstreams), net.ws_upstreams
+        http_hosts = {urlsplit(u).hostname for u in net.upstreams}
+        assert {urlsplit(u).hostname for u in net.ws_upstreams} <= http_hosts
