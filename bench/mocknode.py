@@ -1,7 +1,13 @@
-"""``python -m bench.mocknode``: run one mock node (gateway/mocknode.py) alone.
+"""``python -m bench.mocknode``: run one mock node alone.
 
 Prints the node's URL on the first stdout line, so scripts can start it on
 port 0 and read where it listens.  Runs until SIGINT/SIGTERM.
+
+By default the node is ``gateway/demo/mocknode.py`` (HTTP, configurable
+latency and faults, never the bottleneck). ``--ws`` runs the demo's node
+instead (``gateway/demo/mockws.py``): HTTP and WebSocket JSON-RPC on one
+URL, ``eth_subscribe`` (newHeads, logs, newPendingTransactions), blocks with
+logs every ``--block-time``; the fault options do not apply to it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Sequence
 
 from bench.units import duration_arg, fraction_arg
 from gateway.demo.mocknode import MockNodeOptions, start_mock_node
+from gateway.demo.mockws import Chain, start_ws_node
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--start-block", type=int, default=1_000_000)
     p.add_argument("--seed", type=int, default=None, help="seed for reproducible faults")
+    p.add_argument(
+        "--ws",
+        action="store_true",
+        help="also serve WebSocket subscriptions (the demo's node; no latency or faults)",
+    )
     return p
 
 
@@ -63,17 +75,36 @@ def options_from_args(args: argparse.Namespace) -> MockNodeOptions:
     )
 
 
-async def serve(options: MockNodeOptions, host: str, port: int) -> None:
-    node = await start_mock_node(options, host, port)
-    print(node.url, flush=True)
+async def _until_signalled() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def serve(options: MockNodeOptions, host: str, port: int) -> None:
+    node = await start_mock_node(options, host, port)
+    print(node.url, flush=True)
     try:
-        await stop.wait()
+        await _until_signalled()
     finally:
         await node.close()
+
+
+async def serve_ws(options: MockNodeOptions, host: str, port: int) -> None:
+    """The demo's HTTP + WebSocket node on one chain, mining every ``block_time_s``."""
+    chain = Chain(
+        options.chain_id, start_block=options.start_block, block_time_s=options.block_time_s
+    )
+    node = await start_ws_node(chain, host, port)
+    chain.start()
+    print(node.url, flush=True)
+    try:
+        await _until_signalled()
+    finally:
+        await node.close()
+        await chain.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,9 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import uvloop
 
-        uvloop.run(serve(options, args.host, args.port))
+        uvloop.run((serve_ws if args.ws else serve)(options, args.host, args.port))
     except ImportError:
-        asyncio.run(serve(options, args.host, args.port))
+        asyncio.run((serve_ws if args.ws else serve)(options, args.host, args.port))
     return 0
 
 

@@ -14,6 +14,7 @@ topology as plain processes.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import re
@@ -21,10 +22,12 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 import yaml
 
@@ -410,3 +413,47 @@ def test_redis_healthcheck_passes_against_redis(
     with RedisProcess(tmp_path, persist=False, tcp=True) as redis:
         argv = ["CMD", str(cli), "-h", LOOPBACK, "-p", str(redis.port), *test[2:]]
         assert run_healthcheck(argv, {}) == 0
+
+
+@contextmanager
+def _compose_mock(service: dict[str, Any]) -> Iterator[str]:
+    """The service's own command as a process, on a free loopback port; yields its URL."""
+    command = [sys.executable if arg == "python" else arg for arg in service["command"]]
+    command[command.index("--port") + 1] = "0"
+    command[command.index("--host") + 1] = LOOPBACK
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().decode().strip()
+        assert url.startswith("http://"), url
+        yield url
+    finally:
+        stop(proc)
+
+
+@pytest.mark.slow
+async def test_compose_mock_nodes_serve_subscriptions_through_a_gateway(
+    services: dict[str, dict[str, Any]], tmp_path: Path, redis_url: str, prefix: str, api_key: str
+) -> None:
+    """Before, the compose mocks answered the WebSocket handshake 405 and every
+    subscription through the stack failed: they must speak WebSocket like the demo's."""
+    with (
+        _compose_mock(services["mock-bsc"]) as bsc,
+        _compose_mock(services["mock-opbnb"]) as opbnb,
+    ):
+        cfg = tmp_path / "gateway.toml"
+        cfg.write_text(scenario("unlimited", prefix=prefix, bsc=bsc, opbnb=opbnb))
+        env = {"GATEWAY_REDIS_URL": redis_url}
+        with gateway_processes(1, cfg, env) as (port,):
+            async with (
+                aiohttp.ClientSession() as session,
+                session.ws_connect(f"ws://{LOOPBACK}:{port}/bsc/{api_key}") as ws,
+            ):
+                call = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe"}
+                await ws.send_json({**call, "params": ["newHeads"]})
+                answer = await asyncio.wait_for(ws.receive_json(), 10)
+                assert isinstance(answer.get("result"), str), answer
+                note = await asyncio.wait_for(ws.receive_json(), 10)  # a block a second
+                assert note["method"] == "eth_subscription", note
+                assert note["params"]["subscription"] == answer["result"]
+                assert int(note["params"]["result"]["number"], 16) > 0
