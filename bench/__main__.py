@@ -173,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
     parsers = {}
+    # Listed here for --help only: main() hands "ws" to bench/scenarios/ws.py,
+    # which has its own stack and options (python -m bench ws --help).
+    sub.add_parser(
+        "ws",
+        help="WebSocket fan-out: N sockets on newHeads, delivery latency, RSS per socket",
+        add_help=False,
+    )
     for name, (description, _) in SCENARIOS.items():
         sp = sub.add_parser(
             name,

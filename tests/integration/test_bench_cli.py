@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -102,3 +103,12 @@ def test_cpu_plan() -> None:
     plan = cpu_plan()
     if plan.server is not None:
         assert plan.others and not set(plan.server) & set(plan.others)
+
+
+def test_help_and_readme_list_every_scenario() -> None:
+    """`python -m bench --help` and bench/README.md name every scenario, ws included."""
+    helptext = build_parser().format_help()
+    readme = (Path(__file__).resolve().parents[2] / "bench" / "README.md").read_text()
+    for name in [*SCENARIOS, "ws"]:
+        assert f"    {name}" in helptext, name
+        assert f"`python -m bench {name}" in readme, name
