@@ -2,7 +2,8 @@
 
 Every operator command reads the same config as the server (``--config`` /
 ``GATEWAY_CONFIG``, ``GATEWAY_REDIS_URL``) and prints JSON with ``--json``.
-Errors go to stderr as one line, with a non-zero exit, and say what to do
+Errors go to stderr as one line (with ``--json``: a JSON object on stdout,
+see ``gateway.cli.failures``), with a non-zero exit, and say what to do
 next: 1 the request was wrong (no such key), 2 the config is wrong, 3 Redis
 cannot be reached or refused our password. Never a traceback, never a
 password (URLs are shown without their credentials). Options must be spelled
@@ -37,6 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.cli import durations
 from gateway.cli.accountlist import list_accounts
+from gateway.cli.failures import embedded_missing, fail
 from gateway.cli.keycaps import add_limit_parser, limit_command, month_of_key
 from gateway.cli.keytx import add_update_parser, update_command
 from gateway.config import Config, ConfigError, data_dir, listen_address, load_config
@@ -228,8 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        print(f"gateway: config error: {exc}", file=sys.stderr)
-        return 2
+        return fail(args, f"config error: {exc}", 2)
     if args.command == "serve":
         from gateway.server.runner import serve
 
@@ -246,11 +247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_listen=args.metrics_listen,
             reload=lambda: load_config(config_path),
         )
+    missing = embedded_missing(cfg, args)
+    if missing is not None:
+        return fail(args, missing, 1)
     try:
         return _run_store_command(cfg, args, _command(args, cfg))
     except StoreError as exc:
-        print(f"gateway: {exc}", file=sys.stderr)
-        return 1
+        return fail(args, str(exc), 1)
     except KeyboardInterrupt:  # pragma: no cover
         return 130
 
@@ -438,8 +441,7 @@ def _run_store_command(cfg: Config, args: argparse.Namespace, command: Command) 
     try:
         value, text = asyncio.run(_store_call(cfg, command))
     except (RedisError, RedisClusterException, OSError) as exc:
-        print(f"gateway: {redis_failure(exc, url)}", file=sys.stderr)
-        return EXIT_REDIS
+        return fail(args, redis_failure(exc, url), EXIT_REDIS)
     if args.json:
         sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -55,7 +55,12 @@ def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
             for net, n, b in zip(cfg.networks, nodes, builders, strict=True)
         )
         demo_cfg = dataclasses.replace(
-            cfg, networks=networks, redis=dataclasses.replace(cfg.redis, url=url)
+            cfg,
+            networks=networks,
+            redis=dataclasses.replace(cfg.redis, url=url),
+            # No access log: a line per request would scroll the banner (the key,
+            # the CLI line) away; the dashboard's Requests page shows the calls.
+            server=dataclasses.replace(cfg.server, access_log=False),
         )
         app = create_app(demo_cfg)
 
@@ -90,11 +95,13 @@ async def _demo_key(app: web.Application) -> None:
     # as `gateway keys update --private-tx on` does (nothing cached it yet: no publish)
     await store.redis.hset(record_key(store.prefix, await store.key_hash_of(rec.id)), "ptx", "on")
     base = f"http://{cfg.server.host}:{cfg.server.port}"
-    print(_demo_banner(base, key, cfg.networks), flush=True)
+    print(_demo_banner(base, key, cfg.networks, cfg.redis.url), flush=True)
     print(f"Demo API key with private transactions on (mock builder): {private}\n", flush=True)
 
 
-def _demo_banner(base: str, key: str, networks: tuple[NetworkConfig, ...]) -> str:
+def _demo_banner(
+    base: str, key: str, networks: tuple[NetworkConfig, ...], redis_url: str = ""
+) -> str:
     body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
     lines = [
         "",
@@ -135,5 +142,14 @@ def _demo_banner(base: str, key: str, networks: tuple[NetworkConfig, ...]) -> st
         "asyncio.run(main())",
         "EOF",
     ]
-    lines += ["", "Ctrl-C stops everything.", ""]
+    if redis_url:  # the demo's Redis lives in a temp folder: the CLI needs its address
+        lines += [
+            "",
+            "Operator CLI, in another terminal (the demo's Redis is embedded):",
+            f"  export GATEWAY_REDIS_URL={redis_url}",
+            f"  gateway keys list --account {DEMO_EMAIL}",
+            "  gateway usage KEY_ID --since 1h",
+        ]
+    lines += ["", "Requests are not logged here; see them in the dashboard.", ""]
+    lines += ["Ctrl-C stops everything.", ""]
     return "\n".join(lines)

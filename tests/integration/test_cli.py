@@ -273,3 +273,38 @@ def test_bench_without_its_extra_says_how_to_install_it() -> None:
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "pip install 'rpc-gateway[bench]'" in result.stderr
     assert "tqdm is not installed" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args,needle,code",
+    [
+        (("keys", "list", "--account", "ghost@example.com"), "no account", 1),
+        (("usage", "key_doesnotexist"), "no key", 1),
+    ],
+)
+def test_json_errors_are_json(cli: Cli, args: tuple[str, ...], needle: str, code: int) -> None:
+    """With --json a script parses stdout: the error is a JSON object there too."""
+    got, out, _ = cli(*args, "--json")
+    assert got == code
+    body = orjson.loads(out)
+    assert needle in body["error"] and body["exit_code"] == code
+
+
+def test_json_config_error_is_json(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_REDIS_URL", "htp://x")
+    code, out, _ = cli("keys", "list", "--account", "a@example.com", "--json")
+    assert code == 2 and orjson.loads(out)["error"].startswith("config error: redis.url")
+
+
+def test_no_redis_and_no_data_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: `keys list` against a demo (its Redis in a temp folder) said "no account"
+    and left an empty .gateway-data/ in the folder it ran from."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
+    monkeypatch.delenv("GATEWAY_CONFIG", raising=False)
+    code = main(["keys", "list", "--account", "demo@example.com"])
+    err = capsys.readouterr().err
+    assert code == 1 and "GATEWAY_REDIS_URL" in err and "--demo" in err, err
+    assert list(tmp_path.iterdir()) == [], "it created files"

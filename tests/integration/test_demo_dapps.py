@@ -206,6 +206,36 @@ def test_javascript_clients(demo: dict[str, str], library: str) -> None:
     assert seen["address"] == Account.from_key(KEYS[library]).address
 
 
+def test_the_cli_works_against_the_running_demo(demo: dict[str, str], tmp_path: Path) -> None:
+    """The banner says how; the CLI then reads the demo's own Redis and creates nothing."""
+    text = Path(demo["log"]).read_text(errors="replace")
+    found = re.search(r"export GATEWAY_REDIS_URL=(\S+)", text)
+    assert found, text
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env["GATEWAY_REDIS_URL"] = found.group(1)
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "keys", "list", "--account", "demo@example.com"]
+        + ["--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (listed,) = json.loads(result.stdout)
+    assert listed["name"] == "demo" and listed["status"] == "active"
+    assert list(tmp_path.iterdir()) == [], "the CLI created files where it ran"
+
+
+def test_the_demo_logs_no_request_line(demo: dict[str, str]) -> None:
+    """An access line per request would scroll the banner (key, CLI line) away."""
+    w3 = Web3(Web3.HTTPProvider(demo["url"]))
+    assert w3.eth.chain_id == 56
+    time.sleep(0.5)  # a line would be written as the answer goes out; give the log a moment
+    assert "access remote=" not in Path(demo["log"]).read_text(errors="replace")
+
+
 def test_ctrl_c_stops_the_demo_quietly(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) ends the demo with status 0 and no warning on the way out: the
     gateway's pools stop before the mock nodes they probe (they used to go first)."""
