@@ -214,8 +214,14 @@ def test_the_cli_works_against_the_running_demo(demo: dict[str, str], tmp_path: 
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env["GATEWAY_REDIS_URL"] = found.group(1)
     result = subprocess.run(
-        [sys.executable, "-m", "gateway", "keys", "list", "--account", "demo@example.com"]
-        + ["--json"],
+        [
+            *(sys.executable, "-m", "gateway"),
+            "keys",
+            "list",
+            "--account",
+            "demo@example.com",
+            "--json",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
