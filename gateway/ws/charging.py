@@ -12,6 +12,16 @@ units stay owed (up to one burst), and the charger asks again once the
 refusal's retry time has passed; only an admitted charge resumes delivery.
 Charging in arrears means at most one interval of notifications beyond the
 budget is delivered before dropping starts.
+
+A dropped notification is never silent: the socket's next call (a frame
+with an id) is not run but answered with -32005 ``Rate limit exceeded``,
+its ``error.data`` saying how many notifications were dropped. That is the
+error a client already handles for a refused call: ethers rejects the
+call's promise with it, viem raises ``LimitExceededRpcError`` and retries
+the call with backoff; either way the application sees that its feed has a
+gap (and can re-read what it missed, e.g. ``eth_getLogs`` over the blocks
+since). The socket and its subscriptions stay open, and the count starts
+again from zero.
 """
 
 from __future__ import annotations
@@ -20,8 +30,11 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
+import orjson
+
 from gateway.limits.limiter import Limiter, LimiterUnavailable, Status
-from gateway.ws.session import KeyState
+from gateway.rpc import protocol as rpc
+from gateway.ws.session import KeyState, Session
 
 NOTIFICATION_METHOD = "eth_subscription"
 
@@ -75,3 +88,32 @@ class Charger:
             wait = max(wait, 60.0)
         key.throttled_until = math.inf
         self._retry_at[key.khash] = time.monotonic() + wait
+
+
+def dropped_signal(sess: Session, data: bytes) -> bytes | None:
+    """The -32005 answer to ``data`` that tells of ``sess.missed`` dropped notifications.
+
+    None (and nothing reset) for a frame with no id to answer (a notification,
+    or not JSON): the frame then runs as usual and the next call tells.
+    """
+    try:
+        parsed = rpc.parse_body(data)
+    except Exception:  # not JSON (or too deep): its own error answers it
+        return None
+    info = {
+        "reason": "notifications were dropped: this key is over its compute-unit budget",
+        "dropped_notifications": sess.missed,
+    }
+    if isinstance(parsed, dict) and "id" in parsed:
+        sess.missed = 0
+        return rpc.error_body(rpc.RATE_LIMITED, parsed["id"], info)
+    if isinstance(parsed, list):
+        answers = [
+            rpc.error_obj(rpc.RATE_LIMITED, c["id"], info)
+            for c in parsed
+            if isinstance(c, dict) and "id" in c
+        ]
+        if answers:
+            sess.missed = 0
+            return orjson.dumps(answers)
+    return None

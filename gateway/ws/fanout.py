@@ -121,6 +121,7 @@ class UpSub(StreamRepair):
             key = sess.key
             if key.throttled_until > now:
                 counters.dropped_budget += len(cids)
+                sess.missed += len(cids)  # told on its next call (ws.charging)
                 continue
             for cid in cids:
                 if sess.push_framed(shared if cid == shared_cid else prefix + cid + tail):

@@ -118,6 +118,7 @@ class Session:
         "held_bytes",
         "key",
         "lease",
+        "missed",
         "network",
         "pending_cids",
         "queue_limit",
@@ -159,6 +160,9 @@ class Session:
         self.held: list[bytes] = []
         self.held_bytes = 0
         self.drain_timeout_s = drain_timeout_s
+        # Notifications dropped over the key's budget and not told yet: the
+        # next call answers -32005 saying so (gateway.ws.charging.dropped_signal).
+        self.missed = 0
 
     @property
     def queued(self) -> int:

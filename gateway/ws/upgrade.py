@@ -39,6 +39,7 @@ from gateway.rpc.pipeline import REFUSED_ERROR, Caller
 from gateway.rpc.relay import failure_kind
 from gateway.rpc.replies import Answer
 from gateway.upstream.errors import UpstreamError
+from gateway.ws.charging import dropped_signal
 from gateway.ws.leases import LeaseUnavailable, new_token
 from gateway.ws.service import WS, WsService
 from gateway.ws.session import CLOSE_REVOKED, KeyState, Session
@@ -160,6 +161,11 @@ class WsRoute:
 
     # -- one frame -----------------------------------------------------------
     async def _frame(self, sess: Session, caller: Caller, data: bytes) -> None:
+        if sess.missed:  # notifications were dropped over budget: this call says so
+            signal = dropped_signal(sess, data)
+            if signal is not None:
+                sess.push(signal)
+                return
         try:
             await self._answer(sess, caller, data)
         except Exception:  # one bad frame never ends the socket

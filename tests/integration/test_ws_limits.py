@@ -101,6 +101,34 @@ async def test_notifications_cost_units_and_beyond_the_budget_are_dropped_and_co
     assert got - 2 <= charged <= got
 
 
+async def test_dropped_notifications_are_told_on_the_next_call(
+    stack: WsStack, http: aiohttp.ClientSession, store: Store, account: str
+) -> None:
+    """Before, notifications over the budget vanished with only a metric to show it."""
+    key, _ = await store.create_key(account)
+    chain = stack.chains["bsc"]
+    async with http.ws_connect(f"{stack.ws}/bsc/{key}") as ws:
+        await rpc(ws, SUB_HEADS)
+        for _ in range(30):  # far past the burst of 5: delivery stops, drops start
+            chain.mine()
+            await asyncio.sleep(0.06)
+        await eventually(
+            lambda: _metric(stack, "gateway_ws_notifications_dropped_total", reason="budget") > 0
+        )
+        dropped = _metric(stack, "gateway_ws_notifications_dropped_total", reason="budget")
+        answer = await rpc(ws, {"jsonrpc": "2.0", "id": 77, "method": "eth_chainId"})
+        assert answer["id"] == 77 and answer["error"]["code"] == -32005, answer
+        assert answer["error"]["message"] == "Rate limit exceeded"
+        assert answer["error"]["data"]["dropped_notifications"] == dropped
+        # told once: the count starts again, the socket stays open
+        batch = [{"jsonrpc": "2.0", "id": i, "method": "eth_chainId"} for i in (1, 2)]
+        again = await rpc(ws, batch)
+        assert all(
+            "dropped_notifications" not in (a.get("error") or {}).get("data", {}) for a in again
+        ), again
+        assert not ws.closed
+
+
 async def test_an_answer_larger_than_the_send_bound_is_delivered(
     stack: WsStack, http: aiohttp.ClientSession, store: Store
 ) -> None:
