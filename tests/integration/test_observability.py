@@ -217,3 +217,64 @@ async def test_every_metric_the_board_and_rules_use_is_served(client: Client, ap
             if unknown:
                 problems.append(f"{where}: {name} has no label {sorted(unknown)}")
     assert not problems, "\n".join(problems)
+
+
+# Panels of counters that exist only after their first event (a rate-limited
+# call, a Redis error, a hedge, ...): on a healthy gateway they must show 0,
+# not "No data". Title -> (target refId, the samples a healthy gateway gives).
+QUIET_PANELS: dict[str, tuple[str, list[dict[str, Any]]]] = {
+    "Rate-limited / s": ("A", [{"labels": "{}", "value": 0}]),
+    "Rate-limited / s by network": (
+        "A",
+        [{"labels": '{network="bsc"}', "value": 0}, {"labels": '{network="opbnb"}', "value": 0}],
+    ),
+    "Redis errors / s by policy": ("A", [{"labels": '{policy="none"}', "value": 0}]),
+    "Coalesced calls / s": (
+        "A",
+        [{"labels": '{network="bsc"}', "value": 0}, {"labels": '{network="opbnb"}', "value": 0}],
+    ),
+    "Hedged reads / s": ("A", [{"labels": '{result="none"}', "value": 0}]),
+    "WebSocket notifications / s: delivered and dropped": (
+        "B",
+        [{"labels": '{reason="none"}', "value": 0}],
+    ),
+}
+
+
+def test_quiet_panels_show_zero_before_their_first_event(tmp_path: Path) -> None:
+    """promtool evaluates the board's own queries over a healthy gateway's series:
+    requests flow on both networks, nothing was ever limited, hedged or dropped."""
+    promtool = _promtool()
+    targets = {
+        (p["title"], t["refId"]): t["expr"] for p in _board()["panels"] for t in p["targets"]
+    }
+    series = [
+        {
+            "series": f'gateway_requests_total{{network="{net}",method="eth_chainId",'
+            f'status="200",instance="gw:9464",job="gateway"}}',
+            "values": "0+60x10",
+        }
+        for net in ("bsc", "opbnb")
+    ]
+    cases = [
+        {
+            "expr": targets[(title, ref)].replace("$__rate_interval", "2m"),
+            "eval_time": "5m",
+            "exp_samples": samples,
+        }
+        for title, (ref, samples) in QUIET_PANELS.items()
+    ]
+    rules = tmp_path / "empty.yml"
+    rules.write_text("groups: []\n")
+    test = tmp_path / "quiet.test.yml"
+    test.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(rules)],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": cases}],
+            }
+        )
+    )
+    out = _run(promtool, "test", "rules", str(test))
+    assert "SUCCESS" in out, out
