@@ -8,7 +8,9 @@ key id answers 404 like one that never existed. Writes go through
 
 from __future__ import annotations
 
+import math
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -37,6 +39,7 @@ CODE_WORDS = {
     -32005: "Rate limited",
 }
 MAX_FILTER = 64  # longest method name or code accepted as a filter
+LOG_PAGE = 25  # failed calls shown per page (the log keeps insight.log_cap)
 
 
 def _limits(request: web.Request) -> KeyLimits:
@@ -116,11 +119,17 @@ async def requests_page(request: web.Request, account: Account) -> web.StreamRes
             error = f"“{code_text}” is not an error code; codes are whole numbers such as -32005."
     cap = config_of(request).insight.log_cap
     everything = await insight.calls(record.id, account_id=account.id, limit=cap)
-    shown = [
+    matching = [
         c
         for c in everything
         if (not method or c.method == method) and (code is None or c.code == code)
     ]
+    pages = max(1, math.ceil(len(matching) / LOG_PAGE))
+    try:
+        page = min(max(1, int(request.query.get("page", "1"))), pages)
+    except ValueError:
+        page = 1
+    shown = matching[(page - 1) * LOG_PAGE : page * LOG_PAGE]
     tables = [
         {
             "name": name,
@@ -133,6 +142,10 @@ async def requests_page(request: web.Request, account: Account) -> web.StreamRes
         "key": record,
         "tables": tables,
         "calls": shown,
+        "page": page,
+        "pages": pages,
+        "matching": len(matching),
+        "page_query": _page_query(method, code_text),
         "total_logged": len(everything),
         "log_cap": cap,
         "method": method,
@@ -144,3 +157,9 @@ async def requests_page(request: web.Request, account: Account) -> web.StreamRes
         "fmt_ms": fmt_ms,
     }
     return render(request, "key_requests.html", context, account=account)
+
+
+def _page_query(method: str, code: str) -> str:
+    """The filters as a query string prefix for the page links (``method=x&``)."""
+    parts = {k: v for k, v in (("method", method), ("code", code)) if v}
+    return urlencode(parts) + "&" if parts else ""

@@ -51,19 +51,10 @@ async def usage_page(request: web.Request, account: Account) -> web.StreamRespon
     )
     records = await store.list_keys(account.id)
     now = await store.now_ms()
-    selected = await _selected(request, account, records, now)
-    context: dict[str, Any] = {
-        "windows": WINDOWS,
-        "window": window,
-        "selected": selected,
-        "summary": [],
-        "status_words": STATUS_WORDS,
-    }
-    if selected is None:
-        return render(request, "usage.html", context, account=account)
+    summary: list[dict[str, Any]] = []
     for record in records[:SUMMARY_LIMIT]:
         day = await store.usage(record.id, DAY_MS, account_id=account.id)
-        context["summary"].append(
+        summary.append(
             {
                 "record": record,
                 "status": record.status(now),
@@ -71,6 +62,16 @@ async def usage_page(request: web.Request, account: Account) -> web.StreamRespon
                 "limited": day.limited,
             }
         )
+    selected = await _selected(request, account, records, now, summary)
+    context: dict[str, Any] = {
+        "windows": WINDOWS,
+        "window": window,
+        "selected": selected,
+        "summary": summary,
+        "status_words": STATUS_WORDS,
+    }
+    if selected is None:
+        return render(request, "usage.html", context, account=account)
     usage = await store.usage(selected.id, window.span_ms, account_id=account.id)
     context["month"] = await _month(request, account, records)
     series = chart_series(usage, window)
@@ -120,15 +121,25 @@ def chart_series(usage: Usage, window: Window) -> list[tuple[int, int]]:
 
 
 async def _selected(
-    request: web.Request, account: Account, records: Sequence[KeyRecord], now: int
+    request: web.Request,
+    account: Account,
+    records: Sequence[KeyRecord],
+    now: int,
+    summary: Sequence[dict[str, Any]],
 ) -> KeyRecord | None:
-    """The key asked for (404 unless it is the account's), else the newest active one."""
+    """The key asked for (404 unless it is the account's), else the one with the
+    most requests in the last 24 hours (the newest active one while none has any):
+    the page opens on a key that has something to show."""
     key_id = request.query.get("key", "")
     if key_id:
         try:
             return await store_of(request).get_key(key_id, account.id)
         except NotFound:
             raise web.HTTPNotFound() from None
+    busiest = max(summary, key=lambda s: s["total"], default=None)
+    if busiest is not None and busiest["total"] > 0:
+        record: KeyRecord = busiest["record"]
+        return record
     active = [r for r in records if r.status(now) == "active"]
     choices = active or list(records)
     return choices[0] if choices else None

@@ -221,6 +221,28 @@ async def test_usage_and_plan_pages_show_the_month_and_the_price(
     assert "$0.50 per million" in card.text
 
 
+async def test_usage_opens_on_the_key_that_has_traffic(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
+    """Before, it opened on the newest key, however empty, while an older one had traffic."""
+    user = await new_user(aiohttp_client, client)
+    busy, busy_id = await user.create_key()
+    for _ in range(3):
+        assert await _rpc(client, busy, "eth_blockNumber") == 200
+    _, empty_id = await user.create_key()  # newer, no traffic
+    for _ in range(100):  # usage counts are written by each worker once a second
+        doc = await user.get("/dashboard/usage")
+        if doc.find(data_testid="usage-detail").testid("usage-total") != "0":
+            break
+        await asyncio.sleep(0.05)
+    assert doc.find(data_testid="usage-detail").attrs["data-key-id"] == busy_id
+    assert doc.find(data_testid="usage-detail").testid("usage-total") == "3"
+    doc = await user.get(f"/dashboard/usage?key={empty_id}")  # asked for: shown
+    assert doc.find(data_testid="usage-detail").attrs["data-key-id"] == empty_id
+    # a node's own error answers are not called "upstream errors"
+    assert "Upstream errors" not in doc.find(data_testid="usage-detail").text
+
+
 async def test_made_up_keys_leave_no_insight_behind(
     client: Client, redis: Redis, prefix: str, api_key: str
 ) -> None:
@@ -234,3 +256,35 @@ async def test_made_up_keys_leave_no_insight_behind(
     found: Any = await redis.keys(f"{prefix}:*:q:*")
     # ...and it is the only key with insight: unknown keys are never recorded.
     assert {k.split("}")[0] for k in found} == {f"{prefix}:{{{key_hash(api_key)}"}
+
+
+@pytest.mark.slow
+async def test_the_failed_calls_list_comes_in_pages(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
+    """Before, all 200 logged calls were one page (about 9,700 pixels tall)."""
+    user = await new_user(aiohttp_client, client)
+    key, key_id = await user.create_key()
+    path = f"/dashboard/keys/{key_id}/requests"
+    for _ in range(30):  # each one logged: -32601, or -32005 once the bucket is empty
+        await _rpc(client, key, "eth_noSuchMethod")
+
+    def pager_text(doc: Element) -> str:
+        found = doc.find_all(data_testid="request-log-pages")
+        return " ".join(" ".join(s.text for s in found[0].tags("span")).split()) if found else ""
+
+    for _ in range(100):  # until all 30 are flushed
+        doc = await user.get(path)
+        if "(30 calls)" in pager_text(doc):
+            break
+        await asyncio.sleep(0.05)
+    assert pager_text(doc) == "Page 1 of 2 (30 calls)"
+    assert len(doc.find_all(data_testid="request-log-row")) == 25
+    links = {a.attrs.get("rel"): a.attrs["href"] for a in doc.tags("a") if a.attrs.get("rel")}
+    assert links.get("next") == "?page=2" and "prev" not in links
+    second = await user.get(f"{path}?page=2")
+    assert len(second.find_all(data_testid="request-log-row")) == 5
+    beyond = await user.get(f"{path}?page=99&method=eth_noSuchMethod")  # clamped, filter kept
+    assert len(beyond.find_all(data_testid="request-log-row")) == 5
+    links = {a.attrs.get("rel"): a.attrs["href"] for a in beyond.tags("a") if a.attrs.get("rel")}
+    assert links.get("prev") == "?method=eth_noSuchMethod&page=1" and "next" not in links
