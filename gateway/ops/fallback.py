@@ -3,8 +3,9 @@
 A client with a wrong URL (``/eth/KEY``, ``/v1/bsc``) is almost always a
 JSON-RPC library, which cannot read aiohttp's text ``404: Not Found``; it
 gets a JSON-RPC error body instead (``"id": null``: no call was read), with
-the networks' paths in ``error.data`` and CORS headers, so a browser dapp
-sees the 404 rather than a CORS failure. Browsers ask every host for
+the networks' paths in ``error.data``. No CORS headers: only the RPC paths
+are open to every origin (a browser dapp with a wrong URL sees a CORS
+failure; its developer sees the 404 in the network tab). Browsers ask every host for
 ``/favicon.ico``; it gets a small icon rather than a 404 in every log.
 
 ``setup_fallback_routes`` must run after every other route is added (the
@@ -22,7 +23,7 @@ from aiohttp import web
 
 from gateway import typedefs as T
 
-_HEADERS: Final = {"Access-Control-Allow-Origin": "*", "Cache-Control": "no-store"}
+_HEADERS: Final = {"Cache-Control": "no-store"}
 
 
 def _icon() -> bytes:
