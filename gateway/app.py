@@ -36,7 +36,6 @@ from gateway.limits.limiter import (
     ScriptRunner,
 )
 from gateway.ops.accesslog import AccessLogger
-from gateway.ops.fallback import setup_fallback_routes
 from gateway.ops.logsetup import setup_logging, use_format
 from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
@@ -99,10 +98,9 @@ def create_app(config: Config | None = None) -> web.Application:
     app[HANDLERS] = handlers
     app.cleanup_ctx.append(tx_ctx(handlers))  # after _handlers_ctx: on the bound pipelines
     setup_ws(app, handlers)
-    setup_ops_routes(app)
     if cfg.dashboard.enabled:
         setup_dashboard(app, cfg)
-    setup_fallback_routes(app)  # last: a JSON 404 for whatever no route above matched
+    setup_ops_routes(app)  # last: its catch-all answers a JSON 404 for what is left
     return app
 
 

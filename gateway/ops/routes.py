@@ -35,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import typedefs as T
 from gateway.config.redact import redact_url
+from gateway.ops.fallback import setup_fallback_routes
 from gateway.ops.metrics import METRICS
 from gateway.redis.failurelog import error_fields
 
@@ -163,6 +164,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def setup_ops_routes(app: web.Application) -> None:
+    """/healthz, /readyz, then /favicon.ico and the JSON 404 catch-all: call it last."""
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/readyz/{network}", readyz_network)
+    setup_fallback_routes(app)
