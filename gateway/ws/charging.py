@@ -17,11 +17,9 @@ A dropped notification is never silent: the socket's next call (a frame
 with an id) is not run but answered with -32005 ``Rate limit exceeded``,
 its ``error.data`` saying how many notifications were dropped. That is the
 error a client already handles for a refused call: ethers rejects the
-call's promise with it, viem raises ``LimitExceededRpcError`` and retries
-the call with backoff; either way the application sees that its feed has a
-gap (and can re-read what it missed, e.g. ``eth_getLogs`` over the blocks
-since). The socket and its subscriptions stay open, and the count starts
-again from zero.
+call's promise with it; viem retries it after a backoff (so there only a
+transport with ``retryCount: 0`` surfaces it). The socket and its
+subscriptions stay open, and the count starts again from zero.
 """
 
 from __future__ import annotations
