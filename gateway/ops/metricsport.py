@@ -33,12 +33,14 @@ from collections.abc import AsyncIterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client import multiprocess as _mp
 
 from gateway import typedefs as T
 from gateway.config import listen_address
+from gateway.ops import readysnap
 from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.routes import metrics as metrics_view
 from gateway.ops.routes import readyz_details, readyz_network_details
@@ -135,7 +137,8 @@ async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 class SupervisorMetricsListener:
-    """``GET /metrics`` for ``serve --workers``, served by the supervisor itself.
+    """``GET /metrics`` for ``serve --workers``, served by the supervisor itself,
+    and ``GET /readyz`` from the workers' snapshots (``gateway.ops.readysnap``).
 
     The supervisor's loop is synchronous (``select`` on a pipe), so this runs
     a threaded stdlib HTTP server in a daemon thread: scrapes are rare and
@@ -166,7 +169,7 @@ class SupervisorMetricsListener:
             return
         self._next_try = now + self._retry_s
         try:
-            server = _MetricsHTTPServer((self._host, self._port), self._exposition)
+            server = _MetricsHTTPServer((self._host, self._port), self._exposition, self._dir)
         except OSError as exc:
             if not self._warned:
                 log.warning(
@@ -197,9 +200,10 @@ class SupervisorMetricsListener:
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], exposition: Any) -> None:
+    def __init__(self, address: tuple[str, int], exposition: Any, folder: str) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.exposition = exposition
+        self.folder = folder  # the workers' multiprocess directory (their /readyz snapshots)
         super().__init__(address, _MetricsHandler)
 
 
@@ -208,7 +212,11 @@ class _MetricsHandler(BaseHTTPRequestHandler):
     server: _MetricsHTTPServer
 
     def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] != "/metrics":
+        path = self.path.split("?", 1)[0]
+        if path == "/readyz" or path.startswith("/readyz/"):
+            self._readyz(path)
+            return
+        if path != "/metrics":
             self._answer(404, b"404: Not Found", "text/plain; charset=utf-8")
             return
         try:
@@ -218,6 +226,18 @@ class _MetricsHandler(BaseHTTPRequestHandler):
             self._answer(500, b"500: could not read the workers' samples", "text/plain")
             return
         self._answer(200, body, CONTENT_TYPE_LATEST)
+
+    def _readyz(self, path: str) -> None:
+        """The workers' /readyz details (gateway.ops.readysnap): the freshest snapshot."""
+        snap = readysnap.freshest(self.server.folder)
+        if snap is None:
+            body: dict[str, Any] = {"ready": False, "error": "no worker has reported lately"}
+            status = 503
+        elif path == "/readyz":
+            body, status = snap["body"], snap["status"]
+        else:
+            body, status = readysnap.network_view(snap, path[len("/readyz/") :])
+        self._answer(status, orjson.dumps(body), "application/json")
 
     def _answer(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)

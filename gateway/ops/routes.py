@@ -28,6 +28,7 @@ listener (``gateway.ops.metricsport``), not among the public routes here.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -37,6 +38,7 @@ from gateway import typedefs as T
 from gateway.config.redact import redact_url
 from gateway.ops.fallback import setup_fallback_routes
 from gateway.ops.metrics import METRICS
+from gateway.ops.readysnap import snapshots
 from gateway.redis.failurelog import error_fields
 
 _NO_STORE = {"Cache-Control": "no-store"}
@@ -169,3 +171,10 @@ def setup_ops_routes(app: web.Application) -> None:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/readyz/{network}", readyz_network)
     setup_fallback_routes(app)
+    app.cleanup_ctx.append(_ready_snapshots)
+
+
+async def _ready_snapshots(app: web.Application) -> AsyncIterator[None]:
+    """``serve --workers``: the supervisor's listener serves these workers' details."""
+    async with snapshots(app, ready_report):
+        yield

@@ -402,3 +402,35 @@ async def test_one_metrics_listener_for_every_worker(
     assert _listeners(metrics_port) == {gw.proc.pid}
     out = gw.output()
     assert "in use" not in out and "unavailable" not in out, out[-3000:]
+
+
+@pytest.mark.slow
+async def test_the_supervisors_listener_serves_the_readyz_details(
+    start: Callable[..., Any],
+    mock_nodes: dict[str, MockNode],
+    session_factory: Callable[[], aiohttp.ClientSession],
+) -> None:
+    """The public /readyz names no node; with --workers the metrics listener belongs to
+    the supervisor (no pools of its own): it serves a worker's detailed report."""
+    metrics_port = free_port()
+    gw = await start(workers=2, metrics_listen=f"{HOST}:{metrics_port}")
+    private = f"http://{HOST}:{metrics_port}"
+    async with session_factory() as session:
+        seen: dict[str, Any] = {}
+
+        async def detailed() -> bool:
+            async with session.get(f"{private}/readyz") as resp:
+                seen.update(await resp.json())
+                return resp.status == 200
+
+        await eventually(detailed, 20, "a worker's /readyz snapshot")
+        assert seen["networks"]["bsc"]["upstreams"][0]["url"] == mock_nodes["bsc"].url
+        assert seen["redis"]["address"]
+        async with session.get(f"{private}/readyz/bsc") as resp:
+            body = await resp.json()
+            assert resp.status == 200 and body["upstreams"][0]["url"] == mock_nodes["bsc"].url
+        async with session.get(f"{private}/readyz/nosuch") as resp:
+            assert resp.status == 404
+        async with session.get(f"http://{HOST}:{gw.port}/readyz") as resp:
+            text = await resp.text()
+            assert resp.status == 200 and mock_nodes["bsc"].url not in text
