@@ -286,11 +286,14 @@ def test_trusted_proxies_are_narrow() -> None:
 
 
 def test_every_network_says_where_its_websocket_nodes_are() -> None:
-    """Subscriptions need a WebSocket URL; the HTTP-only public endpoints refuse one."""
+    """Subscriptions need a WebSocket URL; the HTTP-only public endpoints refuse one.
+    The example shows the node table's ``ws_url`` beside each node that has one."""
     raw = _toml()["networks"]
     cfg = _config()
     for net in cfg.networks:
-        assert raw[net.name].get("ws_upstreams"), f"{net.name}: no ws_upstreams"
-        assert all(u.startswith("wss://") for u in net.ws_upstreams), net.ws_upstreams
-        http_hosts = {urlsplit(u).hostname for u in net.upstreams}
-        assert {urlsplit(u).hostname for u in net.ws_upstreams} <= http_hosts
+        tables = [e for e in raw[net.name]["upstreams"] if isinstance(e, dict)]
+        with_ws = [e for e in tables if e.get("ws_url")]
+        assert with_ws, f"{net.name}: no node with a ws_url"
+        assert all(e["ws_url"].startswith("wss://") for e in with_ws)
+        assert all(e.get("name") for e in tables), "named nodes: logs never show a URL"
+        assert {e["ws_url"] for e in with_ws} <= set(net.ws_upstreams)

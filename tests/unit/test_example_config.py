@@ -37,8 +37,10 @@ def _sections(text: str) -> dict[str, set[str]]:
     return out
 
 
-# Fields the loader derives from other settings: not settings themselves.
-DERIVED = {"weight_patterns"}
+# Fields the loader derives from other settings, not settings themselves:
+# weights' "prefix*" keys, the node table (from `upstreams` entries), the
+# method routes (from `extra_methods` tables).
+DERIVED = {"weight_patterns", "nodes", "routes"}
 
 
 def test_every_setting_is_in_the_example() -> None:
