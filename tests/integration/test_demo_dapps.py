@@ -229,8 +229,8 @@ def test_the_cli_works_against_the_running_demo(demo: dict[str, str], tmp_path: 
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    (listed,) = json.loads(result.stdout)
-    assert listed["name"] == "demo" and listed["status"] == "active"
+    listed = {k["name"]: k for k in json.loads(result.stdout)}
+    assert listed["demo"]["status"] == "active", listed  # the banner's key, in its Redis
     assert list(tmp_path.iterdir()) == [], "the CLI created files where it ran"
 
 
