@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Final
 
 from gateway.upstream.pool import NodePool
-from gateway.ws.fanout import Feed
+from gateway.ws.feed import Feed
 
 OK: Final = "ok"
 NONE: Final = "no WebSocket upstream"

@@ -12,13 +12,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway import typedefs as T
+from gateway.ops.metrics import METRICS
 from gateway.ops.metricsport import MetricsListener
 
 
 async def readyz_details(app: web.Application, path: str = "/readyz") -> tuple[int, Any]:
     """GET ``path`` on a metrics listener serving ``app``'s details: (status, JSON body)."""
-    listener = MetricsListener(app[T.METRICS], "127.0.0.1:0", details=app)
+    listener = MetricsListener(app[METRICS], "127.0.0.1:0", details=app)
     await listener.start()
     try:
         async with (

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway import typedefs as T
+from gateway.ops.metrics import METRICS
 from gateway.ws.service import WS
 from tests.helpers.wsstack import WsStack, chains, eventually, stack, ws_config, ws_nodes
 from tests.integration.test_ws_clients import JS, _node_ready
@@ -53,7 +53,7 @@ async def test_ethers_sees_dropped_notifications_as_an_error_and_keeps_going(
         assert raw, "ethers script ended early"
         return dict(json.loads(raw))
 
-    registry = stack.app[T.METRICS].registry
+    registry = stack.app[METRICS].registry
 
     def dropped() -> float:
         value = registry.get_sample_value(
