@@ -21,6 +21,7 @@ from gateway.rpc import protocol as rpc
 from gateway.rpc.localmethods import WS, CallError, LocalContext, LocalMethods
 from gateway.rpc.params import read_filter
 from gateway.ws.fanout import NodeRefused, UpSub, new_client_id
+from gateway.ws.feed import NoSocket
 from gateway.ws.session import Session
 
 if TYPE_CHECKING:
@@ -139,16 +140,15 @@ class SubscriptionMethods:
         except NodeRefused as exc:
             self._unreserve(sess, ukey)
             raise _node_error(exc.error) from None
+        except NoSocket:
+            # Every node refused a socket: say so, not "timeout" (HTTP-only
+            # provider URLs, a ws_upstreams list that points nowhere).
+            self._unreserve(sess, ukey)
+            raise CallError(
+                rpc.UPSTREAM_UNAVAILABLE.code, rpc.UPSTREAM_UNAVAILABLE.message, NO_WS_NODE
+            ) from None
         except (TimeoutError, ConnectionError):
             self._unreserve(sess, ukey)
-            if feed.link is None and feed.refusals >= len(feed.urls):
-                # Every node refused a socket: say so, not "timeout" (HTTP-only
-                # provider URLs, a ws_upstreams list that points nowhere).
-                raise CallError(
-                    rpc.UPSTREAM_UNAVAILABLE.code,
-                    rpc.UPSTREAM_UNAVAILABLE.message,
-                    NO_WS_NODE,
-                ) from None
             raise CallError(
                 rpc.UPSTREAM_TIMEOUT.code,
                 rpc.UPSTREAM_TIMEOUT.message,

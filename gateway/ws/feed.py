@@ -35,6 +35,10 @@ from gateway.ws.session import Session
 log = logging.getLogger("gateway.ws.fanout")
 
 
+class NoSocket(TimeoutError):
+    """Every WebSocket URL of the network refused a socket (not a slow node)."""
+
+
 class Feed:
     """One network's upstream subscriptions over one node socket at a time."""
 
@@ -58,6 +62,9 @@ class Feed:
         # of holding its caller (and an in-flight slot) for the whole timeout.
         self.refusals = 0
         self._round_refused = asyncio.Event()  # set, and replaced, at each refused round
+        # The last round of attempts found no node taking a socket (kept after the
+        # subscribers left, for /readyz: gateway.ws.readiness); a socket clears it.
+        self.no_socket = False
         self.counters = Counters()
         self.failovers = 0
         self.failovers_seen = 0  # what the metrics have counted so far
@@ -105,16 +112,18 @@ class Feed:
             up.ready.result()  # raises the node's refusal
             return
         if self.link is None and self.refusals >= len(self.urls):
-            raise TimeoutError("no node takes a WebSocket now")
+            raise NoSocket("no node takes a WebSocket now")
         ready: asyncio.Future[Any] = asyncio.shield(up.ready)
         refused: asyncio.Future[Any] = asyncio.ensure_future(self._round_refused.wait())
         try:
             await asyncio.wait({ready, refused}, timeout=self.timeout, return_when=FIRST_COMPLETED)
-            live = ready.done()
+            live, every_node_refused = ready.done(), refused.done()
         finally:
             refused.cancel()
             ready.cancel()  # the shield only (a no-op once done): the subscription goes on
         if not live:
+            if every_node_refused:
+                raise NoSocket("no node takes a WebSocket now")
             raise TimeoutError("no node accepted the subscription")
         ready.result()
 
@@ -215,6 +224,7 @@ class Feed:
                 failures += 1
                 self.refusals = failures
                 if failures % len(self.urls) == 0:  # every node refused: say so to waiters
+                    self.no_socket = True
                     self._round_refused.set()
                     self._round_refused = asyncio.Event()
                 self._index = url_index + 1
@@ -223,6 +233,7 @@ class Feed:
                 await asyncio.sleep(min(5.0, self.cfg.reconnect_delay_s * 2**rounds))
                 continue
             failures = self.refusals = 0
+            self.no_socket = False
             self.link = link
             resumed = [up for up in self.subs.values() if up.ready.done() and not up.dead]
             for up in resumed:

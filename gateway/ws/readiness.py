@@ -33,7 +33,7 @@ def ws_state(feed: Feed | None, pool: NodePool | None, urls: tuple[str, ...]) ->
         return OK
     if pool is not None and any(node.newheads for node in pool.nodes):
         return OK
-    if feed is not None and feed.refusals >= len(urls):
+    if feed is not None and feed.no_socket:
         return NONE
     followers = pool.feeds.followers if pool is not None else []
     if followers and all(f.no_ws for f in followers):

@@ -63,6 +63,11 @@ async def test_a_subscribe_with_every_node_refusing_is_answered_promptly(
         # the socket stays usable for plain calls
         answer = await rpc(ws, {"jsonrpc": "2.0", "id": 9, "method": "eth_chainId"})
         assert answer["result"] == "0x38"
+    # and /readyz says so after the subscribers gave up (degraded, still ready)
+    async with http.get(f"{stack.http}/readyz") as resp:
+        body = await resp.json()
+    assert resp.status == 200 and body["networks"]["bsc"]["websocket"] == "no WebSocket upstream"
+    assert body["degraded"] == ["bsc: no WebSocket upstream"], body
 
 
 class _NoSocketNode:
