@@ -204,7 +204,7 @@ async def test_a_poll_spans_at_most_the_plans_logs_range(
     # eth_getFilterLogs over a range wider than the plan's: the guard's -32602
     wide = (await rpc(client, api_key, "eth_newFilter", [{"fromBlock": hex(4_000)}]))["result"]
     refused = await rpc(client, api_key, "eth_getFilterLogs", [wide])
-    assert refused["error"]["code"] == -32602
+    assert refused["error"]["code"] == -32602, refused
     assert refused["error"]["data"]["max_logs_range"] == 5
 
 
