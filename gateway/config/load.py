@@ -80,6 +80,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
             table["url"] = env["GATEWAY_REDIS_URL"]
         if name == "log" and env.get("GATEWAY_LOG_FORMAT"):
             table["format"] = env["GATEWAY_LOG_FORMAT"]
+        if name == "server" and env.get("GATEWAY_SERVER_DOOR"):
+            table["door"] = env["GATEWAY_SERVER_DOOR"]
         if name == "server" and env.get("GATEWAY_READY_REQUIRES"):
             table["ready_requires"] = [
                 r.strip() for r in env["GATEWAY_READY_REQUIRES"].split(",") if r.strip()
@@ -95,6 +97,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         raise ConfigError(
             "upstream.ws_reconnect_min_s: must be above 0 and at most ws_reconnect_max_s"
         )
+    if sections["server"].door not in ("app", "lean"):
+        raise ConfigError('server.door: must be "app" or "lean"')
     if sections["upstream"].client not in ("lean", "aiohttp"):
         raise ConfigError('upstream.client: must be "lean" or "aiohttp"')
     admission = sections["admission"]

@@ -15,10 +15,21 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from typing import Protocol
 
 from aiohttp import hdrs, web
+from multidict import CIMultiDictProxy
 
 _CACHE_MAX = 4096  # distinct addresses remembered as trusted / untrusted
+
+
+class Peer(Protocol):
+    """What is read of a request: ``web.BaseRequest``, or the lean door's call."""
+
+    @property
+    def remote(self) -> str | None: ...
+    @property
+    def headers(self) -> CIMultiDictProxy[str]: ...
 
 
 class ClientIP:
@@ -40,7 +51,7 @@ class ClientIP:
                 self._cache[address] = known
         return known
 
-    def __call__(self, request: web.BaseRequest) -> str:
+    def __call__(self, request: Peer) -> str:
         remote = request.remote or ""
         if not self._nets or not self._trusted(remote):
             return remote

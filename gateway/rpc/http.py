@@ -10,10 +10,14 @@ Metrics and request insight are recorded once per request (``Pipeline.record``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Mapping
+from typing import Protocol, TypeVar
 
 from aiohttp import hdrs, web
+from multidict import CIMultiDictProxy
 
 from gateway.limits.limiter import ip_bits
 from gateway.rpc import protocol as rpc
@@ -28,6 +32,9 @@ from gateway.typedefs import KEY_ID, RPC_METHOD
 from gateway.upstream.errors import UpstreamError
 
 log = logging.getLogger("gateway.rpc")
+
+R = TypeVar("R")
+Refusal = tuple[Answer, Mapping[str, str] | None]
 
 JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
 PREFLIGHT_HEADERS = {
@@ -52,53 +59,65 @@ class RpcHttp:
         self.client_ip = client_ip  # the app's one: same trusted proxies as the dashboard
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        """The application's route handler: the answer as an aiohttp response."""
+        return await self.serve(request, AppOut(request))
+
+    async def serve(self, request: RpcRequest, out: HttpOut[R]) -> R:
+        """One request through the pipeline, its answer written through ``out``.
+
+        Both doors call this (``handle`` above and the lean door in
+        ``gateway.server.door``), so what is answered never depends on the
+        door; only how the bytes are written does.
+        """
         started = time.perf_counter()
         method, caller, answer = "-", None, None
         try:
             refused = self._check_http(request)
             if refused is not None:
-                return refused
+                return out.whole(*refused) if isinstance(refused, tuple) else out.preflight()
             body = await self._read(request)
-            if isinstance(body, web.Response):
-                return body
-            caller = self._caller(request)
-            answer = await self.pipeline.run(body, caller)
-            method = answer.method
-            request[RPC_METHOD] = method
-            request[KEY_ID] = answer.key_id
-            if answer.relay is not None:
-                assert caller.khash is not None  # only an admitted call is relayed
-                response = await self._relay(request, answer, answer.relay, caller.khash)
+            if isinstance(body, Answer):
+                response = out.whole(body)
             else:
-                response = _reply(answer)
-            answer.settle(True)
+                caller = self._caller(request)
+                answer = await self.pipeline.run(body, caller)
+                method = answer.method
+                request[RPC_METHOD] = method
+                request[KEY_ID] = answer.key_id
+                if answer.relay is not None:
+                    assert caller.khash is not None  # only an admitted call is relayed
+                    response = await self._relay(out, answer, answer.relay, caller.khash)
+                else:
+                    response = out.whole(answer)
+                answer.settle(True)
         except Exception:  # never a traceback to the client
             log.exception("internal error network=%s", self.network.name)
             if answer is not None:
                 answer.settle(False)
-            response = _reply(error_answer(rpc.INTERNAL_ERROR))
+            response = out.whole(error_answer(rpc.INTERNAL_ERROR))
         elapsed = time.perf_counter() - started
-        self.pipeline.net_metrics.answered(method, response.status, elapsed)
+        status = out.status(response)
+        self.pipeline.net_metrics.answered(method, status, elapsed)
         if answer is not None and caller is not None:
-            self.pipeline.record(caller, answer, response.status, elapsed)
+            self.pipeline.record(caller, answer, status, elapsed)
         return response
 
-    def _caller(self, request: web.Request) -> Caller:
+    def _caller(self, request: RpcRequest) -> Caller:
         key = rpc_key(request)
         if key is None:
             return Caller(None)
         ip = self.client_ip(request)
         return Caller(key_hash(key), request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip))
 
-    def _check_http(self, request: web.Request) -> web.Response | None:
-        """The preflight, a path with no key, 405 / 415 / 413 (declared length)."""
+    def _check_http(self, request: RpcRequest) -> Refusal | bool | None:
+        """The preflight (True), a path with no key, 405 / 415 / 413 (declared length)."""
         method = request.method
         if method == hdrs.METH_OPTIONS:
-            return web.Response(status=204, headers=PREFLIGHT_HEADERS)
+            return True
         if method != hdrs.METH_POST:
             if "tail" in request.match_info:  # /bsc/, /bsc/KEY/extra: no key (a WS upgrade too)
-                return _reply(error_answer(rpc.UNAUTHORIZED))
-            return _reply(
+                return error_answer(rpc.UNAUTHORIZED), None
+            return (
                 error_answer(rpc.METHOD_NOT_ALLOWED, None, "use POST"),
                 {hdrs.ALLOW: "POST, OPTIONS"},
             )
@@ -107,50 +126,48 @@ class RpcHttp:
             mime = ctype.partition(";")[0].strip().lower()
             if mime not in JSON_TYPES and not mime.endswith("+json"):
                 data = "Content-Type must be application/json"
-                return _reply(error_answer(rpc.UNSUPPORTED_MEDIA_TYPE, None, data))
+                return error_answer(rpc.UNSUPPORTED_MEDIA_TYPE, None, data), None
         length = request.content_length
         if length is not None and length > self.max_body:
-            return self._too_large()
+            return self._too_large(), None
         return None
 
-    async def _read(self, request: web.Request) -> bytes | web.Response:
+    async def _read(self, request: RpcRequest) -> bytes | Answer:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._too_large()
         except web.RequestPayloadError:  # not what its Content-Encoding says
             data = "body does not match its Content-Encoding"
-            return _reply(error_answer(rpc.BAD_BODY, None, data))
+            return error_answer(rpc.BAD_BODY, None, data)
         except ConnectionError:  # client gone, or too slow (server.body_timeout_s)
-            return _reply(error_answer(rpc.REQUEST_TIMEOUT, None, "body incomplete"))
+            return error_answer(rpc.REQUEST_TIMEOUT, None, "body incomplete")
         except Exception:
             # Whatever the payload raises once its connection is closed (a slow
             # client cut by server.body_timeout_s mid-read) is that client gone,
             # not an internal error: no traceback in the log for it.
             transport = request.transport
             if transport is None or transport.is_closing():
-                return _reply(error_answer(rpc.REQUEST_TIMEOUT, None, "body incomplete"))
+                return error_answer(rpc.REQUEST_TIMEOUT, None, "body incomplete")
             raise
         if len(body) > self.max_body:
             return self._too_large()
         return body
 
-    def _too_large(self) -> web.Response:
+    def _too_large(self) -> Answer:
         data = f"body exceeds {self.max_body} bytes"
-        return _reply(error_answer(rpc.BODY_TOO_LARGE, None, data))
+        return error_answer(rpc.BODY_TOO_LARGE, None, data)
 
-    async def _relay(
-        self, request: web.Request, answer: Answer, relay: Relay, khash: str
-    ) -> web.StreamResponse:
+    async def _relay(self, out: HttpOut[R], answer: Answer, relay: Relay, khash: str) -> R:
         """Stream a large single answer with the client's id spliced into its head.
 
         Memory stays bounded: the node is read only as fast as the client
-        takes the bytes (``resp.write`` waits for the socket to drain). Once
+        takes the bytes (``out.write`` waits for the socket to drain). Once
         the head has gone out, a node that fails mid-answer can only be
         reported by cutting the connection; a client that goes away (or is
         dropped by ``server.write_timeout_s``) releases everything.
         """
-        resp: web.StreamResponse | None = None
+        started = False
         try:
             first = await relay.start()
             if relay.is_error:
@@ -158,56 +175,134 @@ class RpcHttp:
                 self.pipeline.errors.add(khash)
             if relay.whole:
                 answer.body = first
-                return _reply(answer)
-            resp = web.StreamResponse(status=200, headers=answer.headers)
-            resp.headers.update(CORS_HEADERS)
-            resp.content_type = "application/json"
-            if relay.length is not None:
-                resp.content_length = relay.length
-            await resp.prepare(request)
-            await resp.write(first)
+                return out.whole(answer)
+            started = True
+            await out.start(answer, relay.length)
+            await out.write(first)
             del first
             async for chunk in relay.rest():
-                await resp.write(chunk)
-            await resp.write_eof()
-            return resp
+                await out.write(chunk)
+            return await out.end()
         except (UpstreamError, rpc.BadAnswer) as exc:
             self.pipeline.errors.add(khash)
-            if resp is None:  # nothing sent yet: a proper error answer
+            if not started:  # nothing sent yet: a proper error answer
                 if isinstance(exc, rpc.BadAnswer):
                     log.warning("bad node answer network=%s reason=%s", self.network.name, exc)
-                return _reply(
+                return out.whole(
                     error_answer(failure_kind(exc), relay.client_id, None, answer.headers)
                 )
             log.warning("node failed mid-answer network=%s error=%s", self.network.name, exc)
-            if request.transport is not None:
-                request.transport.abort()
-            return resp
+            return out.cut()
         except ConnectionError:  # the client went away, or was dropped for not reading
-            return resp if resp is not None else web.Response(status=499)
+            return out.gone()
         finally:
             relay.close()
 
 
-def _reply(answer: Answer, extra: dict[str, str] | None = None) -> web.Response:
-    if answer.status == 204:
-        resp = web.Response(status=204, headers=answer.headers)
-    else:
-        resp = web.Response(
-            body=answer.body,
-            status=answer.status,
-            content_type="application/json",
-            headers=answer.headers,
-        )
-    resp.headers.update(CORS_HEADERS)
+class RpcRequest(Protocol):
+    """What ``RpcHttp.serve`` reads of a request: ``web.Request`` or the lean door's call."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def headers(self) -> CIMultiDictProxy[str]: ...
+    @property
+    def match_info(self) -> Mapping[str, str]: ...
+    @property
+    def content_length(self) -> int | None: ...
+    @property
+    def remote(self) -> str | None: ...
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+    async def read(self) -> bytes: ...
+    def __setitem__(self, key: web.RequestKey[str], value: str) -> None: ...
+
+
+class HttpOut(Protocol[R]):
+    """The few writes a door implements; ``RpcHttp`` decides what is written.
+
+    ``whole`` answers at once (``extra``: headers after CORS, e.g. ``Allow``);
+    ``start`` / ``write`` / ``end`` stream a relayed answer; ``cut`` drops the
+    connection after a streamed head (the node failed mid-answer); ``gone``:
+    the client left. ``status`` reads back the status a result carries.
+    """
+
+    def whole(self, answer: Answer, extra: Mapping[str, str] | None = None) -> R: ...
+    def preflight(self) -> R: ...
+    async def start(self, answer: Answer, length: int | None) -> None: ...
+    async def write(self, chunk: bytes) -> None: ...
+    async def end(self) -> R: ...
+    def cut(self) -> R: ...
+    def gone(self) -> R: ...
+    def status(self, result: R) -> int: ...
+
+
+class AppOut:
+    """The application door's writes: aiohttp responses."""
+
+    __slots__ = ("_request", "_resp")
+
+    def __init__(self, request: web.Request) -> None:
+        self._request = request
+        self._resp: web.StreamResponse | None = None
+
+    def whole(self, answer: Answer, extra: Mapping[str, str] | None = None) -> web.StreamResponse:
+        return _reply(answer, extra)
+
+    def preflight(self) -> web.StreamResponse:
+        return web.Response(status=204, headers=PREFLIGHT_HEADERS)
+
+    async def start(self, answer: Answer, length: int | None) -> None:
+        resp = self._resp = web.StreamResponse(status=200, headers=answer.headers)
+        resp.headers.update(CORS_HEADERS)
+        resp.content_type = "application/json"
+        if length is not None:
+            resp.content_length = length
+        await resp.prepare(self._request)
+
+    async def write(self, chunk: bytes) -> None:
+        assert self._resp is not None
+        await self._resp.write(chunk)
+
+    async def end(self) -> web.StreamResponse:
+        assert self._resp is not None
+        await self._resp.write_eof()
+        return self._resp
+
+    def cut(self) -> web.StreamResponse:
+        assert self._resp is not None
+        if self._request.transport is not None:
+            self._request.transport.abort()
+        return self._resp
+
+    def gone(self) -> web.StreamResponse:
+        return self._resp if self._resp is not None else web.Response(status=499)
+
+    def status(self, result: web.StreamResponse) -> int:
+        return result.status
+
+
+def reply_headers(answer: Answer, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A whole answer's headers, in the order they are written (both doors)."""
+    headers = dict(answer.headers)
+    headers.update(CORS_HEADERS)
     if extra:
-        resp.headers.update(extra)
-    if NODE_HEADER not in resp.headers:  # answered before the pipeline (405, 413, ...)
-        resp.headers.update(BY_GATEWAY)
-    return resp
+        headers.update(extra)
+    if NODE_HEADER not in headers:  # answered before the pipeline (405, 413, ...)
+        headers.update(BY_GATEWAY)
+    return headers
 
 
-def rpc_key(request: web.Request) -> str | None:
+def _reply(answer: Answer, extra: Mapping[str, str] | None = None) -> web.Response:
+    headers = reply_headers(answer, extra)
+    if answer.status == 204:
+        return web.Response(status=204, headers=headers)
+    return web.Response(
+        body=answer.body, status=answer.status, content_type="application/json", headers=headers
+    )
+
+
+def rpc_key(request: RpcRequest) -> str | None:
     """The request's well-formed key, or None (missing, malformed, mismatched)."""
     match = request.match_info
     if "tail" in match:  # /bsc/ or /bsc/KEY/extra: never a key, whatever the header says

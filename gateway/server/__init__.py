@@ -3,9 +3,11 @@ and workers (the multi-process supervisor). ``gunicorn_app`` is the gunicorn ent
 (``gunicorn gateway.server:gunicorn_app``).
 
 May import: app, ops, redis, demo, config, typedefs, rpc.protocol and rpc.errors (error
-replies and their CORS headers).
+replies and their CORS headers), rpc.http and rpc.replies (the lean door writes the HTTP
+adapter's answers).
 """
 
+import gateway.server.door  # noqa: F401  (registers server.door = "lean")
 from gateway.server.listener import gunicorn_app
 
 __all__ = ["gunicorn_app"]

@@ -28,7 +28,7 @@ from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging
 from gateway.ops.metrics import METRICS, mark_process_dead
 from gateway.ops.metricsport import MetricsListener
-from gateway.server.protocol import ConnectionWatch, GatewayServer
+from gateway.server.protocol import DOORS, ConnectionWatch, GatewayServer
 
 log = logging.getLogger("gateway.server")
 
@@ -93,6 +93,9 @@ class GatewayRunner(web.AppRunner):
         server.__class__ = GatewayServer
         assert isinstance(server, GatewayServer)
         server.watch = ConnectionWatch(self.app[T.CONFIG].server, self.app.get(METRICS))
+        door = self.app[T.CONFIG].server.door
+        if door != "app":
+            server.make_protocol = DOORS[door](self.app)
         return server
 
     async def setup(self) -> None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, Final
 
 from aiohttp import web
@@ -384,10 +385,16 @@ def _path_head(request: BaseRequest) -> str:
         return "-"
 
 
+# server.door -> the protocol factory for an app. gateway.server.door adds
+# "lean"; the package imports it, so it is registered wherever this module is.
+DOORS: dict[str, Callable[[web.Application], Callable[..., RequestHandler]]] = {}
+
+
 class GatewayServer(web.Server):
-    """``web.Server`` whose connections are ``GatewayProtocol``s."""
+    """``web.Server`` whose connections are ``GatewayProtocol``s (or the lean door's)."""
 
     watch: ConnectionWatch
+    make_protocol: Callable[..., RequestHandler] = GatewayProtocol
 
     def __call__(self) -> RequestHandler:
-        return GatewayProtocol(self, loop=self._loop, **self._kwargs)
+        return self.make_protocol(self, loop=self._loop, **self._kwargs)
