@@ -306,5 +306,5 @@ class LeanProtocol(GatewayProtocol):
 
 def lean_protocol(app: web.Application) -> Callable[..., RequestHandler]:
     """The protocol factory for ``server.door = "lean"`` (``GatewayRunner`` calls it)."""
-    handlers: list[RpcHttp] = app[HANDLERS] if HANDLERS in app else []
+    handlers: list[RpcHttp] = app.get(HANDLERS) or []
     return functools.partial(LeanProtocol, door=Door(handlers))

@@ -24,7 +24,7 @@ from gateway.config import Config
 from gateway.demo.mocknode import MockNode, MockNodeOptions
 from gateway.server.listener import GatewayRunner
 from tests.helpers.config import MakeConfig
-from tests.helpers.doors import door, make_config  # noqa: F401  (every test on both doors)
+from tests.helpers.doors import both_doors, door_make_config  # noqa: F401  (both doors)
 from tests.helpers.served import served
 
 HOST = "127.0.0.1"

@@ -25,7 +25,7 @@ from gateway.ops.metricsport import MetricsListener, SupervisorMetricsListener
 from gateway.redis.embedded import free_port
 from gateway.server.listener import GatewayRunner
 from tests.helpers.config import MakeConfig
-from tests.helpers.doors import door, make_config  # noqa: F401  (every test on both doors)
+from tests.helpers.doors import both_doors, door_make_config  # noqa: F401  (both doors)
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'

@@ -17,7 +17,7 @@ import pytest
 
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
 from tests.helpers.config import MakeConfig
-from tests.helpers.doors import door, make_config  # noqa: F401  (every test on both doors)
+from tests.helpers.doors import both_doors, door_make_config  # noqa: F401  (both doors)
 from tests.helpers.served import Served, served
 
 
