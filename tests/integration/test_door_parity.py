@@ -1,0 +1,208 @@
+"""The lean door against the application door: the same bytes in, the same bytes out.
+
+One gateway serves both doors on two listeners (``tests.helpers.bothdoors``),
+so nothing but the door differs. Each example is sent to the application
+door, then to the lean door, over raw sockets; the answers must be equal
+byte for byte once ``Date`` is masked, and the digits of ``RateLimit``
+(each send spends from the same key, so the second sees one less).
+
+The corpus is the fuzzer's (tests/integration/test_fuzz_gateway.py: bodies,
+encodings, content types, ``Expect``, paths, auth, methods, chunked
+framing, pipelined calls ending in garbage) plus the bad-input tests'
+framing cases below. ``FUZZ_EXAMPLES`` / ``FUZZ_RANDOM=1`` widen it as for
+the fuzzer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.redis.embedded import RedisProcess
+from tests.helpers.bothdoors import BothDoors, both_doors
+from tests.helpers.rawhttp import request, split_responses
+from tests.integration.test_fuzz_gateway import (
+    AUTHS,
+    CTYPES,
+    ENCODINGS,
+    EXPECTS,
+    GARBAGE,
+    METHODS_HTTP,
+    PATHS,
+    _chunked,
+    _dumps,
+    _encode,
+    bodies,
+    valid_calls,
+)
+
+_DATE = re.compile(rb"\r\nDate: [^\r]*")
+_COUNTERS = re.compile(rb"(\r\nRateLimit: [^\r]*)")
+
+
+def _budget(examples: int) -> settings:
+    return settings(
+        max_examples=int(os.environ.get("FUZZ_EXAMPLES", "0")) or examples,
+        deadline=None,
+        derandomize=os.environ.get("FUZZ_RANDOM") != "1",
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+@pytest.fixture(scope="module")
+def doors(redis_server: RedisProcess) -> Iterator[BothDoors]:
+    with both_doors(redis_server.url) as d:
+        yield d
+
+
+def _masked(raw: bytes) -> bytes:
+    raw = _DATE.sub(b"\r\nDate: -", raw)
+    return _COUNTERS.sub(lambda m: re.sub(rb"=\d+", b"=N", m.group(1)), raw)
+
+
+def _exchange(port: int, data: bytes, want: int, timeout_s: float = 10.0) -> tuple[bytes, bool]:
+    """Everything the server wrote until ``want`` whole responses, or its close."""
+    deadline = time.monotonic() + timeout_s
+    buf = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(data)
+        while deadline > time.monotonic():
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            except ConnectionResetError:
+                return buf, True
+            if not chunk:
+                return buf, True
+            buf += chunk
+            if len(split_responses(buf)[0]) >= want > 0:
+                return buf, False
+    return buf, False
+
+
+def _same(doors: BothDoors, data: bytes, want: int = 1) -> bytes:
+    """Send ``data`` to both doors; assert the same answer bytes; return them."""
+    app, app_closed = _exchange(doors.app_port, data, want)
+    lean, lean_closed = _exchange(doors.lean_port, data, want)
+    assert len(split_responses(app)[0]) >= want, (data[:300], app[:600])
+    assert _masked(lean) == _masked(app), (data[:300], app[:600], lean[:600])
+    if want == 0:  # read to the close: both closed
+        assert app_closed == lean_closed
+    return app
+
+
+@_budget(200)
+@given(
+    body=bodies,
+    encoding=ENCODINGS,
+    ctype=CTYPES,
+    expect=EXPECTS,
+    path=PATHS,
+    auth=AUTHS,
+    method=METHODS_HTTP,
+    chunk_cuts=st.none() | st.lists(st.integers(0, 300), max_size=4),
+)
+def test_one_request_same_bytes_from_both_doors(
+    doors: BothDoors,
+    body: bytes,
+    encoding: str,
+    ctype: str | None,
+    expect: str | None,
+    path: str,
+    auth: str | None,
+    method: str,
+    chunk_cuts: list[int] | None,
+) -> None:
+    wire, content_encoding = _encode(body, encoding)
+    headers: dict[str, str] = {}
+    if ctype is not None:
+        headers["Content-Type"] = ctype
+    if content_encoding:
+        headers["Content-Encoding"] = content_encoding
+    if expect is not None:
+        headers["Expect"] = expect
+    if auth is not None:
+        headers["Authorization"] = auth.format(k=doors.key)
+    if chunk_cuts is not None:
+        headers["Transfer-Encoding"] = "chunked"
+        wire = _chunked(wire, chunk_cuts)
+    _same(doors, request(path.format(k=doors.key), wire, method=method, headers=headers))
+
+
+@_budget(100)
+@given(
+    batch=st.lists(valid_calls, min_size=1, max_size=6),
+    garbage=GARBAGE,
+    path=st.sampled_from(["/bsc/{k}", "/opbnb/{k}", "/bsc"]),
+)
+def test_pipelined_same_bytes_from_both_doors(
+    doors: BothDoors, batch: list[dict[str, Any]], garbage: bytes, path: str
+) -> None:
+    data = b"".join(request(path.format(k=doors.key), _dumps(c)) for c in batch) + garbage
+    _same(doors, data, want=len(batch) + (1 if garbage else 0))
+
+
+CALL = b'{"jsonrpc":"2.0","id":7,"method":"eth_chainId","params":[]}'
+
+
+def _framing_cases(key: str) -> list[tuple[bytes, int]]:
+    """The bad-input tests' framing: (request bytes, responses to wait for; 0: the close)."""
+    path = f"/bsc/{key}"
+    big = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":["' + b"x" * 1_100_000 + b'"]}'
+    return [
+        (request(path, CALL), 1),
+        (request("/bsc", CALL, headers={"Authorization": f"Bearer {key}"}), 1),
+        (request(path, CALL, headers={"Content-Encoding": "gzip"}), 0),  # not gzip: 400, close
+        (request(path, zlib.compress(CALL), headers={"Content-Encoding": "deflate"}), 1),
+        (request(path, CALL, headers={"Expect": "100-continue"}), 1),
+        (request(path, CALL, headers={"Expect": "200-ok"}), 0),  # 417 and close
+        (request(path, CALL, headers={"Content-Type": "text/plain"}), 1),  # 415
+        (request(path, big), 1),  # 413 from the declared length
+        (
+            request(path, _chunked(big, [1000, 500_000]), headers={"Transfer-Encoding": "chunked"}),
+            1,
+        ),  # 413 after reading
+        (request(path, b"[" + b",".join([CALL] * 101) + b"]"), 1),  # batch limit
+        (request(path, CALL, method="GET"), 1),  # 405 (the application's)
+        (request(path, CALL, method="OPTIONS"), 1),  # preflight (the application's)
+        (request(path, CALL, headers={"Origin": "https://dapp.example"}), 1),
+        (request(path, CALL, headers={"X-Forwarded-For": "203.0.113.9"}), 1),
+        (request(path, CALL, headers={"Connection": "close"}), 0),
+        (request(path + "/extra", CALL), 1),
+        (request(path, CALL) + b"GARBAGE / HTTP/1.1\r\n\r\n", 2),
+        (request(path, b"not json"), 1),
+        (request(path, b""), 1),
+    ]
+
+
+def test_framing_cases_same_bytes_from_both_doors(doors: BothDoors) -> None:
+    taken = doors.door.taken
+    for data, want in _framing_cases(doors.key):
+        _same(doors, data, want)
+    assert doors.door.taken > taken  # the lean door answered these itself
+
+
+def test_lean_door_answers_rpc_posts_and_hands_the_rest_over(doors: BothDoors) -> None:
+    before = doors.door.taken
+    _same(doors, request(f"/bsc/{doors.key}", CALL), 1)
+    assert doors.door.taken == before + 1
+    raw = _same(doors, request("/healthz", b"", method="GET"), 1)  # the application's
+    assert doors.door.taken == before + 1
+    assert raw.startswith(b"HTTP/1.1 200 ")
+    answer = json.loads(
+        split_responses(_same(doors, request(f"/bsc/{doors.key}", CALL), 1))[0][0].body
+    )
+    assert answer == {"jsonrpc": "2.0", "id": 7, "result": "0x38"}
