@@ -120,6 +120,13 @@ def _common(p: argparse.ArgumentParser, scenario: str) -> None:
     stack = p.add_argument_group("local stack")
     stack.add_argument("--workers", type=int, default=1, help="gateway worker processes")
     stack.add_argument(
+        "--door",
+        choices=("app", "lean"),
+        default="app",
+        help="the gateway's server.door: the application for every path (default), or the "
+        "lean door for RPC POSTs",
+    )
+    stack.add_argument(
         "--admission",
         choices=("lease", "exact"),
         default="lease",
@@ -194,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--vs",
         metavar="BASELINES",
         help="comma list of baselines run interleaved with the gateway: proxy (aiohttp "
-        "pass-through), direct (the mock node), or NAME=URL",
+        "pass-through), direct (the mock node), door=app / door=lean (a second gateway of the "
+        "same stack behind the other door), or NAME=URL",
     )
     s.add_argument("--rounds", type=int, default=0, help="A B A B rounds (default 3 with --vs)")
     s.add_argument("--keys", type=int, default=1, help="keys to spread the load over")

@@ -62,6 +62,7 @@ class StackOptions:
     node_latency_ms: float = 0.0
     node_jitter_ms: float = 0.0
     gateway_workers: int = 1
+    door: str = "app"  # the gateway's server.door (GATEWAY_SERVER_DOOR)
     gateway_cmd: tuple[str, ...] = (sys.executable, "-m", "gateway")
     # a command the gateway server (not the operator CLI) runs under, e.g. valgrind's
     # callgrind for instruction counts that do not depend on the machine's load
@@ -92,6 +93,7 @@ class Stack:
     gateway: ManagedProcess | None = None
     gateway_port: int = 0
     proxy: ManagedProcess | None = None
+    extra: list[ManagedProcess] = field(default_factory=list)  # start_second_gateway's
     config_path: Path | None = None
 
     # ---- lifecycle ---------------------------------------------------------
@@ -125,7 +127,7 @@ class Stack:
     async def close(self) -> None:
         if self.gateway is not None and self.options.gateway_wrap:
             await self.gateway.stop(300.0)  # a wrapper (valgrind) writes its output on exit
-        procs = [self.gateway, self.proxy, self.redis]
+        procs = [self.gateway, *self.extra, self.proxy, self.redis]
         procs += [n for nodes in self.nodes.values() for n in nodes]
         await asyncio.gather(*(p.stop(5.0) for p in procs if p is not None))
 
@@ -245,21 +247,36 @@ burst = {_BENCH_PLAN_RATE}
     async def start_gateway(self) -> None:
         self.config_path = self._write_config()
         self.gateway_port = free_port()
+        self.gateway = await self._gateway(self.options.door, self.gateway_port, "gateway")
+
+    async def start_second_gateway(self, door: str) -> ManagedProcess:
+        """Another gateway on the same config, Redis and nodes, behind ``door``.
+
+        It serves no ``/metrics`` (the first one holds the listener); stopped
+        with the stack.
+        """
+        proc = await self._gateway(door, free_port(), f"gateway-{door}", metrics=False)
+        self.extra.append(proc)
+        return proc
+
+    async def _gateway(
+        self, door: str, port: int, name: str, *, metrics: bool = True
+    ) -> ManagedProcess:
         wrap = self.options.gateway_wrap
-        argv = [*wrap, *self.options.gateway_cmd, "serve", "--port", str(self.gateway_port)]
+        argv = [*wrap, *self.options.gateway_cmd, "serve", "--port", str(port)]
         if self.options.gateway_workers != 1:
             argv += ["--workers", str(self.options.gateway_workers)]
-        self.gateway = ManagedProcess(
-            "gateway",
-            argv,
-            env=self.cli_env(),
-            cpus=self.cpus.server,
-            log=self.workdir / "gateway.log",
+        if not metrics:
+            argv += ["--metrics-listen", ""]
+        env = {**self.cli_env(), "GATEWAY_SERVER_DOOR": door}
+        proc = ManagedProcess(
+            name, argv, env=env, cpus=self.cpus.server, log=self.workdir / f"{name}.log"
         )
-        await self.gateway.start()
-        self.gateway.url = f"http://127.0.0.1:{self.gateway_port}"
+        await proc.start()
+        proc.url = f"http://127.0.0.1:{port}"
         ready_s = 600.0 if wrap else 30.0  # under valgrind, start-up takes minutes
-        await wait_http(self.gateway.url + "/readyz", self.gateway, timeout_s=ready_s)
+        await wait_http(proc.url + "/readyz", proc, timeout_s=ready_s)
+        return proc
 
     async def start_proxy(self) -> None:
         routes = [f"/{net}={nodes[0].url}" for net, nodes in self.nodes.items() if nodes]

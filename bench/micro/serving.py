@@ -13,6 +13,11 @@ prints the server's CPU per request:
 * ``lowlevel``: aiohttp's low-level ``web.Server`` with the handler called
   directly (no router, no application), what the issue suggested trying;
 * ``gateway``: the same application under ``GatewayRunner`` (watchdog, cap);
+* ``lean``: ``GatewayRunner`` with ``server.door = "lean"``: the gateway's
+  lean door (gateway/server/door.py) with a stand-in for the RPC handler
+  that answers the fixed bytes through the door's own writes. It writes
+  the gateway's full header set (CORS, RateLimit, X-Gateway-*: six
+  headers, two more than the others);
 * ``raw``: an ``asyncio.Protocol`` on aiohttp's C request parser writing
   the answer's bytes itself: no request or response objects. Not a server
   (no keep-alive timer, no pipelining order, no errors): the floor that a
@@ -37,7 +42,7 @@ from bench.micro.common import Row, add_common, emit, where
 from bench.report import machine_info
 from bench.stack import CpuPlan, ManagedProcess, cpu_plan, free_port, wait_http
 
-STACKS = ("app", "lowlevel", "gateway", "raw")
+STACKS = ("app", "lowlevel", "gateway", "lean", "raw")
 PATH = "/bsc/" + "k" * 32
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 ANSWER = b'{"jsonrpc":"2.0","id":1,"result":"0x38"}'
@@ -63,6 +68,8 @@ async def _serve(stack: str, port: int) -> None:
 
     if stack == "raw":
         await _serve_raw(port)
+    elif stack == "lean":
+        await _serve_lean(port, handle)
     elif stack == "lowlevel":
         loop = asyncio.get_running_loop()
         await loop.create_server(web.Server(handle, access_log=None), "127.0.0.1", port)
@@ -83,6 +90,34 @@ async def _serve(stack: str, port: int) -> None:
         await web.TCPSite(runner, "127.0.0.1", port).start()
     print(f"http://127.0.0.1:{port}", flush=True)
     await asyncio.Event().wait()
+
+
+async def _serve_lean(port: int, handle: Any) -> None:
+    from types import SimpleNamespace
+
+    from aiohttp import web
+
+    from gateway import typedefs as T
+    from gateway.app import HANDLERS
+    from gateway.config import config_from_dict
+    from gateway.rpc.replies import Answer
+    from gateway.server.protocol import GatewayRunner
+
+    class Fixed:  # stands in for RpcHttp: the fixed answer, no pipeline
+        network = SimpleNamespace(prefix="/bsc")
+        max_body = 1 << 20
+
+        async def serve(self, request: Any, out: Any) -> Any:
+            await request.read()
+            return out.whole(Answer(ANSWER, 200, {k: HEADERS[k] for k in list(HEADERS)[2:]}))
+
+    app = web.Application()
+    app.router.add_route("*", "/bsc/{key}", handle)
+    app[T.CONFIG] = config_from_dict({"server": {"access_log": False, "door": "lean"}})
+    app[HANDLERS] = [Fixed()]  # type: ignore[misc]
+    runner = GatewayRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
 
 
 async def _serve_raw(port: int) -> None:

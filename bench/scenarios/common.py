@@ -112,6 +112,7 @@ async def environment(
         node_latency_ms=args.node_latency * 1000.0,
         node_jitter_ms=args.node_jitter * 1000.0,
         gateway_workers=args.workers,
+        door=getattr(args, "door", "app"),
         gateway_cmd=tuple(shlex.split(args.gateway_cmd)),
         gateway_wrap=tuple(shlex.split(getattr(args, "gateway_wrap", None) or "")),
         pin=not args.no_pin,
@@ -246,6 +247,7 @@ def base_report(
     report["target"] = env.gateway_url if not env.local else "local stack"
     if env.stack is not None:
         report["cpu_layout"] = env.stack.cpus.describe()
+        report["door"] = env.stack.options.door  # the gateway's server.door
     return report
 
 

@@ -40,7 +40,7 @@ async def steady(args: argparse.Namespace) -> dict[str, Any]:
             "gateway": (env.gateway_url, env.stack.gateway if env.stack else None)
         }
         for b in baselines:
-            if "=" in b:
+            if "=" in b and not b.startswith("door="):
                 name, url = b.split("=", 1)
                 targets[name] = (url, None)
             elif env.stack is None:
@@ -48,6 +48,10 @@ async def steady(args: argparse.Namespace) -> dict[str, Any]:
             elif b == "proxy":
                 assert env.stack.proxy is not None
                 targets["proxy"] = (env.stack.proxy.url, env.stack.proxy)
+            elif b in ("door=app", "door=lean"):
+                door = b.partition("=")[2]
+                second = await env.stack.start_second_gateway(door)
+                targets[f"gateway-{door}"] = (second.url, second)
             elif b == "direct":
                 node = env.stack.nodes[args.network][0]
                 targets["direct"] = (node.url, node)
@@ -83,6 +87,13 @@ async def steady(args: argparse.Namespace) -> dict[str, Any]:
                 report["ratios"][f"gateway/{name}"] = v.side_by_side_ratios(
                     report["targets"]["gateway"], report["targets"][name]
                 )
+        for name in targets:  # the second gateway (door=...) against each plain baseline
+            if name.startswith("gateway-"):
+                for base in targets:
+                    if not base.startswith("gateway"):
+                        report["ratios"][f"{name}/{base}"] = v.side_by_side_ratios(
+                            report["targets"][name], report["targets"][base]
+                        )
         if rounds > 1:
             for name in targets:
                 tp = report["targets"][name]["round_throughput_rps"]

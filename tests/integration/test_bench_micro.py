@@ -47,7 +47,13 @@ def test_row_figures_and_table(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (
             "bench.micro.serving",
-            ["app, 16 conns", "lowlevel, 16 conns", "gateway, 16 conns", "raw, 16 conns"],
+            [
+                "app, 16 conns",
+                "lowlevel, 16 conns",
+                "gateway, 16 conns",
+                "lean, 16 conns",
+                "raw, 16 conns",
+            ],
         ),
     ],
 )
