@@ -16,6 +16,7 @@ the fuzzer.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -27,10 +28,18 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.asyncio import Redis
 
+from gateway import typedefs as T
+from gateway.redis import keyspace as ks
 from gateway.redis.embedded import RedisProcess
+from gateway.rpc.auth import key_hash
 from tests.helpers.bothdoors import BothDoors, both_doors
-from tests.helpers.rawhttp import request, split_responses
+from tests.helpers.config import MakeConfig
+from tests.helpers.doors import both_doors as door_param  # noqa: F401  (the async tests' door)
+from tests.helpers.doors import door_make_config  # noqa: F401
+from tests.helpers.rawhttp import aexchange, request, split_responses
+from tests.helpers.served import served
 from tests.integration.test_fuzz_gateway import (
     AUTHS,
     CTYPES,
@@ -206,3 +215,32 @@ def test_lean_door_answers_rpc_posts_and_hands_the_rest_over(doors: BothDoors) -
         split_responses(_same(doors, request(f"/bsc/{doors.key}", CALL), 1))[0][0].body
     )
     assert answer == {"jsonrpc": "2.0", "id": 7, "result": "0x38"}
+
+
+NOT_OFFERED = b'{"jsonrpc":"2.0","id":3,"method":"debug_nope","params":[]}'
+ACCESS = re.compile(
+    r"access remote=127\.0\.0\.1 http=POST path=/bsc/\*\*\* rpc=- status=200 "
+    r"ms=[0-9.]+ key_id=\S+ cache=miss node=gateway"
+)
+
+
+async def test_access_log_metrics_and_insight_on_either_door(
+    make_config: MakeConfig,
+    api_key: str,
+    redis: Redis,
+    prefix: str,
+    door: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "gateway.access")
+    async with served(make_config({"server": {"metrics_listen": ""}})) as s:
+        assert s.app[T.CONFIG].server.door == door
+        data = request(f"/bsc/{api_key}", NOT_OFFERED)
+        (resp,), _ = await aexchange(s.port, data)
+        assert json.loads(resp.body)["error"]["code"] == -32601
+        lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access"]
+        assert len(lines) == 1 and ACCESS.fullmatch(lines[0]), lines
+        await s.app[T.INSIGHT].flush()
+    entries = await redis.xrange(ks.insight_log(prefix, key_hash(api_key)))
+    assert [e[1]["method"] for e in entries] == ["debug_nope"]
+    assert entries[0][1]["code"] == "-32601"

@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
+from tests.helpers.doors import both_doors, door_make_config  # noqa: F401  (both doors)
 from tests.helpers.proxies import SOURCE, haproxy, nginx
 from tests.helpers.served import served
 
