@@ -30,6 +30,7 @@ from gateway.store.accounts import Store
 from gateway.upstream.pool import NodePool
 from gateway.upstream.transport import LeanTransport
 from tests.helpers.config import Client, MakeConfig
+from tests.helpers.doors import GatewayTestServer, both_doors, door_make_config  # noqa: F401
 from tests.helpers.probes import PROBE_BODY
 from tests.helpers.procs import stop, wait_ready
 from tests.helpers.waiting import eventually
@@ -60,7 +61,7 @@ async def _client(
     make_config: MakeConfig, aiohttp_client: Any, node: MockNode, **raw: Any
 ) -> Client:
     cfg = make_config(raw, upstreams={"bsc": [node.url]})
-    client: Client = await aiohttp_client(create_app(cfg))
+    client: Client = await aiohttp_client(GatewayTestServer(create_app(cfg)))
     return client
 
 
@@ -122,7 +123,7 @@ async def test_chunked_answer_over_the_cap_is_cut_off(
             {"limits": {"max_response_bytes": 1_000_000}},
             upstreams={"bsc": [f"http://{LOOPBACK}:{port}/"]},
         )
-        client: Client = await aiohttp_client(create_app(cfg))
+        client: Client = await aiohttp_client(GatewayTestServer(create_app(cfg)))
         resp = await client.post(f"/bsc/{api_key}", data=CALL, headers=JSON)
         assert resp.status == 200
         with pytest.raises(aiohttp.ClientPayloadError):

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.app import create_app
 from tests.helpers.config import Client, MakeConfig
+from tests.helpers.doors import GatewayTestServer, both_doors, door_make_config  # noqa: F401
 
 SLOTS = 4
 ATTACKERS = 30  # far more than the slots
@@ -30,7 +31,7 @@ async def test_slow_bodies_do_not_take_in_flight_slots(
     make_config: MakeConfig, aiohttp_client: Any, api_key: str
 ) -> None:
     cfg = make_config({"limits": {"max_in_flight": SLOTS}, "server": {"body_timeout_s": 60}})
-    client: Client = await aiohttp_client(create_app(cfg))
+    client: Client = await aiohttp_client(GatewayTestServer(create_app(cfg)))
     host, port = client.host, client.port
     assert port is not None
     paths = ["/bsc", "/bsc/" + "A" * 32, f"/bsc/{api_key}", "/opbnb/x"]
