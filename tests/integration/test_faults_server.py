@@ -131,12 +131,13 @@ def _request_count(text: str, network: str = "bsc", status: str = "200") -> floa
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("door", ["app", "lean"])
 async def test_sigterm_under_load_drops_no_in_flight_call(
-    launch: Launch, api_key: str, mock_nodes: dict[str, MockNode]
+    launch: Launch, api_key: str, mock_nodes: dict[str, MockNode], door: str
 ) -> None:
     mock_nodes["bsc"].options = MockNodeOptions(chain_id=56, block_time_s=0, latency_ms=150)
     mock_nodes["opbnb"].options = MockNodeOptions(chain_id=204, block_time_s=0, latency_ms=900)
-    proc, port, log = await launch(drain_timeout_s=5.0)
+    proc, port, log = await launch(drain_timeout_s=5.0, door=door)
     base = f"http://{HOST}:{port}"
     ok = 0
     errors: collections.Counter[str] = collections.Counter()
@@ -211,10 +212,11 @@ async def test_sigterm_under_load_drops_no_in_flight_call(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("door", ["app", "lean"])
 async def test_slowloris_closed_within_header_timeout_while_serving(
-    launch: Launch, api_key: str
+    launch: Launch, api_key: str, door: str
 ) -> None:
-    proc, port, log = await launch(header_timeout_s=0.5, body_timeout_s=0.5)
+    proc, port, log = await launch(header_timeout_s=0.5, body_timeout_s=0.5, door=door)
     request = (
         b"POST /bsc/%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (api_key.encode(), len(CALL), CALL)
