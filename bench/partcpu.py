@@ -82,6 +82,7 @@ def _named(stack: Stack) -> list[tuple[str, ManagedProcess]]:
     parts: list[tuple[str, ManagedProcess]] = []
     if stack.gateway is not None:
         parts.append(("gateway", stack.gateway))
+    parts += [(proc.name, proc) for proc in stack.extra]  # a second gateway (door=...)
     if stack.proxy is not None:
         parts.append(("baseline proxy", stack.proxy))
     if stack.redis is not None:

@@ -228,6 +228,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     out.append(f"- machine: {m.get('cpus')} CPUs, {m.get('platform')}, Python {m.get('python')}")
     if report.get("cpu_layout"):
         out.append(f"- pinning: {report['cpu_layout']}")
+    if report.get("door"):
+        out.append(f"- door: the gateway's server.door = {report['door']!r}")
     out.append(f"- started: {report.get('started_at', '')}")
     out.append("")
     targets: dict[str, dict[str, Any]] = report.get("targets", {})
