@@ -14,6 +14,10 @@ _: Any = None
 # -- called by a framework, not by our code --------------------------------------
 _.charset  # aiohttp Response attribute set in ops.routes.metrics
 _.handle_error  # aiohttp RequestHandler override (server.protocol): malformed HTTP
+_._task  # read and cleared by aiohttp's RequestHandler.start() loop (server.door's LeanCall)
+_._request_in_progress  # read by aiohttp's RequestHandler.shutdown() (server.door): drain
+_._current_request  # read by aiohttp's connection_lost() / shutdown() (server.door)
+_._cancel  # called on _current_request by aiohttp: wakes the lean call's body read
 _.on_message_begin  # httptools parser callbacks (demo.framing)
 _.on_header
 _.on_headers_complete

@@ -6,6 +6,11 @@ JSON-RPC error, never a 500), the key from the path or the Bearer header,
 CORS on every answer, 204 for notifications, and a large answer streamed
 with ``resp.write`` waiting for the socket to drain (``rpc.relay``).
 Metrics and request insight are recorded once per request (``Pipeline.record``).
+
+Two doors serve it (``server.door``): aiohttp's application (``handle``,
+``AppOut``) and the lean door (``gateway.server.door``), each through the
+few writes of ``HttpOut``; ``serve`` decides what is written. It stays whole
+because those writes are the contract between ``serve`` and both doors.
 """
 
 from __future__ import annotations

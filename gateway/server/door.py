@@ -23,10 +23,15 @@ the same ``RpcHttp.serve``; only the writes differ (``LeanCall`` implements
 ``rpc.http.HttpOut``), and the answers are compared byte for byte (but
 ``Date``) in ``tests/integration/test_door_parity.py``.
 
+It stays whole because the door's three parts (which requests it takes,
+the call that reads and writes them, the protocol that hooks aiohttp's
+loop) are one contract with aiohttp's ``start()`` loop, read together.
+
 Private aiohttp API used (the pins in pyproject.toml bound the versions):
 ``RequestHandler._request_factory`` / ``_handle_request`` (the per-message
 hooks of its ``start()`` loop), ``_request_in_progress`` /
-``_handler_waiter`` (what ``shutdown()`` waits on), ``_close`` /
+``_handler_waiter`` (what ``shutdown()`` waits on), ``_current_request``
+(whose ``_cancel`` ``connection_lost()`` calls), ``_close`` /
 ``_force_close``, ``BaseProtocol._drain_helper`` and
 ``aiohttp.helpers.rfc822_formatted_time`` (the cached ``Date``).
 """
@@ -41,7 +46,7 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import hdrs, web
-from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.helpers import rfc822_formatted_time, set_exception
 from aiohttp.http import SERVER_SOFTWARE, HttpVersion11, StreamWriter
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
@@ -52,7 +57,7 @@ from gateway.app import HANDLERS
 from gateway.rpc.errors import CORS_HEADERS
 from gateway.rpc.http import PREFLIGHT_HEADERS, RpcHttp, reply_headers
 from gateway.rpc.replies import Answer
-from gateway.server.protocol import GatewayProtocol
+from gateway.server.protocol import DOORS, GatewayProtocol
 
 _REASONS: Final = {s.value: s.phrase for s in HTTPStatus}
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -166,6 +171,10 @@ class LeanCall:
                 raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(body))
             if not chunk:
                 return bytes(body)
+
+    def _cancel(self, exc: BaseException) -> None:
+        """The connection is gone (or draining): a body read still waiting raises ``exc``."""
+        set_exception(self.payload, exc)
 
     def __setitem__(self, key: web.RequestKey[str], value: str) -> None:
         self._keys[key] = value
@@ -292,11 +301,13 @@ class LeanProtocol(GatewayProtocol):
         if type(request) is not LeanCall:
             return await super()._handle_request(request, start_time, handler)
         self._request_in_progress = True
+        self._current_request = request  # type: ignore[assignment]  # only _cancel is called
         try:
             sent = await request.serve()
         except ConnectionError:
             return Sent(499, {}, False), True
         finally:
+            self._current_request = None
             self._request_in_progress = False
             if self._handler_waiter is not None:
                 self._handler_waiter.set_result(None)
@@ -308,3 +319,6 @@ def lean_protocol(app: web.Application) -> Callable[..., RequestHandler]:
     """The protocol factory for ``server.door = "lean"`` (``GatewayRunner`` calls it)."""
     handlers: list[RpcHttp] = app.get(HANDLERS) or []
     return functools.partial(LeanProtocol, door=Door(handlers))
+
+
+DOORS["lean"] = lean_protocol
