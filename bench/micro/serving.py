@@ -101,7 +101,7 @@ async def _serve_lean(port: int, handle: Any) -> None:
     from gateway.app import HANDLERS
     from gateway.config import config_from_dict
     from gateway.rpc.replies import Answer
-    from gateway.server.protocol import GatewayRunner
+    from gateway.server.listener import GatewayRunner
 
     class Fixed:  # stands in for RpcHttp: the fixed answer, no pipeline
         network = SimpleNamespace(prefix="/bsc")

@@ -24,7 +24,7 @@ from gateway.app import create_app
 from gateway.config import config_from_dict
 from gateway.redis.embedded import LOOPBACK
 from gateway.server.door import Door, lean_protocol
-from gateway.server.protocol import GatewayRunner
+from gateway.server.listener import GatewayRunner
 from tests.helpers.fuzzstack import _make_key
 from tests.helpers.procs import mock_node_process
 

@@ -16,7 +16,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from aiohttp.web_runner import BaseRunner
 
-from gateway.server.protocol import GatewayRunner
+from gateway.server.listener import GatewayRunner
 from tests.helpers.config import MakeConfig
 
 DOORS = ("app", "lean")
