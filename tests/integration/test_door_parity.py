@@ -241,6 +241,6 @@ async def test_access_log_metrics_and_insight_on_either_door(
         lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access"]
         assert len(lines) == 1 and ACCESS.fullmatch(lines[0]), lines
         await s.app[T.INSIGHT].flush()
-    entries: list[Any] = await redis.xrange(ks.insight_log(prefix, key_hash(api_key)))
+    entries: Any = await redis.xrange(ks.insight_log(prefix, key_hash(api_key)))
     assert [e[1]["method"] for e in entries] == ["debug_nope"]
     assert entries[0][1]["code"] == "-32601"
