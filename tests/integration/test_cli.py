@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.cli.main import main, parse_duration_ms
+from gateway.cli.main import main
+from gateway.cli.parser import parse_duration_ms
 from tests.helpers.config import Cli, Client
 from tests.helpers.lease import until_status
 

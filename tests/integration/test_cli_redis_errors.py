@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.main import EXIT_REDIS, redis_failure
+from gateway.cli.storecall import EXIT_REDIS, redis_failure
 from gateway.redis.embedded import LOOPBACK, free_port, redis_server_binary
 from tests.helpers.config import Cli
 

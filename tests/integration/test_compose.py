@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from bench.mocknode import build_parser as mocknode_parser
-from gateway.cli.main import build_parser as gateway_parser
+from gateway.cli.parser import build_parser as gateway_parser
 from gateway.config import Config, load_config
 from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port, redis_server_binary
 from tests.helpers.config import scenario

@@ -9,7 +9,7 @@ import pytest
 from bench.units import duration_arg
 from bench.units import parse_duration as bench_parse
 from gateway.cli.durations import parse_duration, parse_duration_ms
-from gateway.cli.main import parse_duration_ms as cli_parse_ms
+from gateway.cli.parser import parse_duration_ms as cli_parse_ms
 
 
 def test_bench_and_cli_share_one_parser() -> None:
