@@ -20,7 +20,8 @@ def usage_command(args: argparse.Namespace, cfg: Config) -> Command:
         u = await store.usage(args.key_id, args.since)
         lines = [
             f"key {u.key_id}: {u.total} requests, {u.compute_units} compute units, "
-            f"{u.limited} rate-limited, {u.errors} errors, {u.denied} denied"
+            f"{u.limited} rate-limited, {u.error_answers} error answers, "
+            f"{u.errors} upstream failures, {u.denied} denied"
         ]
         lines += [f"  {m:<40} {n}" for m, n in u.methods.items()]
         month, month_line = await month_of_key(store, cfg, args.key_id)

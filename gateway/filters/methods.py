@@ -87,5 +87,5 @@ class FilterMethods:
             return out
         kind, data = out
         if call.has_id:  # counted like a node's error answer (the key's error count)
-            self.errors.add(khash)
+            self.errors.answered(khash)
         raise CallError(kind.code, kind.message, data, status=kind.http_status)

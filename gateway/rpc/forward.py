@@ -11,7 +11,7 @@ in-flight slot is given back.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.config import Config, NetworkConfig
 from gateway.intel.methods import READS
@@ -41,8 +41,8 @@ class Pipeline(Protocol):
     def next_gids(self, n: int) -> int: ...
 
 
-def _failed(pipe: Pipeline, khash: str, exc: Exception) -> rpc.ErrorKind:
-    pipe.errors.add(khash)
+def _failed(pipe: Pipeline, khash: str, exc: Exception, n: int = 1) -> rpc.ErrorKind:
+    pipe.errors.add(khash, n)  # ``n`` calls no node answered: upstream failures
     if isinstance(exc, rpc.BadAnswer):
         log.warning("bad node answer network=%s reason=%s", pipe.network.name, exc)
         return rpc.UPSTREAM_UNAVAILABLE
@@ -50,13 +50,20 @@ def _failed(pipe: Pipeline, khash: str, exc: Exception) -> rpc.ErrorKind:
 
 
 def _done(
-    pipe: Pipeline, khash: str, body: bytes, is_error: bool, headers: dict[str, str]
+    pipe: Pipeline, khash: str, body: bytes, is_error: bool, headers: dict[str, str], n: int = 1
 ) -> R.Answer:
     answer = R.Answer(body, 200, headers)
     if is_error:
-        pipe.errors.add(khash)
+        pipe.errors.answered(khash, n)  # the node's answer: the calls' outcome, not a failure
         answer.is_error = True  # request insight reads the code from the answer
     return answer
+
+
+def _error_items(parsed: Any, forwarded: int) -> int:
+    """How many of a node batch answer's items are errors (all, for one whole-batch error)."""
+    if type(parsed) is list:
+        return max(1, sum(1 for a in parsed if type(a) is dict and "error" in a))
+    return forwarded
 
 
 async def forward_calls(
@@ -98,8 +105,9 @@ async def forward_calls(
                 return R.Answer(b"", 204, headers)
             body, is_error = rpc.restore_batch(b"", calls, gid, parsed=parsed)
         except (UpstreamError, rpc.BadAnswer) as exc:
-            return R.upstream_failed(_failed(pipe, khash, exc), req, headers)
-        return _done(pipe, khash, body, is_error, headers)
+            return R.upstream_failed(_failed(pipe, khash, exc, len(forward)), req, headers)
+        n = _error_items(parsed, len(forward)) if is_error else 1
+        return _done(pipe, khash, body, is_error, headers, n)
     # one call that is not a read with an id (a write, a notification, an
     # operator's extra method): relayed as the node answers it
     call = forward[0]

@@ -177,7 +177,7 @@ class RpcHttp:
             first = await relay.start()
             if relay.is_error:
                 answer.is_error = True
-                self.pipeline.errors.add(khash)
+                self.pipeline.errors.answered(khash)
             if relay.whole:
                 answer.body = first
                 return out.whole(answer)

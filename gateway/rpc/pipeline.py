@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from gateway.config import Config, NetworkConfig
 from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
@@ -128,6 +131,8 @@ class Pipeline:
             answer.key_id = admitted.key_id
             answer.known_key = bool(admitted.key_id)
         answer.method = method
+        if req.is_batch:
+            answer.calls = req.calls
         answer.headers.update(served_headers(req))  # X-Gateway-Cache / X-Gateway-Node
         if method == "-" and req.calls:
             answer.not_offered = R.not_offered(req)
@@ -229,6 +234,9 @@ class Pipeline:
         if self.insight is None or not answer.known_key or caller.khash is None:
             return
         body = answer.body
+        if answer.calls:  # a batch: each call under its own method and code, as usage counts
+            self._record_calls(caller.khash, caller.ip, answer, status, elapsed)
+            return
         code = 0
         if body and (status >= 400 or answer.is_error or len(body) <= 512):
             code = reply_code(body)
@@ -242,6 +250,25 @@ class Pipeline:
             caller.ip if failed else "",
             answer.not_offered,
         )
+
+    def _record_calls(
+        self, khash: str, ip: str, answer: R.Answer, status: int, elapsed: float
+    ) -> None:
+        assert self.insight is not None
+        calls = answer.calls
+        codes = _batch_codes(answer.body, calls, status >= 400 or answer.is_error)
+        for call, code in zip(calls, codes, strict=True):
+            ok = call.error is None
+            failed = code != 0 or status >= 400
+            self.insight.record(
+                khash,
+                call.method if ok else "-",
+                code,
+                status,
+                elapsed * 1000,
+                ip if failed else "",
+                call.method if call.error is rpc.METHOD_NOT_FOUND else "",
+            )
 
     def limit_headers(self, decision: Decision) -> dict[str, str]:
         """IETF RateLimit headers (draft-ietf-httpapi-ratelimit-headers-07 form)."""
@@ -269,3 +296,33 @@ def _label(req: R.ParsedRequest) -> str:
     if len(methods) == 1:
         return methods.pop()
     return "batch" if methods else "-"
+
+
+def _code_of(item: Any) -> int:
+    error = item.get("error") if type(item) is dict else None
+    if type(error) is dict and type(error.get("code")) is int:
+        return int(error["code"])
+    return 0
+
+
+def _batch_codes(body: bytes, calls: Sequence[rpc.Call], erred: bool) -> list[int]:
+    """Each call's JSON-RPC error code (0 = success or a notification) from a batch answer.
+
+    A batch answer holds one item per answered call, in request order; one
+    object instead is an error about the whole batch, the code of every call.
+    A large successful answer is not parsed again (no ``"error"`` in it).
+    """
+    codes = [0] * len(calls)
+    if not body or (not erred and b'"error"' not in body):
+        return codes
+    try:
+        reply = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return codes
+    if type(reply) is not list:
+        return [_code_of(reply)] * len(calls)
+    items = iter(reply)
+    for i, call in enumerate(calls):
+        if call.answered:
+            codes[i] = _code_of(next(items, None))
+    return codes

@@ -46,11 +46,13 @@ class Answer:
     calls sent that is not offered (for the key's call log, never a label);
     ``key_id``: the key's id once admission knew it; ``known_key``: an
     existing key (its calls count in insight);
-    ``is_error``: a node error inside a 200 (insight reads its code).
+    ``is_error``: a node error inside a 200 (insight reads its code);
+    ``calls``: a batch's calls (insight counts each one, as usage does).
     """
 
     __slots__ = (
         "body",
+        "calls",
         "followups",
         "headers",
         "is_error",
@@ -78,6 +80,7 @@ class Answer:
         self.key_id = ""
         self.known_key = False
         self.is_error = False
+        self.calls: Sequence[rpc.Call] = ()
         self.followups: Sequence[After] = ()
 
     def settle(self, sent: bool) -> None:

@@ -13,9 +13,13 @@ from typing import Protocol
 
 
 class ErrorCounts(Protocol):
-    """Calls a node answered with an error, per key (``store.errorcounts.ErrorCounter``)."""
+    """Failed calls and error answers, per key (``store.errorcounts.ErrorCounter``)."""
 
-    def add(self, khash: str, n: int = 1) -> None: ...
+    def add(self, khash: str, n: int = 1) -> None:
+        """``n`` calls no node answered (unreachable, timed out, a broken answer)."""
+
+    def answered(self, khash: str, n: int = 1) -> None:
+        """``n`` calls a node answered with a JSON-RPC error: the call's outcome."""
 
 
 class CallInsight(Protocol):

@@ -99,7 +99,8 @@ class Usage:
     total: int = 0
     limited: int = 0
     denied: int = 0
-    errors: int = 0
+    errors: int = 0  # upstream failures: calls no node answered (502/504)
+    error_answers: int = 0  # calls answered with a JSON-RPC error (the call's outcome)
     compute_units: int = 0
 
     def as_json(self) -> dict[str, Any]:
@@ -111,6 +112,7 @@ class Usage:
             "rate_limited": self.limited,
             "denied": self.denied,
             "errors": self.errors,
+            "error_answers": self.error_answers,
             "compute_units": self.compute_units,
             "methods": self.methods,
             "per_minute": [[t, n] for t, n in self.per_minute if n],

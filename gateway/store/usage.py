@@ -1,4 +1,4 @@
-"""Reading a key's usage (the counters admit.lua writes) and adding upstream errors.
+"""Reading a key's usage (the counters admit.lua writes) and adding error counts.
 
 Minutes are kept 48 h (``p:{H}:h:<hour>``), days 91 (``p:{H}:d:<day>``); both are
 written on the hot path by admit.lua, so this side only reads them, in one
@@ -51,7 +51,7 @@ class UsageReading(StoreCore):
                     per_minute.append((t, int(data.get(str(minute), 0))))
         per_day: list[tuple[int, dict[str, int]]] = []
         methods: dict[str, int] = {}
-        sums = {"req": 0, "lim": 0, "den": 0, "err": 0, "cu": 0}
+        sums = {"req": 0, "lim": 0, "den": 0, "err": 0, "ans": 0, "cu": 0}
         for day, data in zip(days, replies[len(hours) :], strict=True):
             totals = {k: int(data.get(k, 0)) for k in sums}
             per_day.append((day * DAY_MS, totals))
@@ -72,18 +72,27 @@ class UsageReading(StoreCore):
             limited=sums["lim"],
             denied=sums["den"],
             errors=sums["err"],
+            error_answers=sums["ans"],
             compute_units=sums["cu"],
         )
 
-    async def add_errors(self, counts: Mapping[str, int], now_ms: int | None = None) -> None:
-        """Add upstream error counts per key hash (flushed in batches, off the hot path)."""
-        if not counts:
+    async def add_errors(
+        self,
+        counts: Mapping[str, int],
+        now_ms: int | None = None,
+        answers: Mapping[str, int] | None = None,
+    ) -> None:
+        """Add counts per key hash (flushed in batches, off the hot path): ``counts``
+        calls no node answered (``err``), ``answers`` calls answered with a
+        JSON-RPC error (``ans``)."""
+        if not counts and not answers:
             return
         now = now_ms if now_ms is not None else await self.now_ms()
         day = now // DAY_MS
         pipe = self.redis.pipeline(transaction=False)
-        for khash, count in counts.items():
-            day_key = ks.usage_day(self.prefix, khash, day)
-            pipe.hincrby(day_key, "err", count)
-            pipe.pexpire(day_key, 91 * DAY_MS)
+        for field_name, per_key in (("err", counts), ("ans", answers or {})):
+            for khash, count in per_key.items():
+                day_key = ks.usage_day(self.prefix, khash, day)
+                pipe.hincrby(day_key, field_name, count)
+                pipe.pexpire(day_key, 91 * DAY_MS)
         await pipe.execute()

@@ -201,15 +201,16 @@ class TxMethods:
     def _refusal(
         self, results: list[Result], method: str, route: str, khash: str, *, private: bool
     ) -> Any:
-        self.pipeline.errors.add(khash)
         for verdict in (Verdict.REJECTED, Verdict.NONCE_LOW):
             for res in results:
                 if res.verdict is verdict and res.error is not None:
+                    self.pipeline.errors.answered(khash)  # the node's answer, not a failure
                     self._count(method, route, "rejected", khash)
                     err = res.error
                     code = err.get("code")
                     code = code if isinstance(code, int) else -32000
                     raise CallError(code, str(err.get("message", "")), err.get("data"))
+        self.pipeline.errors.add(khash)  # no node answered: an upstream failure
         self._count(method, route, "failed", khash)
         timeout = bool(results) and all(r.timeout for r in results)
         if private:

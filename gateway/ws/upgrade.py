@@ -218,7 +218,7 @@ class WsRoute:
                     return sess.push(rpc.error_body(kind, relay.client_id))
                 if relay.is_error:
                     answer.is_error = True
-                    errors.add(khash)
+                    errors.answered(khash)
                 if relay.whole:
                     return sess.push(first)
                 sess.begin_stream()

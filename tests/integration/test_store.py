@@ -107,3 +107,7 @@ async def test_error_counts_flush_into_usage(store: Store, account: str) -> None
     key, rec = await store.create_key(account)
     await store.add_errors({key_hash(key): 3})
     assert (await store.usage(rec.id)).errors == 3
+    await store.add_errors({}, answers={key_hash(key): 2})  # node error answers, apart
+    usage = await store.usage(rec.id)
+    assert (usage.errors, usage.error_answers) == (3, 2)
+    assert usage.as_json()["error_answers"] == 2
