@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
 from typing import Any
-
-import orjson
 
 from gateway.config import Config, NetworkConfig
 from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
 from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
-from gateway.rpc.errors import reply_code
+from gateway.rpc.errors import reply_code, reply_codes
 from gateway.rpc.forward import forward_calls
 from gateway.rpc.guard import LogsGuard
 from gateway.rpc.history import refuse_missing_state
@@ -256,7 +253,8 @@ class Pipeline:
     ) -> None:
         assert self.insight is not None
         calls = answer.calls
-        codes = _batch_codes(answer.body, calls, status >= 400 or answer.is_error)
+        erred = status >= 400 or answer.is_error
+        codes = reply_codes(answer.body, [c.answered for c in calls], erred)
         for call, code in zip(calls, codes, strict=True):
             ok = call.error is None
             failed = code != 0 or status >= 400
@@ -296,33 +294,3 @@ def _label(req: R.ParsedRequest) -> str:
     if len(methods) == 1:
         return methods.pop()
     return "batch" if methods else "-"
-
-
-def _code_of(item: Any) -> int:
-    error = item.get("error") if type(item) is dict else None
-    if type(error) is dict and type(error.get("code")) is int:
-        return int(error["code"])
-    return 0
-
-
-def _batch_codes(body: bytes, calls: Sequence[rpc.Call], erred: bool) -> list[int]:
-    """Each call's JSON-RPC error code (0 = success or a notification) from a batch answer.
-
-    A batch answer holds one item per answered call, in request order; one
-    object instead is an error about the whole batch, the code of every call.
-    A large successful answer is not parsed again (no ``"error"`` in it).
-    """
-    codes = [0] * len(calls)
-    if not body or (not erred and b'"error"' not in body):
-        return codes
-    try:
-        reply = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return codes
-    if type(reply) is not list:
-        return [_code_of(reply)] * len(calls)
-    items = iter(reply)
-    for i, call in enumerate(calls):
-        if call.answered:
-            codes[i] = _code_of(next(items, None))
-    return codes

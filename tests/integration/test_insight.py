@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from gateway.config import ConfigError, config_from_dict
 from gateway.redis import keyspace as ks
 from gateway.rpc.auth import key_hash
-from gateway.rpc.errors import reply_code
+from gateway.rpc.errors import reply_code, reply_codes
 from gateway.store.accounts import Store
 from gateway.store.insight import (
     HOUR_MS,
@@ -174,6 +174,16 @@ def test_reply_code() -> None:
     assert reply_code(batch) == -32601
     assert reply_code(b'{"error": not json') == 0
     assert reply_code(b'{"result":"the word \\"error\\" in a string"}') == 0
+
+
+def test_reply_codes_give_each_call_of_a_batch_its_code() -> None:
+    batch = b'[{"id":1,"result":"0x1"},{"id":2,"error":{"code":-32000,"message":"nonce too low"}}]'
+    # the second call is a notification: no place in the answer, no code
+    assert reply_codes(batch, [True, False, True], erred=True) == [0, 0, -32000]
+    whole = b'{"id":null,"error":{"code":-32005,"message":"rate limited"}}'
+    assert reply_codes(whole, [True, True], erred=True) == [-32005, -32005]
+    assert reply_codes(b'[{"id":1,"result":"0x1"}]', [True], erred=False) == [0]
+    assert reply_codes(b"", [False], erred=False) == [0]
 
 
 def test_month_start() -> None:
