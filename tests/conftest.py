@@ -88,11 +88,14 @@ def make_config(redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]) ->
     ) -> Config:
         raw = dict(raw or {})
         # A hot-path Redis timeout of 250 ms (the default) is a stall on a loaded CI
-        # box (one 503 in a full run, Nov 25); tests of Redis timeouts set their own.
+        # box (one 503 in a full run, Nov 25), and so is a 500 ms connect when 20
+        # calls at once grow the pool (one 503 in CI, Nov 27); tests of Redis
+        # timeouts set their own.
         redis_table = {
             "url": redis_url,
             "prefix": prefix,
             "timeout_ms": 2000,
+            "connect_timeout_ms": 2000,
             **raw.pop("redis", {}),
         }
         # Mock chains mine as fast as a test likes (and jump ahead at once): no

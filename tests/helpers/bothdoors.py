@@ -41,7 +41,12 @@ def config(redis_url: str, prefix: str, bsc: str, opbnb: str, **server: Any) -> 
     """No cache (a second send of a call would be a hit), limits no test reaches."""
     return config_from_dict(
         {
-            "redis": {"url": redis_url, "prefix": prefix, "timeout_ms": 2000},
+            "redis": {
+                "url": redis_url,
+                "prefix": prefix,
+                "timeout_ms": 2000,
+                "connect_timeout_ms": 2000,
+            },
             "plans": {"free": {"rate": 1_000_000, "burst": 1_000_000}},
             "networks": {"bsc": {"upstreams": [bsc]}, "opbnb": {"upstreams": [opbnb]}},
             "cache": {"enabled": False},
