@@ -78,6 +78,22 @@ def test_micro_benchmark_runs(module: str, names: list[str]) -> None:
 
 
 @pytest.mark.slow
+def test_pipeline_cache_hits_cost_no_node_call() -> None:
+    """The pipeline's own CPU per call: a real app, Redis and node; every measured call a hit."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.micro.pipeline", "--seconds", "0.3", "--repeats", "1",
+         "--json"],
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r["name"]: r for r in json.loads(out.stdout)["rows"]}
+    assert set(rows) == {f"pipeline, cache hit: {n}" for n in ("block", "balance", "batch of 3")}
+    for row in rows.values():
+        assert row["calls"] > 0 and row["cpu_us_per_call"] > 0
+        assert row["extra"]["node calls"] == 0, row  # answered by the cache, not the node
+
+
+@pytest.mark.slow
 def test_admission_modes_against_real_redis() -> None:
     """``--redis``: exact and leased admission of a real key; only exact costs Redis per call."""
     out = subprocess.run(
