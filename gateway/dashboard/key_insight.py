@@ -14,17 +14,16 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from gateway.dashboard import keyform
 from gateway.dashboard.session import store_of
 from gateway.dashboard.views import (
     config_of,
     fmt_number,
     login_required,
     own_key,
-    redirect,
     render,
-    sentence,
 )
-from gateway.store.accounts import Account, KeyRecord, NotFound, StoreError
+from gateway.store.accounts import Account, KeyRecord, StoreError
 from gateway.store.insightquery import WINDOWS, InsightStore, fmt_ms
 from gateway.store.keylimits import KeyLimits, fmt_rate, parse_daily, parse_rate
 
@@ -48,29 +47,17 @@ def _limits(request: web.Request) -> KeyLimits:
 
 @login_required
 async def limits_page(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await own_key(request, account)
-    return await _limits_page(request, account, record, saved=request.query.get("saved") == "1")
+    return await keyform.show(request, account, _limits_page)
 
 
 @login_required
 async def save_limits(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await own_key(request, account)
-    form = await request.post()
-    values = {name: str(form.get(name, ""))[:32] for name in ("rate", "daily_cu")}
-    try:
-        await _limits(request).set_key_limits(
-            account.id,
-            record.id,
-            rate=parse_rate(values["rate"]),
-            daily_cu=parse_daily(values["daily_cu"]),
-        )
-    except NotFound:
-        raise web.HTTPNotFound() from None
-    except StoreError as exc:
-        return await _limits_page(
-            request, account, record, form=values, error=sentence(str(exc)), status=400
-        )
-    return redirect(f"/dashboard/keys/{record.id}/limits?saved=1")
+    async def write(account: Account, record: KeyRecord, form: dict[str, str]) -> None:
+        rate, daily_cu = parse_rate(form["rate"]), parse_daily(form["daily_cu"])
+        await _limits(request).set_key_limits(account.id, record.id, rate=rate, daily_cu=daily_cu)
+
+    fields = {"rate": 32, "daily_cu": 32}
+    return await keyform.save(request, account, _limits_page, fields, write, "limits")
 
 
 async def _limits_page(

@@ -14,9 +14,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.dashboard import keyform
 from gateway.dashboard.session import store_of
-from gateway.dashboard.views import config_of, login_required, own_key, redirect, render, sentence
-from gateway.store.accounts import Account, KeyRecord, NotFound, StoreError
+from gateway.dashboard.views import config_of, login_required, render
+from gateway.store.accounts import Account, KeyRecord
 from gateway.store.keytx import recent_transactions, set_private_tx
 
 CHOICES = (
@@ -28,22 +29,15 @@ CHOICES = (
 
 @login_required
 async def tx_page(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await own_key(request, account)
-    return await _page(request, account, record, saved=request.query.get("saved") == "1")
+    return await keyform.show(request, account, _page)
 
 
 @login_required
 async def save_tx(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await own_key(request, account)
-    form = await request.post()
-    mode = str(form.get("private_tx", ""))[:16]
-    try:
-        await set_private_tx(store_of(request), account.id, record.id, mode)
-    except NotFound:
-        raise web.HTTPNotFound() from None
-    except StoreError as exc:
-        return await _page(request, account, record, error=sentence(str(exc)), status=400)
-    return redirect(f"/dashboard/keys/{record.id}/transactions?saved=1")
+    async def write(account: Account, record: KeyRecord, form: dict[str, str]) -> None:
+        await set_private_tx(store_of(request), account.id, record.id, form["private_tx"])
+
+    return await keyform.save(request, account, _page, {"private_tx": 16}, write, "transactions")
 
 
 async def _page(
@@ -51,6 +45,7 @@ async def _page(
     account: Account,
     record: KeyRecord,
     *,
+    form: dict[str, str] | None = None,
     error: str | None = None,
     saved: bool = False,
     status: int = 200,
@@ -64,7 +59,7 @@ async def _page(
     context: dict[str, Any] = {
         "key": record,
         "plan": plan,
-        "choice": record.private_tx or "off",
+        "choice": (form or {}).get("private_tx") or record.private_tx or "off",
         "choices": CHOICES,
         "private_networks": [n.name for n in cfg.networks if n.private_tx],
         "entries": entries,
