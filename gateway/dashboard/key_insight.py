@@ -45,50 +45,35 @@ def _limits(request: web.Request) -> KeyLimits:
     return KeyLimits(store_of(request), config_of(request).plans)
 
 
-@login_required
-async def limits_page(request: web.Request, account: Account) -> web.StreamResponse:
-    return await keyform.show(request, account, _limits_page)
-
-
-@login_required
-async def save_limits(request: web.Request, account: Account) -> web.StreamResponse:
-    async def write(account: Account, record: KeyRecord, form: dict[str, str]) -> None:
-        rate, daily_cu = parse_rate(form["rate"]), parse_daily(form["daily_cu"])
-        await _limits(request).set_key_limits(account.id, record.id, rate=rate, daily_cu=daily_cu)
-
-    fields = {"rate": 32, "daily_cu": 32}
-    return await keyform.save(request, account, _limits_page, fields, write, "limits")
-
-
-async def _limits_page(
-    request: web.Request,
-    account: Account,
-    record: KeyRecord,
-    *,
-    form: dict[str, str] | None = None,
-    error: str | None = None,
-    saved: bool = False,
-    status: int = 200,
-) -> web.Response:
+async def _limits_context(
+    request: web.Request, account: Account, record: KeyRecord, posted: dict[str, str] | None
+) -> dict[str, Any]:
     try:
         plan = _limits(request).plan_of(record)
     except StoreError:
         raise web.HTTPNotFound() from None
-    if form is None:
-        form = {
-            "rate": "" if record.rate_cap is None else fmt_rate(record.rate_cap),
-            "daily_cu": "" if record.daily_cu_cap is None else str(record.daily_cu_cap),
-        }
-    context: dict[str, Any] = {
-        "key": record,
+    form = posted or {
+        "rate": "" if record.rate_cap is None else fmt_rate(record.rate_cap),
+        "daily_cu": "" if record.daily_cu_cap is None else str(record.daily_cu_cap),
+    }
+    return {
         "plan": plan,
         "plan_rate": fmt_number(plan.rate),
         "plan_quota": fmt_number(plan.daily_quota) if plan.daily_quota else None,
         "form": form,
-        "error": error,
-        "saved": saved,
     }
-    return render(request, "key_limits.html", context, account=account, status=status)
+
+
+async def _write_limits(
+    request: web.Request, account: Account, record: KeyRecord, form: dict[str, str]
+) -> None:
+    rate, daily_cu = parse_rate(form["rate"]), parse_daily(form["daily_cu"])
+    await _limits(request).set_key_limits(account.id, record.id, rate=rate, daily_cu=daily_cu)
+
+
+limits_page, save_limits = keyform.views(
+    "key_limits.html", _limits_context, {"rate": 32, "daily_cu": 32}, _write_limits, "limits"
+)
 
 
 @login_required
