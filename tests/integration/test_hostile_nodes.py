@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import typedefs as T
 from gateway.demo import chainnode
@@ -27,7 +26,7 @@ from gateway.demo.mockws import Chain, MockWsNode, start_ws_node
 from gateway.ops.metrics import METRICS
 from tests.helpers.headnodes import HeadGateway, head_gateway, mock_chains  # noqa: F401
 from tests.helpers.readyz import readyz_details
-from tests.helpers.scrape import scrape
+from tests.helpers.scrape import by_node
 from tests.helpers.waiting import eventually
 
 
@@ -94,13 +93,7 @@ async def test_a_far_future_header_takes_its_node_out_and_moves_nothing(
     _, body = await readyz_details(client.app)  # node rows: the metrics listener's view
     row = body["networks"]["bsc"]["upstreams"][2]
     assert row["in_service"] is False and "ahead of every other node" in row["inconsistent"]
-    _, _, text = await scrape(client.app[METRICS])
-    flags = {
-        s.labels["node"]: s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == "gateway_upstream_inconsistent"
-    }
+    flags = await by_node(client.app[METRICS], "gateway_upstream_inconsistent")
     assert flags.get("bsc-2") == 1.0 and flags.get("bsc-0", 0.0) == 0.0
     liar.forge = None  # honest again: back after the cooldown, judged afresh
     await eventually(lambda: pool.nodes[2].in_service(), 10.0, "the node back in rotation")
