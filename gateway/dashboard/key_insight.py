@@ -14,17 +14,16 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from gateway.dashboard import keyform
 from gateway.dashboard.session import store_of
 from gateway.dashboard.views import (
     config_of,
     fmt_number,
     login_required,
     own_key,
-    redirect,
     render,
-    sentence,
 )
-from gateway.store.accounts import Account, KeyRecord, NotFound, StoreError
+from gateway.store.accounts import Account, KeyRecord, StoreError
 from gateway.store.insightquery import WINDOWS, InsightStore, fmt_ms
 from gateway.store.keylimits import KeyLimits, fmt_rate, parse_daily, parse_rate
 
@@ -46,62 +45,35 @@ def _limits(request: web.Request) -> KeyLimits:
     return KeyLimits(store_of(request), config_of(request).plans)
 
 
-@login_required
-async def limits_page(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await own_key(request, account)
-    return await _limits_page(request, account, record, saved=request.query.get("saved") == "1")
-
-
-@login_required
-async def save_limits(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await own_key(request, account)
-    form = await request.post()
-    values = {name: str(form.get(name, ""))[:32] for name in ("rate", "daily_cu")}
-    try:
-        await _limits(request).set_key_limits(
-            account.id,
-            record.id,
-            rate=parse_rate(values["rate"]),
-            daily_cu=parse_daily(values["daily_cu"]),
-        )
-    except NotFound:
-        raise web.HTTPNotFound() from None
-    except StoreError as exc:
-        return await _limits_page(
-            request, account, record, form=values, error=sentence(str(exc)), status=400
-        )
-    return redirect(f"/dashboard/keys/{record.id}/limits?saved=1")
-
-
-async def _limits_page(
-    request: web.Request,
-    account: Account,
-    record: KeyRecord,
-    *,
-    form: dict[str, str] | None = None,
-    error: str | None = None,
-    saved: bool = False,
-    status: int = 200,
-) -> web.Response:
+async def _limits_context(
+    request: web.Request, account: Account, record: KeyRecord, posted: dict[str, str] | None
+) -> dict[str, Any]:
     try:
         plan = _limits(request).plan_of(record)
     except StoreError:
         raise web.HTTPNotFound() from None
-    if form is None:
-        form = {
-            "rate": "" if record.rate_cap is None else fmt_rate(record.rate_cap),
-            "daily_cu": "" if record.daily_cu_cap is None else str(record.daily_cu_cap),
-        }
-    context: dict[str, Any] = {
-        "key": record,
+    form = posted or {
+        "rate": "" if record.rate_cap is None else fmt_rate(record.rate_cap),
+        "daily_cu": "" if record.daily_cu_cap is None else str(record.daily_cu_cap),
+    }
+    return {
         "plan": plan,
         "plan_rate": fmt_number(plan.rate),
         "plan_quota": fmt_number(plan.daily_quota) if plan.daily_quota else None,
         "form": form,
-        "error": error,
-        "saved": saved,
     }
-    return render(request, "key_limits.html", context, account=account, status=status)
+
+
+async def _write_limits(
+    request: web.Request, account: Account, record: KeyRecord, form: dict[str, str]
+) -> None:
+    rate, daily_cu = parse_rate(form["rate"]), parse_daily(form["daily_cu"])
+    await _limits(request).set_key_limits(account.id, record.id, rate=rate, daily_cu=daily_cu)
+
+
+limits_page, save_limits = keyform.views(
+    "key_limits.html", _limits_context, {"rate": 32, "daily_cu": 32}, _write_limits, "limits"
+)
 
 
 @login_required

@@ -14,9 +14,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.dashboard import keyform
 from gateway.dashboard.session import store_of
-from gateway.dashboard.views import config_of, login_required, own_key, redirect, render, sentence
-from gateway.store.accounts import Account, KeyRecord, NotFound, StoreError
+from gateway.dashboard.views import config_of
+from gateway.store.accounts import Account, KeyRecord
 from gateway.store.keytx import recent_transactions, set_private_tx
 
 CHOICES = (
@@ -26,49 +27,29 @@ CHOICES = (
 )
 
 
-@login_required
-async def tx_page(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await own_key(request, account)
-    return await _page(request, account, record, saved=request.query.get("saved") == "1")
-
-
-@login_required
-async def save_tx(request: web.Request, account: Account) -> web.StreamResponse:
-    record = await own_key(request, account)
-    form = await request.post()
-    mode = str(form.get("private_tx", ""))[:16]
-    try:
-        await set_private_tx(store_of(request), account.id, record.id, mode)
-    except NotFound:
-        raise web.HTTPNotFound() from None
-    except StoreError as exc:
-        return await _page(request, account, record, error=sentence(str(exc)), status=400)
-    return redirect(f"/dashboard/keys/{record.id}/transactions?saved=1")
-
-
-async def _page(
-    request: web.Request,
-    account: Account,
-    record: KeyRecord,
-    *,
-    error: str | None = None,
-    saved: bool = False,
-    status: int = 200,
-) -> web.Response:
+async def _context(
+    request: web.Request, account: Account, record: KeyRecord, posted: dict[str, str] | None
+) -> dict[str, Any]:
     cfg = config_of(request)
     try:
         plan = cfg.plan(record.plan)
     except KeyError:
         raise web.HTTPNotFound() from None
-    entries = await recent_transactions(store_of(request), account.id, record.id)
-    context: dict[str, Any] = {
-        "key": record,
+    return {
         "plan": plan,
-        "choice": record.private_tx or "off",
+        "choice": record.private_tx or "off",  # a refused post changes nothing to show
         "choices": CHOICES,
         "private_networks": [n.name for n in cfg.networks if n.private_tx],
-        "entries": entries,
-        "error": error,
-        "saved": saved,
+        "entries": await recent_transactions(store_of(request), account.id, record.id),
     }
-    return render(request, "key_tx.html", context, account=account, status=status)
+
+
+async def _write(
+    request: web.Request, account: Account, record: KeyRecord, form: dict[str, str]
+) -> None:
+    await set_private_tx(store_of(request), account.id, record.id, form["private_tx"])
+
+
+tx_page, save_tx = keyform.views(
+    "key_tx.html", _context, {"private_tx": 16}, _write, "transactions"
+)

@@ -39,9 +39,7 @@
 
 --#include keyrecord.lua
 
-local DAY_MS = 86400000
 local HOUR_MS = 3600000
-local DAY_TTL_MS = 7862400000   -- usage by day is kept 91 days
 local HOUR_TTL_MS = 176400000   -- minutes, in hour hashes, are kept 49 h
 
 local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts',
@@ -57,8 +55,7 @@ if key_gone(rec, now) then
 end
 
 local prefix = KEYS[2]
-local day = math.floor(now / DAY_MS)
-local day_key = prefix .. 'd:' .. day
+local day_key = prefix .. 'd:' .. math.floor(now / DAY_MS)
 local mstart = 7 + tonumber(ARGV[6]) * 5
 if ARGV[5] == '1' then
   -- metering what was delivered: no allowlist applies (see ARGV[5])
@@ -194,19 +191,9 @@ end
 if #list > 1 then
   -- a batch admitted call by call (keyrecord.lua walk_calls); the method
   -- pairs are then one per call, in the order of the costs
-  local room = -1
-  if quota > 0 then
-    room = quota - tonumber(redis.call('HGET', day_key, 'cu') or '0')
-  end
-  local mask, n, units, stop, short = walk_calls(list, burst, tokens, room, rate_status,
-    quota_status)
+  local mask, n, units, stop, retry = walk_calls(list, burst, tokens, rate, quota, day_key, now,
+    rate_status, quota_status)
   local refused = #list - n
-  local retry = 0
-  if stop == rate_status then
-    retry = math.ceil(short * 1000 / rate)
-  elseif stop then
-    retry = (day + 1) * DAY_MS - now
-  end
   if n == 0 then
     local reset = math.ceil((burst - tokens) / rate)
     return refuse('lim', ncalls,
@@ -227,7 +214,7 @@ end
 if quota > 0 then
   local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
   if used + cost > quota then
-    local retry = (day + 1) * DAY_MS - now
+    local retry = to_day_end(now)
     return refuse('lim', ncalls,
       {quota_status, key_id, burst, 0, math.ceil(retry / 1000), retry, plan})
   end

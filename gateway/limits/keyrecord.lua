@@ -11,7 +11,11 @@
 -- burst, daily quota (0 = none), cost of this request
 -- (limiter.PlanTable.groups builds them). The cost is one number, or for a
 -- batch admitted call by call the cost of each call in order, comma-separated
--- ("3,1,1"; PlanTable.call_groups).
+-- ("3,1,1"; PlanTable.call_groups). Usage by day is the hash <p>:{H}:d:<day>,
+-- its field cu the day's compute units.
+
+local DAY_MS = 86400000
+local DAY_TTL_MS = 7862400000  -- usage by day is kept 91 days
 
 -- now in ms: the injected time (tests), else Redis TIME
 local function clock_ms()
@@ -20,6 +24,11 @@ local function clock_ms()
   end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ms from `now` until the day (UTC) ends: when a daily quota refills
+local function to_day_end(now)
+  return (math.floor(now / DAY_MS) + 1) * DAY_MS - now
 end
 
 -- a record read as HMGET id, plan, exp, rev, ...: revoked, or expired at `now`
@@ -71,14 +80,22 @@ local function cost_list(field)
   return list, sum
 end
 
--- A batch admitted call by call, in order. A call costing more than `burst`
--- can never pass (status 5) and is passed over; the first call the bucket
--- (`tokens`) or the day (`room` units left, -1 = no quota) cannot hold now
--- stops the walk: it and every later call are refused with that status.
--- Returns the mask (one status digit per call, 0 = admitted), how many
--- calls were admitted, their units, the stopping status (or nil) and the
--- units the bucket lacked for the first call it refused.
-local function walk_calls(list, burst, tokens, room, rate_status, quota_status)
+-- A batch admitted call by call, in order, against the bucket (`tokens`,
+-- refilling at `rate`) and the day's compute units in the hash `day_key`
+-- (`quota`, 0 = none). A call costing more than `burst` can never pass
+-- (status 5) and is passed over; the first call the bucket or the day
+-- cannot hold now stops the walk: it and every later call are refused with
+-- that status. Returns the mask (one status digit per call, 0 = admitted),
+-- how many calls were admitted, their units, the stopping status (or nil),
+-- the retry in ms for the refused calls (until the bucket holds the first
+-- of them, or until the day ends; 0 when none was refused for those) and
+-- the units the day had room for before these (-1 = no quota).
+local function walk_calls(list, burst, tokens, rate, quota, day_key, now, rate_status,
+    quota_status)
+  local room = -1
+  if quota > 0 then
+    room = quota - tonumber(redis.call('HGET', day_key, 'cu') or '0')
+  end
   local mask, n, units, stop, short = {}, 0, 0, nil, 0
   for i = 1, #list do
     local c = list[i]
@@ -100,5 +117,11 @@ local function walk_calls(list, burst, tokens, room, rate_status, quota_status)
     end
     mask[i] = s
   end
-  return table.concat(mask), n, units, stop, short
+  local retry = 0
+  if stop == rate_status then
+    retry = math.ceil(short * 1000 / rate)
+  elseif stop then
+    retry = to_day_end(now)
+  end
+  return table.concat(mask), n, units, stop, retry, room
 end

@@ -43,9 +43,6 @@
 
 --#include keyrecord.lua
 
-local DAY_MS = 86400000
-local DAY_TTL_MS = 7862400000  -- usage by day is kept 91 days
-
 local rec = redis.call('HMGET', KEYS[1], 'id', 'plan', 'exp', 'rev', 'org', 'ipb', 'mth', 't', 'ts',
   'rcap', 'dcap')
 local function reply(status, granted, left, retry, plan, burst, rate)
@@ -109,18 +106,8 @@ end
 if #list > 1 then
   -- a batch admitted call by call (keyrecord.lua walk_calls), exactly as
   -- admit.lua does; the slice is granted as for a single request
-  local room = -1
-  if quota > 0 then
-    room = quota - tonumber(redis.call('HGET', day_key, 'cu') or '0')
-  end
-  local mask, n, units, stop, short = walk_calls(list, burst, tokens, room, rate_status,
-    quota_status)
-  local retry = 0
-  if stop == rate_status then
-    retry = math.ceil(short * 1000 / rate)
-  elseif stop then
-    retry = (math.floor(now / DAY_MS) + 1) * DAY_MS - now
-  end
+  local mask, n, units, stop, retry, room = walk_calls(list, burst, tokens, rate, quota, day_key,
+    now, rate_status, quota_status)
   if n == 0 then
     local out = refuse(stop or 5, retry)
     out[#out + 1] = mask
@@ -149,7 +136,7 @@ local room = -1
 if quota > 0 then
   local used = tonumber(redis.call('HGET', day_key, 'cu') or '0')
   if used + cost > quota then
-    return refuse(quota_status, (math.floor(now / DAY_MS) + 1) * DAY_MS - now)
+    return refuse(quota_status, to_day_end(now))
   end
   room = quota - used - cost
 end

@@ -12,17 +12,26 @@ from 127.0.0.1. Everything that decides X-Forwarded-For is kept as shipped.
 ``server`` and ``tunnel``, nginx's ``proxy_read_timeout`` and
 ``proxy_send_timeout``) so a test that scales the gateway's heartbeat by the
 same factor checks the shipped ratio in seconds instead of hours.
+
+``PROXIES`` parametrizes a test over both (each skipped where its binary is
+missing), and ``until_passing`` waits until the proxy passes calls on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Protocol
+
+import aiohttp
+import pytest
 
 from gateway.redis.embedded import LOOPBACK, free_port
 
@@ -126,3 +135,38 @@ def nginx(gateway_port: int, workdir: Path, scale: float = 1.0) -> Iterator[str]
     cmd = ["nginx", "-p", str(prefix), "-c", str(cfg), "-g", "daemon off;"]
     with _run(cmd, front, prefix / "stdout.log") as url:
         yield url
+
+
+class Proxy(Protocol):
+    """``haproxy`` or ``nginx``: run in front of a gateway port, yielding the proxy's URL."""
+
+    def __call__(
+        self, gateway_port: int, workdir: Path, scale: float = 1.0
+    ) -> AbstractContextManager[str]: ...
+
+
+PROXIES = [
+    pytest.param(
+        haproxy,
+        id="haproxy",
+        marks=pytest.mark.skipif(shutil.which("haproxy") is None, reason="no haproxy"),
+    ),
+    pytest.param(
+        nginx,
+        id="nginx",
+        marks=pytest.mark.skipif(shutil.which("nginx") is None, reason="no nginx"),
+    ),
+]
+
+
+async def until_passing(session: aiohttp.ClientSession, url: str) -> None:
+    """Until a call through the proxy reaches the gateway: HAProxy first answers 503,
+    until its health check has seen the gateway up."""
+    call = {"jsonrpc": "2.0", "id": 0, "method": "eth_chainId", "params": []}
+    for _ in range(200):
+        async with session.post(url, json=call) as r:
+            await r.read()
+            if r.status == 200:
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the proxy never passed a call to the gateway")

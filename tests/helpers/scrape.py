@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.ops.metrics import Metrics
 from gateway.ops.metricsport import MetricsListener
@@ -22,3 +23,14 @@ async def scrape(metrics: Metrics) -> tuple[int, str, str]:
             return resp.status, resp.headers["Content-Type"], await resp.text()
     finally:
         await listener.close()
+
+
+async def by_node(metrics: Metrics, name: str) -> dict[str, float]:
+    """The samples of the metric ``name`` (a per-node gauge or counter), by node label."""
+    _, _, text = await scrape(metrics)
+    return {
+        s.labels["node"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    }

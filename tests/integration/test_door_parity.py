@@ -6,7 +6,7 @@ door, then to the lean door, over raw sockets; the answers must be equal
 byte for byte once ``Date`` is masked, and the digits of ``RateLimit``
 (each send spends from the same key, so the second sees one less).
 
-The corpus is the fuzzer's (tests/integration/test_fuzz_gateway.py: bodies,
+The corpus is the fuzzer's (tests/helpers/fuzzinput.py: bodies,
 encodings, content types, ``Expect``, paths, auth, methods, chunked
 framing, pipelined calls ending in garbage) plus the bad-input tests'
 framing cases below. ``FUZZ_EXAMPLES`` / ``FUZZ_RANDOM=1`` widen it as for
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import socket
 import time
@@ -26,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
@@ -38,35 +37,15 @@ from tests.helpers.bothdoors import BothDoors, both_doors
 from tests.helpers.config import MakeConfig
 from tests.helpers.doors import both_doors as door_param  # noqa: F401  (the async tests' door)
 from tests.helpers.doors import door_make_config  # noqa: F401
+from tests.helpers.fuzzinput import GARBAGE, FuzzRequest, http_requests, valid_calls
+from tests.helpers.fuzzinput import budget as _budget
+from tests.helpers.fuzzinput import chunked as _chunked
+from tests.helpers.fuzzinput import dumps as _dumps
 from tests.helpers.rawhttp import aexchange, request, split_responses
 from tests.helpers.served import served
-from tests.integration.test_fuzz_gateway import (
-    AUTHS,
-    CTYPES,
-    ENCODINGS,
-    EXPECTS,
-    GARBAGE,
-    METHODS_HTTP,
-    PATHS,
-    _chunked,
-    _dumps,
-    _encode,
-    bodies,
-    valid_calls,
-)
 
 _DATE = re.compile(rb"\r\nDate: [^\r]*")
 _COUNTERS = re.compile(rb"(\r\nRateLimit: [^\r]*)")
-
-
-def _budget(examples: int) -> settings:
-    return settings(
-        max_examples=int(os.environ.get("FUZZ_EXAMPLES", "0")) or examples,
-        deadline=None,
-        derandomize=os.environ.get("FUZZ_RANDOM") != "1",
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
 
 
 @pytest.fixture(scope="module")
@@ -114,41 +93,9 @@ def _same(doors: BothDoors, data: bytes, want: int = 1) -> bytes:
 
 
 @_budget(200)
-@given(
-    body=bodies,
-    encoding=ENCODINGS,
-    ctype=CTYPES,
-    expect=EXPECTS,
-    path=PATHS,
-    auth=AUTHS,
-    method=METHODS_HTTP,
-    chunk_cuts=st.none() | st.lists(st.integers(0, 300), max_size=4),
-)
-def test_one_request_same_bytes_from_both_doors(
-    doors: BothDoors,
-    body: bytes,
-    encoding: str,
-    ctype: str | None,
-    expect: str | None,
-    path: str,
-    auth: str | None,
-    method: str,
-    chunk_cuts: list[int] | None,
-) -> None:
-    wire, content_encoding = _encode(body, encoding)
-    headers: dict[str, str] = {}
-    if ctype is not None:
-        headers["Content-Type"] = ctype
-    if content_encoding:
-        headers["Content-Encoding"] = content_encoding
-    if expect is not None:
-        headers["Expect"] = expect
-    if auth is not None:
-        headers["Authorization"] = auth.format(k=doors.key)
-    if chunk_cuts is not None:
-        headers["Transfer-Encoding"] = "chunked"
-        wire = _chunked(wire, chunk_cuts)
-    _same(doors, request(path.format(k=doors.key), wire, method=method, headers=headers))
+@given(req=http_requests(max_cut=300))
+def test_one_request_same_bytes_from_both_doors(doors: BothDoors, req: FuzzRequest) -> None:
+    _same(doors, req.wire(doors.key))
 
 
 @_budget(100)

@@ -2,8 +2,9 @@
 
 One ``gateway serve --workers 2`` (real Redis, mock nodes as processes) per
 module; hypothesis generates bodies, headers, encodings, framing, pipelined
-writes and WebSocket frames, sent over raw sockets. The oracles, checked on
-every example:
+writes and WebSocket frames, sent over raw sockets (the HTTP input is
+tests/helpers/fuzzinput.py, which the door-parity test sends too). The
+oracles, checked on every example:
 
 - no 500, and no 5xx but 502 / 503 / 504;
 - a JSON-RPC body on every answer from an RPC path (204 and the CORS
@@ -23,20 +24,27 @@ a plain test in test_fuzz_findings.py.
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
 import time
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.redis.embedded import RedisProcess
 from tests.helpers import rawws
+from tests.helpers.fuzzinput import (
+    GARBAGE,
+    FuzzRequest,
+    bodies,
+    budget,
+    calls,
+    dumps,
+    http_requests,
+    valid_calls,
+)
 from tests.helpers.fuzzstack import FuzzStack, fuzz_stack
 from tests.helpers.rawhttp import RawResponse, exchange, request
 
@@ -64,18 +72,6 @@ def exact_id(value: Any) -> bool:
     )
 
 
-def _budget(ci_examples: int) -> settings:
-    randomized = os.environ.get("FUZZ_RANDOM") == "1"
-    examples = int(os.environ.get("FUZZ_EXAMPLES", "0")) or ci_examples
-    return settings(
-        max_examples=examples,
-        deadline=None,
-        derandomize=not randomized,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
-
-
 @pytest.fixture(scope="module")
 def gw(redis_server: RedisProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzStack]:
     with fuzz_stack(tmp_path_factory.mktemp("fuzz"), redis_server.url) as stack:
@@ -83,144 +79,6 @@ def gw(redis_server: RedisProcess, tmp_path_factory: pytest.TempPathFactory) -> 
         # the module's last word: every worker that started is still the one serving
         assert stack.worker_pids() == stack.workers, "a worker was restarted"
         assert "Traceback" not in stack.new_log()
-
-
-# -- generated input ---------------------------------------------------------------
-FLOATS = st.floats(allow_nan=False, allow_infinity=False)
-IDS = (
-    st.integers(-(2**70), 2**70)
-    | st.text(max_size=8)
-    | st.none()
-    | FLOATS
-    | st.sampled_from(["1", "0x1", "", "é", "\u2028"])
-)
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | FLOATS | st.text(max_size=10),
-    lambda children: (
-        st.lists(children, max_size=4)
-        | st.dictionaries(
-            st.sampled_from(["jsonrpc", "id", "method", "params", "x", "Method"]),
-            children,
-            max_size=5,
-        )
-    ),
-    max_leaves=12,
-)
-METHODS = [
-    "eth_chainId",
-    "eth_blockNumber",
-    "eth_getBalance",
-    "eth_call",
-    "eth_getLogs",
-    "eth_getBlockByNumber",
-    "net_version",
-    "debug_x",
-    "admin_peers",
-    "",
-]
-PARAMS = (
-    st.sampled_from(
-        [
-            [],
-            ["0x0000000000000000000000000000000000000001", "latest"],
-            ["0x1", False],
-            ["latest", True],
-            [{"fromBlock": "0x1", "toBlock": "0x2"}],
-            [{"to": "0x0000000000000000000000000000000000000002", "data": "0x"}, "latest"],
-        ]
-    )
-    | json_values
-)
-calls = st.fixed_dictionaries(
-    {
-        "jsonrpc": st.sampled_from(["2.0", "2.0", "2.0", "1.0", 2]),
-        "method": st.sampled_from(METHODS),
-    },
-    optional={"id": IDS, "params": PARAMS, "x": json_values},
-)
-valid_calls = st.fixed_dictionaries(
-    {
-        "jsonrpc": st.just("2.0"),
-        "method": st.sampled_from(METHODS[:7]),
-        "id": st.integers(-(2**63), 2**63) | st.text(max_size=8),
-        "params": PARAMS,
-    }
-)
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value).encode()
-
-
-bodies = st.one_of(
-    calls.map(_dumps),
-    st.lists(calls, min_size=1, max_size=5).map(_dumps),
-    valid_calls.map(_dumps),
-    json_values.map(_dumps),
-    st.binary(max_size=200),
-    st.sampled_from([b"", b"[]", b"{}", b"[[]]", b"null", b'"x"', b"1e400", b"\xef\xbb\xbf{}"]),
-)
-ENCODINGS = st.sampled_from(
-    [
-        "",
-        "",
-        "",
-        "gzip",
-        "deflate",
-        "gzip-lie",
-        "deflate-lie",
-        "br",
-        "identity",
-        "x-zip",
-        "gzip, gzip",
-    ]
-)
-CTYPES = st.sampled_from(
-    [
-        "application/json",
-        "application/json",
-        "application/json; charset=utf-8",
-        "APPLICATION/JSON",
-        "text/plain",
-        "application/x+json",
-        "",
-        None,
-    ]
-)
-EXPECTS = st.sampled_from([None, None, None, "100-continue", "200-ok", "", "x" * 50])
-PATHS = st.sampled_from(
-    [
-        "/bsc/{k}",
-        "/bsc/{k}",
-        "/opbnb/{k}",
-        "/bsc",
-        "/bsc/",
-        "/bsc/{k}/extra",
-        "/bsc/{k}?a=1",
-        "/bsc/x",
-    ]
-)
-AUTHS = st.sampled_from([None, None, "Bearer {k}", "Bearer wrong", "Basic abc", "Bearer "])
-METHODS_HTTP = st.sampled_from(["POST"] * 8 + ["GET", "PUT", "OPTIONS", "DELETE"])
-
-
-def _encode(body: bytes, encoding: str) -> tuple[bytes, str | None]:
-    if encoding == "gzip":
-        return gzip.compress(body), "gzip"
-    if encoding == "deflate":
-        return zlib.compress(body), "deflate"
-    if encoding.endswith("-lie"):  # plain bytes that claim to be compressed
-        return body, encoding.removesuffix("-lie")
-    return body, encoding or None
-
-
-def _chunked(body: bytes, cuts: list[int]) -> bytes:
-    pieces, at = [], 0
-    for cut in [*sorted({c % (len(body) + 1) for c in cuts}), len(body)]:
-        if cut > at:
-            pieces.append(body[at:cut])
-            at = cut
-    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
 
 # -- the oracles -------------------------------------------------------------------
@@ -277,50 +135,17 @@ def check_log(gw: FuzzStack, requests: int) -> None:
 
 
 # -- HTTP: one request per connection ----------------------------------------------
-@_budget(ci_examples=1200)
-@given(
-    body=bodies,
-    encoding=ENCODINGS,
-    ctype=CTYPES,
-    expect=EXPECTS,
-    path=PATHS,
-    auth=AUTHS,
-    method=METHODS_HTTP,
-    chunk_cuts=st.none() | st.lists(st.integers(0, 400), max_size=4),
-)
-def test_http_requests(
-    gw: FuzzStack,
-    body: bytes,
-    encoding: str,
-    ctype: str | None,
-    expect: str | None,
-    path: str,
-    auth: str | None,
-    method: str,
-    chunk_cuts: list[int] | None,
-) -> None:
-    wire, content_encoding = _encode(body, encoding)
-    headers: dict[str, str] = {}
-    if ctype is not None:
-        headers["Content-Type"] = ctype
-    if content_encoding:
-        headers["Content-Encoding"] = content_encoding
-    if expect is not None:
-        headers["Expect"] = expect
-    if auth is not None:
-        headers["Authorization"] = auth.format(k=gw.key)
-    if chunk_cuts is not None:
-        headers["Transfer-Encoding"] = "chunked"
-        wire = _chunked(wire, chunk_cuts)
-    data = request(path.format(k=gw.key), wire, method=method, headers=headers)
+@budget(1200)
+@given(req=http_requests(max_cut=400))
+def test_http_requests(gw: FuzzStack, req: FuzzRequest) -> None:
     started = time.monotonic()
-    responses, closed = exchange(gw.port, data, timeout_s=MAX_ANSWER_S + 1)
+    responses, closed = exchange(gw.port, req.wire(gw.key), timeout_s=MAX_ANSWER_S + 1)
     assert time.monotonic() - started < MAX_ANSWER_S
     assert responses, f"no answer (closed={closed})"
-    answer = check_response(responses[0], method)
-    if content_encoding in (None, "identity") and answer is not None:
+    answer = check_response(responses[0], req.method)
+    if req.content_encoding in (None, "identity") and answer is not None:
         try:
-            sent = json.loads(body)
+            sent = json.loads(req.body)
         except ValueError:
             sent = None
         check_ids(sent, answer, responses[0].body)
@@ -328,12 +153,7 @@ def test_http_requests(
 
 
 # -- HTTP: pipelined requests in one write, maybe ending in garbage -----------------
-GARBAGE = st.sampled_from(
-    [b"", b"", b"GARBAGE / HTTP/1.1\r\n\r\n", b"\x00\xff\r\n\r\n", b"POST /bsc HTTP/9.9\r\n\r\n"]
-)
-
-
-@_budget(ci_examples=500)
+@budget(500)
 @given(
     batch=st.lists(valid_calls, min_size=1, max_size=6),
     garbage=GARBAGE,
@@ -342,7 +162,7 @@ GARBAGE = st.sampled_from(
 def test_pipelined_requests(
     gw: FuzzStack, batch: list[dict[str, Any]], garbage: bytes, path: str
 ) -> None:
-    data = b"".join(request(path.format(k=gw.key), _dumps(c)) for c in batch) + garbage
+    data = b"".join(request(path.format(k=gw.key), dumps(c)) for c in batch) + garbage
     want = len(batch) + (1 if garbage else 0)
     started = time.monotonic()
     responses, _ = exchange(gw.port, data, want=want, timeout_s=MAX_ANSWER_S + 1)
@@ -359,8 +179,8 @@ def test_pipelined_requests(
 
 # -- WebSocket frames ----------------------------------------------------------------
 frames = st.one_of(
-    valid_calls.map(lambda c: ("text", _dumps(c))),
-    calls.map(lambda c: ("text", _dumps(c))),
+    valid_calls.map(lambda c: ("text", dumps(c))),
+    calls.map(lambda c: ("text", dumps(c))),
     bodies.map(lambda b: ("binary", b)),
     st.binary(max_size=130).map(lambda b: ("ping", b)),
     st.binary(max_size=20).map(lambda b: ("pong", b)),
@@ -405,7 +225,7 @@ def _violates(kind: str, payload: bytes) -> bool:
     return True
 
 
-@_budget(ci_examples=500)
+@budget(500)
 @given(
     sent=st.lists(frames, min_size=1, max_size=5), path=st.sampled_from(["/bsc/{k}", "/opbnb/{k}"])
 )
@@ -425,7 +245,7 @@ def test_websocket_frames(gw: FuzzStack, sent: list[tuple[str, bytes]], path: st
         try:
             for kind, payload in sent:
                 ws.send(_frame_bytes(kind, payload))
-            ws.send(rawws.encode(rawws.TEXT, _dumps(probe)))
+            ws.send(rawws.encode(rawws.TEXT, dumps(probe)))
         except (BrokenPipeError, ConnectionResetError):
             assert violated, "the server closed on frames the protocol allows"
         while True:

@@ -13,89 +13,67 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.demo.mockws import Chain, start_ws_node
 from gateway.ops.logsetup import formatter
 from gateway.ops.metrics import METRICS
-from gateway.store.accounts import Store
 from tests.helpers.config import Client, MakeConfig
+from tests.helpers.headnodes import HeadGateway, head_gateway, mock_chains  # noqa: F401
 from tests.helpers.readyz import readyz_details
-from tests.helpers.scrape import scrape
+from tests.helpers.scrape import by_node
 from tests.helpers.waiting import eventually
 
 JSON = {"Content-Type": "application/json"}
 
 
-@pytest.fixture
-async def chains() -> AsyncIterator[dict[str, Chain]]:
-    made = {"bsc": Chain(56, start_block=40_000_000), "opbnb": Chain(204, start_block=50_000_000)}
-    yield made
-    for chain in made.values():
-        await chain.stop()
-        for node in list(chain.nodes):
-            await node.close()
-
-
-async def _app(
-    make_config: MakeConfig, aiohttp_client: Any, upstreams: dict[str, list[str]], **upstream: Any
-) -> Client:
+async def _app(gw: HeadGateway, upstreams: dict[str, list[str]], **upstream: Any) -> Client:
     # probe_interval_s 3 (the shipped default): only newHeads can keep the head fresh
-    cfg = make_config(
-        {
-            "upstream": {"probe_interval_s": 3.0, **upstream},
-            "plans": {"free": {"rate": 10_000, "burst": 10_000}},
-        },
-        upstreams=upstreams,
-    )
-    client: Client = await aiohttp_client(create_app(cfg))
-    return client
+    return await gw.start({"upstream": {"probe_interval_s": 3.0, **upstream}}, upstreams)
 
 
-async def _call(client: Client, key: str, method: str, params: list[Any]) -> tuple[int, Any]:
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    resp = await client.post(f"/bsc/{key}", json=body)
-    return resp.status, await resp.json()
-
-
-async def test_latest_follows_newheads_within_a_block(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
-    chains: dict[str, Chain],
-    api_key: str,
-    store: Store,
-    account: str,
-) -> None:
-    """Mining every 500 ms: >= 95 % of answers at most 1 block behind the node, none > 2."""
-    chain = chains["bsc"]
-    chain.block_time_s = 0.5
-    bsc = await start_ws_node(chain)
-    opbnb = await start_ws_node(chains["opbnb"])
-    client = await _app(make_config, aiohttp_client, {"bsc": [bsc.url], "opbnb": [opbnb.url]})
-    await eventually(lambda: bsc.subscriptions("newHeads") == 1, 5.0)
-    chain.start()
+async def _lags(gw: HeadGateway, chain: Chain, seconds: float) -> list[int]:
+    """For ``seconds``: eth_blockNumber and latest, each answer's blocks behind the node."""
     lags: list[int] = []
-    stop = time.monotonic() + 6.0
+    stop = time.monotonic() + seconds
     while time.monotonic() < stop:
         for method, params in (
             ("eth_blockNumber", []),
             ("eth_getBlockByNumber", ["latest", False]),
         ):
-            status, answer = await _call(client, api_key, method, params)
+            status, answer = await gw.call(method, params)
             at_node = chain.head  # the node's head at the moment the answer arrived
             assert status == 200, answer
             result = answer["result"]
             number = int(result if isinstance(result, str) else result["number"], 16)
             lags.append(at_node - number)
         await asyncio.sleep(0.03)
+    return lags
+
+
+def _assert_head_promise(lags: list[int]) -> None:
+    """>= 95 % of answers at most 1 block behind the node, none more than 2."""
     within_one = sum(1 for lag in lags if lag <= 1) / len(lags)
     assert len(lags) > 50 and within_one >= 0.95 and max(lags) <= 2, sorted(lags)[-10:]
+
+
+async def test_latest_follows_newheads_within_a_block(
+    gw: HeadGateway,
+    chains: dict[str, Chain],
+) -> None:
+    """Mining every 500 ms: >= 95 % of answers at most 1 block behind the node, none > 2."""
+    chain = chains["bsc"]
+    chain.block_time_s = 0.5
+    bsc = await start_ws_node(chain)
+    opbnb = await start_ws_node(chains["opbnb"])
+    client = await _app(gw, {"bsc": [bsc.url], "opbnb": [opbnb.url]})
+    await eventually(lambda: bsc.subscriptions("newHeads") == 1, 5.0)
+    chain.start()
+    _assert_head_promise(await _lags(gw, chain, 6.0))
     # answers came from the head, not the node (only the first, before any newHeads)
     pool = client.app[T.POOLS]["bsc"]
     assert pool.intel.heads.head.number >= chain.head - 1
@@ -103,51 +81,41 @@ async def test_latest_follows_newheads_within_a_block(
 
 
 async def test_no_node_in_service_answers_502_but_final_answers_stay(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     chains: dict[str, Chain],
-    api_key: str,
-    store: Store,
-    account: str,
 ) -> None:
     nodes = [await start_ws_node(chains["bsc"]) for _ in range(2)]
     opbnb = await start_ws_node(chains["opbnb"])
-    client = await _app(
-        make_config, aiohttp_client, {"bsc": [n.url for n in nodes], "opbnb": [opbnb.url]}
-    )
+    client = await _app(gw, {"bsc": [n.url for n in nodes], "opbnb": [opbnb.url]})
     await eventually(lambda: all(n.subscriptions("newHeads") == 1 for n in nodes), 5.0)
-    assert (await _call(client, api_key, "eth_chainId", []))[0] == 200  # cached for good
-    status, before = await _call(client, api_key, "eth_blockNumber", [])
+    assert (await gw.call("eth_chainId", []))[0] == 200  # cached for good
+    status, before = await gw.call("eth_blockNumber", [])
     assert status == 200
     for node in nodes:  # both nodes go away (HTTP refused, sockets closed)
         node.down = True
         await node.drop()
     started = time.monotonic()
     while True:
-        status, answer = await _call(client, api_key, "eth_blockNumber", [])
+        status, answer = await gw.call("eth_blockNumber", [])
         if status != 200:
             break
         assert time.monotonic() - started < 3.0, "kept answering a head nobody vouches for"
         await asyncio.sleep(0.05)
     assert status == 502 and answer["error"]["code"] == -32603, answer
-    status, answer = await _call(client, api_key, "eth_getBlockByNumber", ["latest", False])
+    status, answer = await gw.call("eth_getBlockByNumber", ["latest", False])
     assert status == 502 and answer["error"]["code"] == -32603
-    status, answer = await _call(client, api_key, "eth_chainId", [])
+    status, answer = await gw.call("eth_chainId", [])
     assert status == 200 and answer["result"] == "0x38"  # immutable: still served
     for node in nodes:
         node.down = False
     await eventually(lambda: client.app[T.POOLS]["bsc"].serving(), 8.0)
-    status, after = await _call(client, api_key, "eth_blockNumber", [])
+    status, after = await gw.call("eth_blockNumber", [])
     assert status == 200 and int(after["result"], 16) >= int(before["result"], 16)
 
 
 async def test_a_node_of_another_chain_gets_no_calls_and_is_reported(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     chains: dict[str, Chain],
-    api_key: str,
-    store: Store,
-    account: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A chain-204 node listed under bsc: out of rotation, logged, in /readyz and a metric."""
@@ -157,17 +125,16 @@ async def test_a_node_of_another_chain_gets_no_calls_and_is_reported(
     key = "0123456789abcdef0123456789abcdef"
     wrong_url = f"http://u:secretpw@{wrong.url[len('http://') :]}/?apikey={key}"
     client = await _app(
-        make_config,
-        aiohttp_client,
+        gw,
         {"bsc": [good.url, wrong_url], "opbnb": [wrong.url]},
         ws_heads=False,  # the mock's socket is on "/", not on the keyed path
     )
     for _ in range(10):
-        status, answer = await _call(client, api_key, "eth_gasPrice", [])
+        status, answer = await gw.call("eth_gasPrice", [])
         assert status == 200
-        status, answer = await _call(client, api_key, "net_version", [])
+        status, answer = await gw.call("net_version", [])
         assert answer["result"] == "56"
-    assert (await _call(client, api_key, "eth_chainId", []))[1]["result"] == "0x38"
+    assert (await gw.call("eth_chainId", []))[1]["result"] == "0x38"
     client_calls = [m for m in wrong.calls if m in ("eth_gasPrice", "net_version")]
     assert client_calls == [], "a wrong-chain node was sent client calls"
     assert client.app[T.POOLS]["bsc"].nodes[1].chain_id == 204
@@ -185,23 +152,13 @@ async def test_a_node_of_another_chain_gets_no_calls_and_is_reported(
     assert fields["level"] == "WARNING" and fields["logger"] == "gateway.upstream"
     assert (fields["node"], fields["chain_id"], fields["expected_chain_id"]) == ("bsc-1", 204, 56)
     assert fields["target"] == node["url"]
-    _, _, text = await scrape(client.app[METRICS])
-    mismatch = {
-        s.labels["node"]: s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == "gateway_upstream_chain_mismatch"
-    }
+    mismatch = await by_node(client.app[METRICS], "gateway_upstream_chain_mismatch")
     assert mismatch == {"bsc-0": 0.0, "bsc-1": 1.0, "opbnb-0": 0.0}
 
 
 async def test_a_newheads_socket_on_another_chain_moves_no_head(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     chains: dict[str, Chain],
-    api_key: str,
-    store: Store,
-    account: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``ws_upstreams`` is configured apart from the HTTP URL the probe verifies: a
@@ -211,17 +168,13 @@ async def test_a_newheads_socket_on_another_chain_moves_no_head(
     wrong = await start_ws_node(chains["opbnb"])
     chains["opbnb"].block_time_s = 0.1
     chains["opbnb"].start()
-    cfg = make_config(
-        {
-            "networks": {"bsc": {"ws_upstreams": ["ws" + wrong.url[len("http") :]]}},
-            "plans": {"free": {"rate": 10_000, "burst": 10_000}},
-        },
-        upstreams={"bsc": [good.url], "opbnb": [wrong.url]},
+    client = await gw.start(
+        {"networks": {"bsc": {"ws_upstreams": ["ws" + wrong.url[len("http") :]]}}},
+        {"bsc": [good.url], "opbnb": [wrong.url]},
     )
-    client: Client = await aiohttp_client(create_app(cfg))
     await eventually(lambda: "expected 0x38" in caplog.text, 5.0)
     await asyncio.sleep(0.5)  # blocks of the wrong chain keep coming meanwhile
-    status, answer = await _call(client, api_key, "eth_blockNumber", [])
+    status, answer = await gw.call("eth_blockNumber", [])
     assert status == 200 and int(answer["result"], 16) < 50_000_000, answer
     assert client.app[T.POOLS]["bsc"].intel.heads.head.number < 50_000_000
     line = next(r for r in caplog.records if "expected 0x38" in r.getMessage())
@@ -245,8 +198,7 @@ async def test_an_upstream_without_websocket_is_said_once(
 
 
 async def test_probe_failure_lines_name_the_upstream_and_the_recovery(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     chains: dict[str, Chain],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -254,8 +206,7 @@ async def test_probe_failure_lines_name_the_upstream_and_the_recovery(
     bsc = await start_ws_node(chains["bsc"])
     opbnb = await start_ws_node(chains["opbnb"])
     client = await _app(
-        make_config,
-        aiohttp_client,
+        gw,
         {"bsc": [bsc.url], "opbnb": [opbnb.url]},
         probe_interval_s=0.1,
         failure_log_interval_s=60.0,
@@ -283,12 +234,8 @@ async def test_probe_failure_lines_name_the_upstream_and_the_recovery(
 
 @pytest.mark.parametrize("source", ["newheads", "polling"])
 async def test_the_head_promise_holds_at_bsc_block_times(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     chains: dict[str, Chain],
-    api_key: str,
-    store: Store,
-    account: str,
     source: str,
 ) -> None:
     """A block every 0.45 s (BSC since Fermi), the block-time check on, two nodes: >= 95 %
@@ -299,34 +246,18 @@ async def test_the_head_promise_holds_at_bsc_block_times(
     chain.block_time_s = 0.45
     bsc = [await start_ws_node(chain) for _ in range(2)]
     opbnb = await start_ws_node(chains["opbnb"])
-    cfg = make_config(
+    client = await gw.start(
         {
             "upstream": {"probe_interval_s": 3.0, "ws_heads": source == "newheads"},
             "networks": {"bsc": {"block_time_s": 0.45}},
-            "plans": {"free": {"rate": 10_000, "burst": 10_000}},
         },
-        upstreams={"bsc": [n.url for n in bsc], "opbnb": [opbnb.url]},
+        {"bsc": [n.url for n in bsc], "opbnb": [opbnb.url]},
     )
-    client: Client = await aiohttp_client(create_app(cfg))
     if source == "newheads":
         await eventually(lambda: all(n.subscriptions("newHeads") == 1 for n in bsc), 5.0)
     chain.start()
-    lags: list[int] = []
-    stop = time.monotonic() + 8.0
-    while time.monotonic() < stop:
-        for method, params in (
-            ("eth_blockNumber", []),
-            ("eth_getBlockByNumber", ["latest", False]),
-        ):
-            status, answer = await _call(client, api_key, method, params)
-            at_node = chain.head
-            assert status == 200, answer
-            result = answer["result"]
-            number = int(result if isinstance(result, str) else result["number"], 16)
-            lags.append(at_node - number)
-        await asyncio.sleep(0.03)
-    within_one = sum(1 for lag in lags if lag <= 1) / len(lags)
+    lags = await _lags(gw, chain, 8.0)
     print(f"{source}: {len(lags)} answers, lag histogram {dict(sorted(Counter(lags).items()))}")
-    assert len(lags) > 50 and within_one >= 0.95 and max(lags) <= 2, sorted(lags)[-10:]
+    _assert_head_promise(lags)
     pool = client.app[T.POOLS]["bsc"]
     assert not [n.inconsistent for n in pool.nodes if n.inconsistent]

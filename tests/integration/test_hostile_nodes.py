@@ -19,28 +19,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import typedefs as T
-from gateway.app import create_app
 from gateway.demo import chainnode
 from gateway.demo.mockws import Chain, MockWsNode, start_ws_node
 from gateway.ops.metrics import METRICS
-from gateway.store.accounts import Store
-from tests.helpers.config import Client, MakeConfig
+from tests.helpers.headnodes import HeadGateway, head_gateway, mock_chains  # noqa: F401
 from tests.helpers.readyz import readyz_details
-from tests.helpers.scrape import scrape
+from tests.helpers.scrape import by_node
 from tests.helpers.waiting import eventually
-
-
-@pytest.fixture
-async def chains() -> AsyncIterator[dict[str, Chain]]:
-    made = {"bsc": Chain(56, start_block=40_000_000), "opbnb": Chain(204, start_block=50_000_000)}
-    yield made
-    for chain in made.values():
-        await chain.stop()
-        for node in list(chain.nodes):
-            await node.close()
 
 
 @pytest.fixture
@@ -53,23 +40,6 @@ async def driven() -> AsyncIterator[tuple[chainnode.Chain, list[chainnode.ChainN
         await node.close()
 
 
-async def _app(
-    make_config: MakeConfig, aiohttp_client: Any, raw: dict[str, Any], **ups: Any
-) -> Client:
-    raw = {"plans": {"free": {"rate": 10_000, "burst": 10_000}}, **raw}
-    client: Client = await aiohttp_client(create_app(make_config(raw, upstreams=ups)))
-    return client
-
-
-async def _call(client: Client, key: str, method: str, params: list[Any]) -> Any:
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    resp = await client.post(f"/bsc/{key}", json=body)
-    assert resp.status == 200, await resp.text()
-    answer = await resp.json()
-    assert "result" in answer, answer
-    return answer["result"]
-
-
 def _fake_hash(number: int) -> str:
     return "0x" + hashlib.sha256(b"phantom:%d" % number).hexdigest()
 
@@ -80,12 +50,8 @@ async def _ws_nodes(chains: dict[str, Chain], n: int) -> tuple[list[MockWsNode],
 
 
 async def test_a_far_future_header_takes_its_node_out_and_moves_nothing(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     chains: dict[str, Chain],
-    api_key: str,
-    store: Store,
-    account: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """One node's newHeads run 1,000,000 blocks ahead: it leaves rotation at its first
@@ -102,23 +68,20 @@ async def test_a_far_future_header_takes_its_node_out_and_moves_nothing(
         return {**header, "number": hex(int(header["number"], 16) + 1_000_000)}
 
     liar.forge = far_future
-    client = await _app(
-        make_config,
-        aiohttp_client,
+    client = await gw.start(
         {"upstream": {"probe_interval_s": 0.5}, "head": {"inconsistent_cooldown_s": 1.0}},
-        bsc=[n.url for n in bsc],
-        opbnb=[opbnb.url],
+        {"bsc": [n.url for n in bsc], "opbnb": [opbnb.url]},
     )
     await eventually(lambda: all(n.subscriptions("newHeads") == 1 for n in bsc), 5.0)
     pool = client.app[T.POOLS]["bsc"]
-    fid = await _call(client, api_key, "eth_newFilter", [{}])
+    fid = await gw.result("eth_newFilter", [{}])
     chain.start()
     await eventually(lambda: chain.head >= 40_000_003, 5.0)
     for _ in range(10):
-        number = int(await _call(client, api_key, "eth_blockNumber", []), 16)
+        number = int(await gw.result("eth_blockNumber", []), 16)
         assert number <= chain.head, (number, chain.head)
     assert pool.intel.heads.head.number <= chain.head
-    logs = await _call(client, api_key, "eth_getFilterChanges", [fid])
+    logs = await gw.result("eth_getFilterChanges", [fid])
     assert logs, "a logs filter made while the liar spoke must still see the chain's logs"
     await eventually(lambda: bool(pool.nodes[2].inconsistent), 5.0, "the liar out of rotation")
     line = next(r for r in caplog.records if "upstream inconsistent" in r.getMessage())
@@ -130,27 +93,17 @@ async def test_a_far_future_header_takes_its_node_out_and_moves_nothing(
     _, body = await readyz_details(client.app)  # node rows: the metrics listener's view
     row = body["networks"]["bsc"]["upstreams"][2]
     assert row["in_service"] is False and "ahead of every other node" in row["inconsistent"]
-    _, _, text = await scrape(client.app[METRICS])
-    flags = {
-        s.labels["node"]: s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == "gateway_upstream_inconsistent"
-    }
+    flags = await by_node(client.app[METRICS], "gateway_upstream_inconsistent")
     assert flags.get("bsc-2") == 1.0 and flags.get("bsc-0", 0.0) == 0.0
     liar.forge = None  # honest again: back after the cooldown, judged afresh
     await eventually(lambda: pool.nodes[2].in_service(), 10.0, "the node back in rotation")
     await eventually(lambda: (pool.intel.heads.node_head("bsc-2") or 0) >= chain.head - 1, 5.0)
-    assert int(await _call(client, api_key, "eth_blockNumber", []), 16) <= chain.head
+    assert int(await gw.result("eth_blockNumber", []), 16) <= chain.head
 
 
 async def test_headers_with_hashes_the_nodes_answers_lack_never_reach_a_filter(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     chains: dict[str, Chain],
-    api_key: str,
-    store: Store,
-    account: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A node whose newHeads hashes its own HTTP answers contradict: block filters only
@@ -166,21 +119,18 @@ async def test_headers_with_hashes_the_nodes_answers_lack_never_reach_a_filter(
         return {**header, "hash": _fake_hash(int(header["number"], 16))}
 
     bsc[1].forge = phantom
-    client = await _app(
-        make_config,
-        aiohttp_client,
+    client = await gw.start(
         {"upstream": {"probe_interval_s": 3.0}},
-        bsc=[n.url for n in bsc],
-        opbnb=[opbnb.url],
+        {"bsc": [n.url for n in bsc], "opbnb": [opbnb.url]},
     )
     await eventually(lambda: all(n.subscriptions("newHeads") == 1 for n in bsc), 5.0)
-    fid = await _call(client, api_key, "eth_newBlockFilter", [])
+    fid = await gw.result("eth_newBlockFilter", [])
     chain.start()
     seen: list[str] = []
     for _ in range(10):
         await eventually(lambda: True, 0.3)  # let a block or two come
         start = chain.head
-        seen += await _call(client, api_key, "eth_getFilterChanges", [fid])
+        seen += await gw.result("eth_getFilterChanges", [fid])
         await eventually(lambda s=start: chain.head > s, 5.0)
     real = {chain.block_hash(n) for n in range(40_000_000, chain.head + 1)}
     assert seen and set(seen) <= real, [h for h in seen if h not in real]
@@ -192,46 +142,35 @@ async def test_headers_with_hashes_the_nodes_answers_lack_never_reach_a_filter(
 
 
 async def test_a_finalized_mark_above_the_nodes_own_head_caches_nothing_as_final(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     driven: tuple[chainnode.Chain, list[chainnode.ChainNode]],
-    api_key: str,
-    store: Store,
-    account: str,
 ) -> None:
     """A node says its head block is finalized (and more): the head block is not kept as
     final, so after the honest nodes re-organise it every read has the new block."""
     chain, nodes = driven
     nodes += [await chainnode.start_chain_node(chain) for _ in range(2)]
     nodes[1].finality_lie = 5  # finalized = head + 3: above its own head
-    client = await _app(
-        make_config,
-        aiohttp_client,
+    client = await gw.start(
         {"upstream": {"probe_interval_s": 0.05}},
-        bsc=[n.url for n in nodes],
+        {"bsc": [n.url for n in nodes]},
     )
     pool = client.app[T.POOLS]["bsc"]
     await eventually(lambda: pool.intel.heads.head.number == 1_000, 5.0)
-    first = await _call(client, api_key, "eth_getBlockByNumber", [hex(1_000), False])
+    first = await gw.result("eth_getBlockByNumber", [hex(1_000), False])
     assert first["hash"] == chain.block_hash(1_000)
     assert pool.intel.heads.head.finalized <= 998  # the honest node's mark
     chain.reorg(1)
     new = chain.block_hash(1_000)
     await eventually(lambda: pool.intel.heads.head.hash == new, 5.0, "the re-org seen")
     hashes = [
-        (await _call(client, api_key, "eth_getBlockByNumber", [hex(1_000), False]))["hash"]
-        for _ in range(10)
+        (await gw.result("eth_getBlockByNumber", [hex(1_000), False]))["hash"] for _ in range(10)
     ]
     assert hashes == [new] * 10
 
 
 async def test_a_lagging_nodes_null_is_asked_again_of_a_node_at_the_head(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     driven: tuple[chainnode.Chain, list[chainnode.ChainNode]],
-    api_key: str,
-    store: Store,
-    account: str,
 ) -> None:
     """Receipts of the block before the head, through a fresh node and one two blocks
     behind (the cache off, so every call reaches a node): none comes back null; a
@@ -241,29 +180,23 @@ async def test_a_lagging_nodes_null_is_asked_again_of_a_node_at_the_head(
         await chainnode.start_chain_node(chain),
         await chainnode.start_chain_node(chain, lag=2),
     ]
-    client = await _app(
-        make_config,
-        aiohttp_client,
+    client = await gw.start(
         {"upstream": {"probe_interval_s": 0.05}, "cache": {"enabled": False}},
-        bsc=[n.url for n in nodes],
+        {"bsc": [n.url for n in nodes]},
     )
     pool = client.app[T.POOLS]["bsc"]
     await eventually(lambda: pool.intel.heads.node_head("bsc-1") == 998, 5.0)
     tx = chain.tx_hash(999)
-    receipts = [await _call(client, api_key, "eth_getTransactionReceipt", [tx]) for _ in range(30)]
+    receipts = [await gw.result("eth_getTransactionReceipt", [tx]) for _ in range(30)]
     assert all(r is not None for r in receipts), sum(r is None for r in receipts)
     assert nodes[1].by_method["eth_getTransactionReceipt"] > 0  # the lagging node was asked
     unknown = "0x" + "00" * 32
-    assert await _call(client, api_key, "eth_getTransactionReceipt", [unknown]) is None
+    assert await gw.result("eth_getTransactionReceipt", [unknown]) is None
 
 
 async def test_when_the_head_node_leaves_nothing_it_said_stays_in_force(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     driven: tuple[chainnode.Chain, list[chainnode.ChainNode]],
-    api_key: str,
-    store: Store,
-    account: str,
 ) -> None:
     """The node at the head goes down: the head, routing and the cache follow the node
     left (its latest block), while eth_blockNumber answers never go back."""
@@ -272,35 +205,29 @@ async def test_when_the_head_node_leaves_nothing_it_said_stays_in_force(
         await chainnode.start_chain_node(chain),
         await chainnode.start_chain_node(chain, lag=5),
     ]
-    client = await _app(
-        make_config,
-        aiohttp_client,
+    client = await gw.start(
         {"upstream": {"probe_interval_s": 0.05}},
-        bsc=[n.url for n in nodes],
+        {"bsc": [n.url for n in nodes]},
     )
     pool = client.app[T.POOLS]["bsc"]
     await eventually(lambda: pool.intel.heads.node_head("bsc-1") == 995, 5.0)
-    assert int(await _call(client, api_key, "eth_blockNumber", []), 16) == 1_000
+    assert int(await gw.result("eth_blockNumber", []), 16) == 1_000
     for _ in range(4):  # the lagging node answers its own latest (not kept): ask again
-        latest = await _call(client, api_key, "eth_getBlockByNumber", ["latest", False])
+        latest = await gw.result("eth_getBlockByNumber", ["latest", False])
         if latest["number"] == hex(1_000):
             break
     assert latest["number"] == hex(1_000)  # now cached at the head
     nodes[0].down = True
     await eventually(lambda: not pool.nodes[0].in_service(), 5.0)
     assert pool.intel.heads.head.number == 995
-    latest = await _call(client, api_key, "eth_getBlockByNumber", ["latest", False])
+    latest = await gw.result("eth_getBlockByNumber", ["latest", False])
     assert latest["number"] == hex(995), "a block only the departed node vouched for"
-    assert int(await _call(client, api_key, "eth_blockNumber", []), 16) == 1_000
+    assert int(await gw.result("eth_blockNumber", []), 16) == 1_000
 
 
 async def test_a_final_block_asked_by_hash_ten_times_reaches_the_node_once(
-    make_config: MakeConfig,
-    aiohttp_client: Any,
+    gw: HeadGateway,
     driven: tuple[chainnode.Chain, list[chainnode.ChainNode]],
-    api_key: str,
-    store: Store,
-    account: str,
 ) -> None:
     """The block turns final while its first answer is on the way: it is kept as final
     (not under the head it was asked at, which is gone by then) and never asked again."""
@@ -308,17 +235,15 @@ async def test_a_final_block_asked_by_hash_ten_times_reaches_the_node_once(
     node = await chainnode.start_chain_node(chain)
     nodes.append(node)
     node.options = dataclasses.replace(node.options, spare_probes=True)  # probes not held
-    client = await _app(
-        make_config,
-        aiohttp_client,
+    client = await gw.start(
         {"upstream": {"probe_interval_s": 0.05}},
-        bsc=[node.url],
+        {"bsc": [node.url]},
     )
     pool = client.app[T.POOLS]["bsc"]
     await eventually(lambda: pool.intel.heads.head.finalized == 998, 5.0)
     digest = chain.block_hash(999)  # not final yet
     node.hold_s = 0.5
-    first = asyncio.create_task(_call(client, api_key, "eth_getBlockByHash", [digest, False]))
+    first = asyncio.create_task(gw.result("eth_getBlockByHash", [digest, False]))
     await eventually(lambda: node.by_method["eth_getBlockByHash"] == 1, 5.0)
     chain.advance()  # block 999 is final now
     await eventually(lambda: pool.intel.heads.head.finalized == 999, 5.0)
@@ -327,6 +252,6 @@ async def test_a_final_block_asked_by_hash_ten_times_reaches_the_node_once(
     for _ in range(9):
         target = chain.advance()
         await eventually(lambda t=target: pool.intel.heads.head.number == t, 5.0)
-        block = await _call(client, api_key, "eth_getBlockByHash", [digest, False])
+        block = await gw.result("eth_getBlockByHash", [digest, False])
         assert block["hash"] == digest
     assert node.by_method["eth_getBlockByHash"] == 1

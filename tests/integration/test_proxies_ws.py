@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import aiohttp
@@ -26,27 +23,13 @@ import orjson
 import pytest
 
 from gateway.config import WsConfig
-from tests.helpers.proxies import ROOT, haproxy, nginx
+from tests.helpers.proxies import PROXIES, ROOT, Proxy, until_passing
 from tests.helpers.wsstack import WsStack, chains, http, stack, ws_config, ws_nodes
 
 __all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]  # the fixtures used
 
 SCALE = 0.1  # 20 s heartbeat -> 2 s; nginx's 75 s read timeout -> 7.5 s
 HEARTBEAT_S = WsConfig().heartbeat_s * SCALE
-Proxy = Callable[[int, Path, float], AbstractContextManager[str]]
-
-PROXIES = [
-    pytest.param(
-        haproxy,
-        id="haproxy",
-        marks=pytest.mark.skipif(shutil.which("haproxy") is None, reason="no haproxy"),
-    ),
-    pytest.param(
-        nginx,
-        id="nginx",
-        marks=pytest.mark.skipif(shutil.which("nginx") is None, reason="no nginx"),
-    ),
-]
 
 # Nothing ever logs from this address on the mock chains: a quiet subscription.
 QUIET = {"address": "0x" + "ee" * 20}
@@ -73,18 +56,6 @@ def test_the_shipped_idle_timeouts_leave_room_for_several_heartbeats() -> None:
     haproxy_cfg = (ROOT / "deploy" / "haproxy.cfg").read_text()
     tunnel = re.search(r"timeout tunnel (\w+)", haproxy_cfg)
     assert tunnel and _seconds(tunnel.group(1)) >= 3600  # hours of a quiet subscription
-
-
-async def _until_ready(session: aiohttp.ClientSession, url: str) -> None:
-    for _ in range(200):  # until the proxy sees the gateway up (HAProxy's health check)
-        async with session.post(
-            url, json={"jsonrpc": "2.0", "id": 0, "method": "eth_chainId"}
-        ) as r:
-            await r.read()
-            if r.status == 200:
-                return
-        await asyncio.sleep(0.1)
-    raise AssertionError("the proxy never passed a call to the gateway")
 
 
 class Reader:
@@ -126,7 +97,7 @@ async def test_http_and_quiet_websockets_live_through_the_proxy(
 ) -> None:
     port = int(stack.http.rsplit(":", 1)[1])
     with proxy(port, tmp_path, SCALE) as front:
-        await _until_ready(http, f"{front}/bsc/{api_key}")
+        await until_passing(http, f"{front}/bsc/{api_key}")
         ws_front = "ws" + front[len("http") :]
         async with (
             http.ws_connect(f"{ws_front}/bsc/{api_key}") as idle_ws,

@@ -9,10 +9,6 @@ client's (the first line is the forgery), nginx appends to the client's value.
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import aiohttp
@@ -22,25 +18,11 @@ from multidict import CIMultiDict
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
 from tests.helpers.doors import both_doors, door_make_config  # noqa: F401  (both doors)
-from tests.helpers.proxies import SOURCE, haproxy, nginx
+from tests.helpers.proxies import PROXIES, SOURCE, Proxy, until_passing
 from tests.helpers.served import served
 
 FORGED = "203.0.113.7"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
-Proxy = Callable[[int, Path], AbstractContextManager[str]]
-
-PROXIES = [
-    pytest.param(
-        haproxy,
-        id="haproxy",
-        marks=pytest.mark.skipif(shutil.which("haproxy") is None, reason="no haproxy"),
-    ),
-    pytest.param(
-        nginx,
-        id="nginx",
-        marks=pytest.mark.skipif(shutil.which("nginx") is None, reason="no nginx"),
-    ),
-]
 
 
 async def status(session: aiohttp.ClientSession, url: str, *forwarded: str) -> int:
@@ -65,10 +47,7 @@ async def test_forged_forwarded_for_does_not_pass_an_ip_allowlist(
         port = srv.port
         with proxy(port, tmp_path) as front:
             async with aiohttp.ClientSession() as session:
-                for _ in range(100):  # until the proxy sees the gateway up
-                    if await status(session, f"{front}/bsc/{genuine_key}") != 503:
-                        break
-                    await asyncio.sleep(0.1)
+                await until_passing(session, f"{front}/bsc/{genuine_key}")
                 # the genuine client: no header, its own header, two header lines
                 for forwarded in ((), (FORGED,), (FORGED, f"198.51.100.1, {FORGED}")):
                     got = await status(session, f"{front}/bsc/{genuine_key}", *forwarded)
