@@ -252,7 +252,7 @@ class AppOut:
         self._resp: web.StreamResponse | None = None
 
     def whole(self, answer: Answer, extra: Mapping[str, str] | None = None) -> web.StreamResponse:
-        return _reply(answer, extra)
+        return http_reply(answer, extra)
 
     def preflight(self) -> web.StreamResponse:
         return web.Response(status=204, headers=PREFLIGHT_HEADERS)
@@ -298,7 +298,7 @@ def reply_headers(answer: Answer, extra: Mapping[str, str] | None = None) -> dic
     return headers
 
 
-def _reply(answer: Answer, extra: Mapping[str, str] | None = None) -> web.Response:
+def http_reply(answer: Answer, extra: Mapping[str, str] | None = None) -> web.Response:
     headers = reply_headers(answer, extra)
     if answer.status == 204:
         return web.Response(status=204, headers=headers)

@@ -175,19 +175,45 @@ class Pipeline:
         per_call: list[str] | tuple[()] = ()
         if req.is_batch and sum(counts.values()) > 1:  # admitted call by call (SPEC §4)
             per_call = [c.method for c in req.calls if c.error is None]
+        return await self._decide(caller, khash, req, max(1, len(req.calls)), counts, per_call)
+
+    async def admit_socket(self, caller: Caller) -> Decision | R.Answer:
+        """A WebSocket upgrade's admission: the key check with no calls (0 units).
+
+        The same round trip, failure policy, ``gateway_redis_errors`` count
+        and refusal as an HTTP request's (``_admit``), so a refused upgrade is
+        answered exactly as a refused POST: a 429 with its ``Retry-After``,
+        RateLimit headers and ``error.data.reason``, with ``"id": null``.
+        """
+        req = R.ParsedRequest([], False)
+        if caller.khash is None:
+            admitted: Decision | R.Answer = R.request_error(rpc.UNAUTHORIZED, req)
+        else:
+            admitted = await self._decide(caller, caller.khash, req, 0, {}, ())
+        if isinstance(admitted, R.Answer):
+            admitted.headers.update(served_headers(req))  # as run() adds them
+        return admitted
+
+    def redis_failed(self) -> bool:
+        """Count one Redis round trip that failed under the failure policy; True: fail open."""
+        self.metrics.redis_errors.labels("open" if self.fail_open else "closed").inc()
+        return self.fail_open
+
+    async def _decide(
+        self,
+        caller: Caller,
+        khash: str,
+        req: R.ParsedRequest,
+        n: int,
+        counts: dict[str, int],
+        per_call: list[str] | tuple[()],
+    ) -> Decision | R.Answer:
         try:
             decision = await self.limiter.admit(
-                khash,
-                max(1, len(req.calls)),
-                counts,
-                caller.origin,
-                caller.ip_bits,
-                per_call=per_call,
+                khash, n, counts, caller.origin, caller.ip_bits, per_call=per_call
             )
         except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
-            mode = "open" if self.fail_open else "closed"
-            self.metrics.redis_errors.labels(mode).inc()
-            if not self.fail_open:
+            if not self.redis_failed():
                 return R.request_error(rpc.SERVICE_UNAVAILABLE, req)
             decision = Decision(Status.ADMITTED, "")
         req.plan = decision.plan

@@ -23,21 +23,21 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import WSMsgType, hdrs, web
 from redis.exceptions import RedisError
 
 from gateway import typedefs as T
-from gateway.limits.limiter import Decision, LimiterUnavailable, Status, ip_bits
+from gateway.limits.limiter import ip_bits
 from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import key_hash
 from gateway.rpc.clientip import CLIENT_IP
-from gateway.rpc.http import RpcHttp, rpc_key
-from gateway.rpc.pipeline import REFUSED_ERROR, Caller
+from gateway.rpc.http import RpcHttp, http_reply, rpc_key
+from gateway.rpc.pipeline import Caller
 from gateway.rpc.relay import failure_kind
-from gateway.rpc.replies import Answer
+from gateway.rpc.replies import Answer, error_answer
+from gateway.rpc.served import BY_GATEWAY
 from gateway.upstream.errors import UpstreamError
 from gateway.ws.charging import dropped_signal
 from gateway.ws.leases import LeaseUnavailable, new_token
@@ -45,9 +45,6 @@ from gateway.ws.service import WS, WsService
 from gateway.ws.session import CLOSE_REVOKED, KeyState, Session
 
 log = logging.getLogger("gateway.ws")
-
-_CORS = {"Access-Control-Allow-Origin": "*"}
-
 
 class WsRoute:
     """One network's GET route: WebSocket upgrades here, anything else to HTTP."""
@@ -66,42 +63,36 @@ class WsRoute:
             return await self._open(request, svc)
         except Exception:  # never a traceback to the client
             log.exception("ws internal error network=%s", self.network.name)
-            return _refuse(rpc.INTERNAL_ERROR, 500)
+            return _refuse(error_answer(rpc.INTERNAL_ERROR))
 
     async def _open(self, request: web.Request, svc: WsService) -> web.StreamResponse:
         if svc.draining:
-            return _refuse(rpc.SERVICE_UNAVAILABLE, 503, "shutting down")
+            return _refuse(error_answer(rpc.SERVICE_UNAVAILABLE, None, "shutting down"))
         key = rpc_key(request)  # exactly as over HTTP: /bsc/KEY/extra is never a key
         if key is None:
-            return _refuse(rpc.UNAUTHORIZED, 401)
+            return _refuse(error_answer(rpc.UNAUTHORIZED))
         khash = key_hash(key)
-        origin = request.headers.get(hdrs.ORIGIN, "")
         ip = request.config_dict[CLIENT_IP](request)
-        bits = ip_bits(ip)
-        try:
-            decision = await svc.limiter.admit(khash, 0, {}, origin, bits)
-        except LimiterUnavailable:
-            if not self.pipeline.fail_open:
-                return _refuse(rpc.SERVICE_UNAVAILABLE, 503)
-            decision = Decision(Status.ADMITTED, "")
-        if decision.status is not Status.ADMITTED:
-            kind = REFUSED_ERROR[decision.status]
-            return _refuse(kind, kind.http_status)
+        # this socket's own origin and address: its frames are judged by them
+        caller = Caller(khash, request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip), "ws", None)
+        decision = await self.pipeline.admit_socket(caller)  # refused as an HTTP request is
+        if isinstance(decision, Answer):
+            return _refuse(decision)
         request[T.KEY_ID] = decision.key_id
         plan = svc.plan(decision.plan)
         state = svc.key_state(khash, decision.key_id, plan)
-        # this socket's own origin and address: its frames are judged by them
-        caller = Caller(khash, origin, ip, bits, "ws", None)
         cap = svc.socket_cap(plan)
         lease = new_token()
         try:
             leased = await svc.leases.acquire(khash, lease, cap)
         except LeaseUnavailable:
-            if not self.pipeline.fail_open:
-                return _refuse(rpc.SERVICE_UNAVAILABLE, 503)
+            if not self.pipeline.redis_failed():
+                return _refuse(error_answer(rpc.SERVICE_UNAVAILABLE))
             leased, lease = len(state.sessions) < cap, ""  # this process's count only
-        if not leased:
-            return _refuse(rpc.RATE_LIMITED, 429, f"at most {cap} open sockets per key")
+        if not leased:  # no Retry-After: only a socket's close makes room
+            data = {"reason": f"at most {cap} open sockets per key"}
+            headers = {**self.pipeline.limit_headers(decision), **BY_GATEWAY}
+            return _refuse(error_answer(rpc.RATE_LIMITED, None, data, headers))
         try:
             return await self._serve(request, svc, state, caller, lease)
         finally:  # the socket is closed (or never opened): its lease goes
@@ -127,7 +118,8 @@ class WsRoute:
             timeout=wcfg.close_timeout_s,
         )
         if not ws.can_prepare(request).ok:
-            return _refuse(rpc.INVALID_REQUEST, 400, "not a valid WebSocket handshake")
+            bad = error_answer(rpc.INVALID_REQUEST, None, "not a valid WebSocket handshake")
+            return _refuse(bad, 400)
         await ws.prepare(request)
         sess = Session(
             ws,
@@ -254,14 +246,11 @@ def _done(sess: Session, limit: asyncio.Semaphore) -> Callable[[asyncio.Task[Non
     return done
 
 
-def _refuse(kind: rpc.ErrorKind, status: int, data: Any = None) -> web.Response:
-    """A refused upgrade: the JSON-RPC error body, ``"id": null``, no socket."""
-    return web.Response(
-        body=rpc.error_body(kind, None, data),
-        status=status,
-        content_type="application/json",
-        headers=_CORS,
-    )
+def _refuse(answer: Answer, status: int | None = None) -> web.StreamResponse:
+    """A refused upgrade, written as the HTTP door writes the same answer; no socket."""
+    if status is not None:
+        answer.status = status
+    return http_reply(answer)
 
 
 def _close_reason(ws: web.WebSocketResponse) -> str:
