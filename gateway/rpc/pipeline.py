@@ -25,11 +25,11 @@ from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
 from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
-from gateway.rpc.errors import reply_code, reply_codes
 from gateway.rpc.forward import forward_calls
 from gateway.rpc.guard import LogsGuard
 from gateway.rpc.history import refuse_missing_state
 from gateway.rpc.ids import keep_raw_ids
+from gateway.rpc.insightrecord import record_answer
 from gateway.rpc.localmethods import TRANSPORTS, After, Caller, LocalMethods
 from gateway.rpc.locals import run_locals
 from gateway.rpc.reads import Reads
@@ -254,45 +254,8 @@ class Pipeline:
 
     def record(self, caller: Caller, answer: R.Answer, status: int, elapsed: float) -> None:
         """One answered request of an existing key into this worker's insight sums (no I/O)."""
-        if self.insight is None or not answer.known_key or caller.khash is None:
-            return
-        body = answer.body
-        if answer.calls:  # a batch: each call under its own method and code, as usage counts
-            self._record_calls(caller.khash, caller.ip, answer, status, elapsed)
-            return
-        code = 0
-        if body and (status >= 400 or answer.is_error or len(body) <= 512):
-            code = reply_code(body)
-        failed = code != 0 or status >= 400
-        self.insight.record(
-            caller.khash,
-            answer.method,
-            code,
-            status,
-            elapsed * 1000,
-            caller.ip if failed else "",
-            answer.not_offered,
-        )
-
-    def _record_calls(
-        self, khash: str, ip: str, answer: R.Answer, status: int, elapsed: float
-    ) -> None:
-        assert self.insight is not None
-        calls = answer.calls
-        erred = status >= 400 or answer.is_error
-        codes = reply_codes(answer.body, [c.answered for c in calls], erred)
-        for call, code in zip(calls, codes, strict=True):
-            ok = call.error is None
-            failed = code != 0 or status >= 400
-            self.insight.record(
-                khash,
-                call.method if ok else "-",
-                code,
-                status,
-                elapsed * 1000,
-                ip if failed else "",
-                call.method if call.error is rpc.METHOD_NOT_FOUND else "",
-            )
+        if self.insight is not None:
+            record_answer(self.insight, caller, answer, status, elapsed)
 
     def limit_headers(self, decision: Decision) -> dict[str, str]:
         """IETF RateLimit headers (draft-ietf-httpapi-ratelimit-headers-07 form)."""

@@ -33,9 +33,9 @@ from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import key_hash
 from gateway.rpc.clientip import CLIENT_IP
+from gateway.rpc.delivery import deliver, failed_answer, node_failed
 from gateway.rpc.http import RpcHttp, http_reply, rpc_key
 from gateway.rpc.pipeline import Caller
-from gateway.rpc.relay import failure_kind
 from gateway.rpc.replies import Answer, error_answer
 from gateway.rpc.served import BY_GATEWAY
 from gateway.upstream.errors import UpstreamError
@@ -45,6 +45,7 @@ from gateway.ws.service import WS, WsService
 from gateway.ws.session import CLOSE_REVOKED, KeyState, Session
 
 log = logging.getLogger("gateway.ws")
+
 
 class WsRoute:
     """One network's GET route: WebSocket upgrades here, anything else to HTTP."""
@@ -184,58 +185,62 @@ class WsRoute:
     async def _stream(self, sess: Session, caller: Caller, answer: Answer) -> bool:
         """A large answer as one fragmented text message, each piece once the last drained.
 
-        A failure before the first piece is answered as over HTTP, and
-        ``answer.status`` says so (502 / 504) for the metrics and the log.
+        Delivered as over HTTP (``rpc.delivery``): a failure before the first
+        piece is answered as an error, and ``answer.status`` says so (502 /
+        504) for the metrics and the log.
         """
         relay = answer.relay
         assert relay is not None
-        errors, khash = self.pipeline.errors, caller.khash or ""
+        errors, khash, net = self.pipeline.errors, caller.khash or "", self.network.name
+        # Behind another large answer of this socket: its node connection sits
+        # unread meanwhile, so the wait is bounded (one piece's drain time).
         try:
-            # Behind another large answer of this socket: its node connection sits
-            # unread meanwhile, so the wait is bounded (one piece's drain time).
-            try:
-                async with asyncio.timeout(sess.drain_timeout_s):
-                    await sess.stream_lock.acquire()
-            except TimeoutError:
-                errors.add(khash)
-                answer.status = rpc.UPSTREAM_TIMEOUT.http_status
-                return sess.push(rpc.error_body(rpc.UPSTREAM_TIMEOUT, relay.client_id))
-            try:
-                try:
-                    first = await relay.start()
-                except (UpstreamError, rpc.BadAnswer) as exc:
-                    errors.add(khash)
-                    kind = failure_kind(exc)
-                    answer.status = kind.http_status
-                    return sess.push(rpc.error_body(kind, relay.client_id))
-                if relay.is_error:
-                    answer.is_error = True
-                    errors.answered(khash)
-                if relay.whole:
-                    return sess.push(first)
-                sess.begin_stream()
-                try:
-                    ok = await sess.write_piece(first, 0x01)
-                    del first
-                    if ok:
-                        async for chunk in relay.rest():
-                            if not await sess.write_piece(chunk, 0x00):
-                                return False
-                        ok = await sess.write_piece(b"", 0x80)
-                    return ok
-                except (UpstreamError, rpc.BadAnswer) as exc:
-                    errors.add(khash)
-                    log.warning(
-                        "node failed mid-answer network=%s error=%s", self.network.name, exc
-                    )
-                    sess.abort("upstream")  # half a message cannot be taken back
-                    return False
-                finally:
-                    sess.end_stream()
-            finally:
-                sess.stream_lock.release()
-        finally:
+            async with asyncio.timeout(sess.drain_timeout_s):
+                await sess.stream_lock.acquire()
+        except TimeoutError:
             relay.close()
+            late = UpstreamError("behind another answer of the socket", timeout=True)
+            return sess.push(failed_answer(answer, node_failed(net, errors, khash, late)).body)
+        out = _Pieces(sess)
+        try:
+            return await deliver(out, answer, net, errors, khash)
+        finally:
+            if out.begun:
+                sess.end_stream()
+            sess.stream_lock.release()
+
+
+class _Pieces:
+    """A socket's writes for ``rpc.delivery``: one fragmented text message, or one frame."""
+
+    __slots__ = ("begun", "opcode", "sess")
+
+    def __init__(self, sess: Session) -> None:
+        self.sess = sess
+        self.begun = False
+        self.opcode = 0x01  # text, then continuation frames
+
+    def whole(self, answer: Answer) -> bool:
+        return self.sess.push(answer.body)
+
+    async def start(self, answer: Answer, length: int | None) -> None:
+        self.sess.begin_stream()
+        self.begun = True
+
+    async def write(self, chunk: bytes) -> None:
+        if not await self.sess.write_piece(chunk, self.opcode):
+            raise ConnectionError("the client did not take the answer")
+        self.opcode = 0x00
+
+    async def end(self) -> bool:
+        return await self.sess.write_piece(b"", 0x80)
+
+    def cut(self) -> bool:
+        self.sess.abort("upstream")  # half a message cannot be taken back
+        return False
+
+    def gone(self) -> bool:
+        return False
 
 
 def _done(sess: Session, limit: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:

@@ -15,10 +15,12 @@ the fuzzer.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
+import secrets
 import socket
 import time
 import zlib
@@ -26,14 +28,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from argon2 import PasswordHasher
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from gateway import typedefs as T
+from gateway.demo.nodeoptions import MockNodeOptions
 from gateway.redis import keyspace as ks
 from gateway.redis.embedded import RedisProcess
 from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 from tests.helpers.bothdoors import BothDoors, both_doors
 from tests.helpers.config import MakeConfig
 from tests.helpers.doors import both_doors as door_param  # noqa: F401  (the async tests' door)
@@ -244,3 +249,94 @@ async def test_access_log_metrics_and_insight_on_either_door(
     entries: Any = await redis.xrange(ks.insight_log(prefix, key_hash(api_key)))
     assert [e[1]["method"] for e in entries] == ["debug_nope"]
     assert entries[0][1]["code"] == "-32601"
+
+
+# -- the error paths: the same bytes from both doors when things go wrong ------
+# Each hostile network has one in-process node; the gateway's health probe is
+# answered honestly (``spare_probes``) so the node stays in service and the
+# clients' calls meet the fault.
+_ODD = b'{"extra":1,"jsonrpc":"2.0","id":999999,"result":"0x' + b"ab" * 600_000 + b'"}'
+HOSTILE = {
+    "down": MockNodeOptions(error_rate=1.0, spare_probes=True, seed=1),  # HTTP 500: 502
+    "slow": MockNodeOptions(latency_ms=3_000, spare_probes=True),  # past the deadline: 504
+    # another call's id, small: read whole and refused (502, "bad node answer" logged)
+    "liar": MockNodeOptions(
+        raw_answer=b'{"jsonrpc":"2.0","id":999999,"result":"0x1"}', spare_probes=True
+    ),
+    # over the stream bound in a layout read whole: refused before the first byte
+    "bigliar": MockNodeOptions(raw_answer=_ODD, spare_probes=True),
+}
+READ = b'{"jsonrpc":"2.0","id":5,"method":"eth_getBalance","params":["0x%s","latest"]}' % (
+    b"00" * 20
+)
+_WAITS = re.compile(rb'("retry_after_ms":)\d+|(\r\nRetry-After: )\d+')
+
+
+@pytest.fixture(scope="module")
+def hostile_doors(redis_server: RedisProcess) -> Iterator[BothDoors]:
+    extra: dict[str, dict[str, Any]] = {
+        "limits": {"upstream_timeout_s": 0.5},
+        "plans": {"payg": {"rate": 0.002, "burst": 1}},  # one call, then ~500 s to wait
+    }
+    with both_doors(redis_server.url, hostile=HOSTILE, extra=extra) as d:
+        yield d
+
+
+async def _payg_key(redis_url: str, prefix: str) -> str:
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        store = Store(redis, prefix=prefix, hasher=PasswordHasher(time_cost=1, memory_cost=1024))
+        email = f"p-{secrets.token_hex(3)}@example.com"
+        acct = await store.create_account(email, "parity pw", "payg")
+        return (await store.create_key(acct.id, name="payg"))[0]
+    finally:
+        await redis.aclose()
+
+
+def _error(raw: bytes) -> tuple[int, Any]:
+    (resp,), _ = split_responses(raw)
+    return resp.status, json.loads(resp.body)["error"]
+
+
+@pytest.mark.parametrize(
+    ("network", "status", "message"),
+    [
+        ("down", 502, "Upstream unavailable"),
+        ("slow", 504, "Upstream timeout"),
+        ("liar", 502, "Upstream unavailable"),
+        ("bigliar", 502, "Upstream unavailable"),
+    ],
+)
+def test_node_failures_same_bytes_from_both_doors(
+    hostile_doors: BothDoors, network: str, status: int, message: str
+) -> None:
+    raw = _same(hostile_doors, request(f"/{network}/{hostile_doors.key}", READ))
+    assert _error(raw) == (status, {"code": -32603, "message": message})
+
+
+def test_bad_node_answer_logged_by_either_door(
+    hostile_doors: BothDoors, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "gateway.rpc")
+    for network in ("liar", "bigliar"):
+        _same(hostile_doors, request(f"/{network}/{hostile_doors.key}", READ))
+    lines = [r.getMessage() for r in caplog.records if "bad node answer" in r.getMessage()]
+    assert len(lines) == 4, lines  # two networks, two doors
+    assert {line.split()[3] for line in lines} == {"network=liar", "network=bigliar"}
+    assert not any(hostile_doors.key in line for line in lines)
+
+
+def test_a_refusal_over_the_limit_same_bytes_from_both_doors(
+    hostile_doors: BothDoors, redis_server: RedisProcess
+) -> None:
+    key = asyncio.run(_payg_key(redis_server.url, hostile_doors.prefix))
+    path = f"/bsc/{key}"
+    spent, _ = _exchange(hostile_doors.app_port, request(path, CALL), 1)
+    assert split_responses(spent)[0][0].status == 200
+    app, _ = _exchange(hostile_doors.app_port, request(path, CALL), 1)
+    lean, _ = _exchange(hostile_doors.lean_port, request(path, CALL), 1)
+    # the wait counts down between the two sends: its digits aside, the same bytes
+    assert _WAITS.sub(rb"\1\2N", _masked(lean)) == _WAITS.sub(rb"\1\2N", _masked(app))
+    status, error = _error(app)
+    assert status == 429 and error["data"]["retry_after_ms"] > 400_000
+    assert b"\r\nRetry-After: 5" in app and b"\r\nRateLimit-Policy: " in app

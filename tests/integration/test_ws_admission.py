@@ -4,17 +4,23 @@ Through the real app (``GatewayRunner``, real Redis, real ports): a key over
 its limit gets the same 429 on the upgrade as on a POST (body, ``Retry-After``,
 RateLimit headers, ``error.data.reason``), a Redis that cannot answer counts
 in ``gateway_redis_errors`` for an upgrade as for a POST, and the per-key
-socket cap's 429 says why with a reason and the key's RateLimit headers.
+socket cap's 429 says why with a reason and the key's RateLimit headers. A
+node's bad answer is delivered (``rpc.delivery``) and logged the same way on
+a socket as over HTTP.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 from multidict import CIMultiDictProxy
 
+from gateway.demo.mocknode import start_mock_node
+from gateway.demo.nodeoptions import MockNodeOptions
 from gateway.ops.metrics import METRICS
 from gateway.redis.embedded import free_port
 from gateway.store.accounts import Store
@@ -25,7 +31,13 @@ from tests.helpers.wsstack import http
 
 __all__ = ["http"]
 
-CALL = {"jsonrpc": "2.0", "id": None, "method": "eth_blockNumber", "params": []}
+CALL: dict[str, Any] = {"jsonrpc": "2.0", "id": None, "method": "eth_blockNumber", "params": []}
+READ: dict[str, Any] = {  # a read only a node answers (no cache in that test)
+    "jsonrpc": "2.0",
+    "id": 5,
+    "method": "eth_getBalance",
+    "params": ["0x" + "00" * 20, "latest"],
+}
 UPGRADE = {
     "Upgrade": "websocket",
     "Connection": "Upgrade",
@@ -45,8 +57,10 @@ SAID = (
 )
 
 
-async def _post(http: aiohttp.ClientSession, url: str) -> tuple[int, Any, dict[str, str]]:
-    async with http.post(url, json=CALL) as resp:
+async def _post(
+    http: aiohttp.ClientSession, url: str, call: dict[str, Any] = CALL
+) -> tuple[int, Any, dict[str, str]]:
+    async with http.post(url, json=call) as resp:
         return resp.status, orjson.loads(await resp.read()), _said(resp.headers)
 
 
@@ -137,3 +151,41 @@ async def test_the_socket_cap_refusal_gives_its_reason_and_the_keys_limits(
     }
     assert "Retry-After" not in said  # only a close makes room: no wait would do
     assert {"RateLimit", "RateLimit-Policy", "Access-Control-Expose-Headers"} <= set(said)
+
+
+async def test_a_bad_node_answer_is_answered_and_logged_on_a_socket_as_over_http(
+    make_config: MakeConfig,
+    api_key: str,
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # another call's id: small (read whole), and over the stream bound in a layout
+    # read whole (refused before the first piece), each on its own network
+    small = b'{"jsonrpc":"2.0","id":999999,"result":"0x1"}'
+    big = b'{"extra":1,"jsonrpc":"2.0","id":999999,"result":"0x' + b"ab" * 600_000 + b'"}'
+    liars = [
+        await start_mock_node(MockNodeOptions(chain, raw_answer=raw, spare_probes=True))
+        for chain, raw in ((56, small), (204, big))
+    ]
+    caplog.set_level(logging.WARNING, "gateway.rpc")
+    cfg = make_config(
+        {"cache": {"enabled": False}},
+        upstreams={"bsc": [liars[0].url], "opbnb": [liars[1].url]},
+    )
+    try:
+        async with served(cfg) as srv:
+            for net in ("bsc", "opbnb"):
+                url = f"{srv.url}/{net}/{api_key}"
+                over_http = (await _post(http, url, READ))[1]
+                async with http.ws_connect(url, max_msg_size=0) as ws:
+                    await ws.send_bytes(orjson.dumps(READ))
+                    over_ws = orjson.loads((await ws.receive()).data)
+                assert over_ws == over_http, net
+                assert over_ws["error"] == {"code": -32603, "message": "Upstream unavailable"}
+    finally:
+        for node in liars:
+            await node.close()
+    lines = [r.getMessage() for r in caplog.records if "bad node answer" in r.getMessage()]
+    # each network's answer, once over HTTP and once on the socket
+    assert sorted(line.split()[3] for line in lines) == ["network=bsc"] * 2 + ["network=opbnb"] * 2
+    assert not any(api_key in line for line in lines)
