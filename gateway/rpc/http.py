@@ -51,17 +51,18 @@ PREFLIGHT_HEADERS = {
 
 
 class RpcHttp:
-    """Serves one network's prefix over HTTP; one instance per network."""
+    """Serves one network's prefix over HTTP; one instance per network.
 
-    client_ip: ClientIP
+    A peer of the WebSocket adapter (``ws.upgrade.WsRoute``): both feed the
+    network's one pipeline. ``client_ip`` is the app's (the same trusted
+    proxies as the dashboard).
+    """
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: Pipeline, client_ip: ClientIP) -> None:
         self.pipeline = pipeline
+        self.client_ip = client_ip
         self.network = pipeline.network
         self.max_body = pipeline.cfg.limits.max_body_bytes
-
-    def bind(self, client_ip: ClientIP) -> None:
-        self.client_ip = client_ip  # the app's one: same trusted proxies as the dashboard
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The application's route handler: the answer as an aiohttp response."""

@@ -47,19 +47,20 @@ _MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON deco
 class Pipeline:
     """One network's steps; one instance per network, shared by its transports."""
 
-    limiter: Limiter
-    reads: Reads
-    errors: ErrorCounts
-    insight: CallInsight | None = None  # set at startup when insight is on
-
     def __init__(
         self,
         cfg: Config,
         network: NetworkConfig,
         metrics: Metrics,
+        limiter: Limiter,
+        pool: NodePool,
+        errors: ErrorCounts,
+        *,
         slots: asyncio.Semaphore | None = None,
         local: LocalMethods | None = None,
+        insight: CallInsight | None = None,
     ) -> None:
+        """Built whole by the app's one RPC cleanup context, once the resources exist."""
         self.network = network
         self.cfg = cfg
         # Shared by every network's pipeline: at most limits.max_in_flight calls
@@ -73,28 +74,18 @@ class Pipeline:
         self.fail_open = cfg.redis.fail_open
         self.max_batch = cfg.limits.max_batch
         self.max_depth = cfg.limits.max_json_depth
-        self.guard = LogsGuard(cfg)
+        self.limiter = limiter
+        self.pool = pool
+        self.errors = errors
+        self.insight = insight  # None: request insight is off
+        self.guard = LogsGuard(cfg, pool.intel.heads)
+        self.reads = Reads(pool, self.next_gids, cfg.limits.max_buffered_answer_bytes)
         self._policies = {
             p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
         }
         self._gid = 1  # the next id a node sees; the client's id never leaves the gateway
         self._local_version = -1
         self._methods: dict[str, frozenset[str]] = {}
-
-    def bind(
-        self,
-        limiter: Limiter,
-        pool: NodePool,
-        errors: ErrorCounts,
-        insight: CallInsight | None = None,
-    ) -> None:
-        """Attach the resources made by the app's cleanup contexts (at startup)."""
-        self.insight = insight
-        self.limiter = limiter
-        self.pool = pool
-        self.errors = errors
-        self.guard.heads = pool.intel.heads
-        self.reads = Reads(pool, self.next_gids, self.cfg.limits.max_buffered_answer_bytes)
 
     def next_gids(self, n: int) -> int:
         """The first of ``n`` consecutive gateway ids for the calls a node will see."""

@@ -32,36 +32,38 @@ from gateway.limits.limiter import ip_bits
 from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import key_hash
-from gateway.rpc.clientip import CLIENT_IP
+from gateway.rpc.clientip import ClientIP
 from gateway.rpc.delivery import deliver, failed_answer, node_failed
-from gateway.rpc.http import RpcHttp, http_reply, rpc_key
-from gateway.rpc.pipeline import Caller
+from gateway.rpc.http import http_reply, rpc_key
+from gateway.rpc.pipeline import Caller, Pipeline
 from gateway.rpc.replies import Answer, error_answer
 from gateway.rpc.served import BY_GATEWAY
 from gateway.upstream.errors import UpstreamError
 from gateway.ws.charging import dropped_signal
 from gateway.ws.leases import LeaseUnavailable, new_token
-from gateway.ws.service import WS, WsService
+from gateway.ws.service import WsService
 from gateway.ws.session import CLOSE_REVOKED, KeyState, Session
 
 log = logging.getLogger("gateway.ws")
 
 
 class WsRoute:
-    """One network's GET route: WebSocket upgrades here, anything else to HTTP."""
+    """One network's WebSocket upgrades: a peer of the HTTP adapter (``rpc.http.RpcHttp``).
 
-    def __init__(self, http: RpcHttp) -> None:
-        self.http = http
-        self.pipeline = http.pipeline
-        self.network = http.network
+    Both feed the network's one pipeline; the app's router sends a GET here
+    only when it asks to upgrade (``is_upgrade``), any other GET to HTTP.
+    """
+
+    def __init__(self, pipeline: Pipeline, svc: WsService, client_ip: ClientIP) -> None:
+        self.pipeline = pipeline
+        self.network = pipeline.network
+        self.svc = svc
+        self.client_ip = client_ip  # the app's one, as over HTTP
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        upgrade = request.headers.get(hdrs.UPGRADE, "")
-        svc = request.config_dict.get(WS)
-        if upgrade.lower() != "websocket" or svc is None:
-            return await self.http.handle(request)
+        """The socket, or its refusal as an HTTP answer (never a traceback)."""
         try:
-            return await self._open(request, svc)
+            return await self._open(request, self.svc)
         except Exception:  # never a traceback to the client
             log.exception("ws internal error network=%s", self.network.name)
             return _refuse(error_answer(rpc.INTERNAL_ERROR))
@@ -73,7 +75,7 @@ class WsRoute:
         if key is None:
             return _refuse(error_answer(rpc.UNAUTHORIZED))
         khash = key_hash(key)
-        ip = request.config_dict[CLIENT_IP](request)
+        ip = self.client_ip(request)
         # this socket's own origin and address: its frames are judged by them
         caller = Caller(khash, request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip), "ws", None)
         decision = await self.pipeline.admit_socket(caller)  # refused as an HTTP request is
@@ -241,6 +243,11 @@ class _Pieces:
 
     def gone(self) -> bool:
         return False
+
+
+def is_upgrade(request: web.Request) -> bool:
+    """Whether a GET asks for a WebSocket (else it is HTTP's: 405, or 401 with no key)."""
+    return request.headers.get(hdrs.UPGRADE, "").lower() == "websocket"
 
 
 def _done(sess: Session, limit: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:
