@@ -3,14 +3,15 @@
 Kept apart from the pipeline's steps because it runs after the answer is
 written, from every transport (``Pipeline.record``), and reads only the
 answer: a single call's code from its body (parsed only when it is small or
-known to hold an error), a batch's calls each with their own code, as usage
-counts them. No I/O: ``CallInsight`` sums in memory.
+known to hold an error), a batch's calls each with the code its answer was
+made with (``Call.code``, never parsed again), as usage counts them. No
+I/O: ``CallInsight`` sums in memory.
 """
 
 from __future__ import annotations
 
 from gateway.rpc import protocol as rpc
-from gateway.rpc.errors import reply_code, reply_codes
+from gateway.rpc.errors import reply_code
 from gateway.rpc.localmethods import Caller
 from gateway.rpc.replies import Answer
 from gateway.rpc.sinks import CallInsight
@@ -44,10 +45,9 @@ def record_answer(
 def _record_calls(
     insight: CallInsight, khash: str, ip: str, answer: Answer, status: int, elapsed: float
 ) -> None:
-    calls = answer.calls
-    erred = status >= 400 or answer.is_error
-    codes = reply_codes(answer.body, [c.answered for c in calls], erred)
-    for call, code in zip(calls, codes, strict=True):
+    """Each call under its method and the code its answer was made with (``rpc.call_code``)."""
+    for call in answer.calls:
+        code = rpc.call_code(call)
         failed = code != 0 or status >= 400
         insight.record(
             khash,
