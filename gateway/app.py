@@ -292,9 +292,9 @@ async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
 class _Routes:
     """One network's handlers in the router, calling the adapters ``_rpc_ctx`` makes.
 
-    A GET that asks to upgrade goes to the WebSocket adapter, anything else
-    to HTTP (405, or 401 with no key), exactly as before the app starts:
-    a request before then finds no adapter and fails loudly.
+    A GET that asks to upgrade goes to the WebSocket adapter, any other
+    request to HTTP (a GET: 405, or 401 with no key). Before the app has
+    started there is no adapter yet, and a request fails loudly.
     """
 
     __slots__ = ("http", "ws")

@@ -203,6 +203,9 @@ class WsRoute:
             relay.close()
             late = UpstreamError("behind another answer of the socket", timeout=True)
             return sess.push(failed_answer(answer, node_failed(net, errors, khash, late)).body)
+        except BaseException:  # cancelled while waiting (the socket went away)
+            relay.close()
+            raise
         out = _Pieces(sess)
         try:
             return await deliver(out, answer, net, errors, khash)

@@ -340,3 +340,19 @@ def test_a_refusal_over_the_limit_same_bytes_from_both_doors(
     status, error = _error(app)
     assert status == 429 and error["data"]["retry_after_ms"] > 400_000
     assert b"\r\nRetry-After: 5" in app and b"\r\nRateLimit-Policy: " in app
+
+
+def test_refused_requests_same_bytes_and_status_from_both_doors(doors: BothDoors) -> None:
+    path = f"/bsc/{doors.key}"
+    big = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":["' + b"x" * 1_100_000 + b'"]}'
+    cases = [
+        (request(path, big), 413),  # the declared length
+        (request(path, _chunked(big, [1000]), headers={"Transfer-Encoding": "chunked"}), 413),
+        (request(path, CALL, headers={"Content-Type": "text/plain"}), 415),
+        (request(path, CALL, method="PUT"), 405),
+        (request("/bsc", CALL), 401),
+    ]
+    for data, status in cases:
+        raw = _same(doors, data)
+        code = -32001 if status == 401 else -32600
+        assert _error(raw)[0] == status and _error(raw)[1]["code"] == code, raw[:300]
