@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -45,6 +45,7 @@ from gateway.redis.embedded import ensure_embedded
 from gateway.redis.mux import MuxRedis
 from gateway.rpc.clientip import CLIENT_IP, ClientIP
 from gateway.rpc.http import RpcHttp
+from gateway.rpc.localmethods import LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.store.accounts import Store
 from gateway.store.errorcounts import ErrorCounter
@@ -53,7 +54,9 @@ from gateway.store.keyevents import KeyEvents
 from gateway.store.usagesink import UsageSink
 from gateway.tx.setup import tx_ctx
 from gateway.upstream.pool import NodePool
-from gateway.ws.setup import add_ws_route, setup_ws
+from gateway.ws.service import WS
+from gateway.ws.setup import setup_ws
+from gateway.ws.upgrade import WsRoute, is_upgrade
 
 # Only this module reads the handlers, so their key lives here: in typedefs it
 # made a (type-only) cycle typedefs -> rpc -> typedefs.
@@ -81,23 +84,27 @@ def create_app(config: Config | None = None) -> web.Application:
     app.cleanup_ctx.append(_pools_ctx)
     app.cleanup_ctx.append(_errors_ctx)
     app.cleanup_ctx.append(_insight_ctx)
-    app.cleanup_ctx.append(_handlers_ctx)  # last: every resource a handler uses exists
     if hosted:
         setup_logging(cfg.log.format)  # gunicorn configures only its own loggers
         app.cleanup_ctx.append(metrics_listener_ctx)
-    slots = asyncio.Semaphore(cfg.limits.max_in_flight)
-    # One pipeline per network, fed by both transports (HTTP here, WebSocket in setup_ws).
-    handlers = [RpcHttp(Pipeline(cfg, net, app[METRICS], slots)) for net in cfg.networks]
-    for handler in handlers:
-        for path in (handler.network.prefix, handler.network.prefix + "/{key}"):
+    # The router is frozen before any cleanup context runs, so each network's
+    # routes exist from here and call the adapters _rpc_ctx makes whole
+    # (a pipeline, and its HTTP and WebSocket adapters as peers).
+    local = {net.name: LocalMethods() for net in cfg.networks}
+    routes = {net.name: _Routes() for net in cfg.networks}
+    for net in cfg.networks:
+        route = routes[net.name]
+        for path in (net.prefix, net.prefix + "/{key}"):
             if cfg.ws.enabled:  # GET + Upgrade opens a WebSocket (same resource as "*")
-                add_ws_route(app, handler, path)
-            app.router.add_route("*", path, handler.handle)
+                app.router.add_get(path, route.get, allow_head=False)
+            app.router.add_route("*", path, route.handle)
         # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
-        app.router.add_route("*", handler.network.prefix + "/{tail:.*}", handler.handle)
+        app.router.add_route("*", net.prefix + "/{tail:.*}", route.handle)
+    handlers: list[RpcHttp] = []  # filled by _rpc_ctx, in the order of cfg.networks
     app[HANDLERS] = handlers
-    app.cleanup_ctx.append(tx_ctx(handlers))  # after _handlers_ctx: on the bound pipelines
-    setup_ws(app, handlers)
+    app.cleanup_ctx.append(_rpc_ctx(routes, local))
+    app.cleanup_ctx.append(tx_ctx(handlers))  # after _rpc_ctx: on its pipelines
+    setup_ws(app, local)
     if cfg.dashboard.enabled:
         setup_dashboard(app, cfg)
     setup_ops_routes(app)  # last: its catch-all answers a JSON 404 for what is left
@@ -282,20 +289,69 @@ async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
-async def _handlers_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Hand the RPC handlers what the contexts before this one made.
+class _Routes:
+    """One network's handlers in the router, calling the adapters ``_rpc_ctx`` makes.
 
-    The routes exist from ``create_app`` (aiohttp freezes the router), the
-    resources only once their contexts ran: binding here keeps one lifecycle.
+    A GET that asks to upgrade goes to the WebSocket adapter, any other
+    request to HTTP (a GET: 405, or 401 with no key). Before the app has
+    started there is no adapter yet, and a request fails loudly.
     """
-    insight = app.get(T.INSIGHT)
-    cfg = app[T.CONFIG]
-    filter_store = FilterStore.for_config(app[T.REDIS], cfg.redis.prefix, cfg.filters)
-    filters_live = live_gauge(app[METRICS].registry)
-    for handler in app[HANDLERS]:
-        pool = app[T.POOLS][handler.network.name]
-        handler.pipeline.bind(app[T.LIMITER], pool, app[T.ERRORS], insight)
-        handler.bind(app[CLIENT_IP])
-        live = filters_live.labels(handler.network.name)
-        add_filter_methods(handler.pipeline, filter_store, app[T.ERRORS], live)
-    yield
+
+    __slots__ = ("http", "ws")
+
+    def __init__(self) -> None:
+        self.http: RpcHttp | None = None
+        self.ws: WsRoute | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        http = self.http
+        if http is None:
+            raise RuntimeError("RPC request before the app started")
+        return await http.handle(request)
+
+    async def get(self, request: web.Request) -> web.StreamResponse:
+        ws = self.ws
+        if ws is not None and is_upgrade(request):
+            return await ws.handle(request)
+        return await self.handle(request)
+
+
+def _rpc_ctx(
+    routes: dict[str, _Routes], local: dict[str, LocalMethods]
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The cleanup context that builds each network's pipeline and its adapters, whole.
+
+    It runs last among the resources: every one a pipeline uses exists. The
+    pipelines share one in-flight semaphore; each gets its network's local
+    methods (the WebSocket's, registered in ``setup_ws``; filters' here).
+    """
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        cfg = app[T.CONFIG]
+        insight = app.get(T.INSIGHT)
+        client_ip = app[CLIENT_IP]
+        svc = app.get(WS)
+        slots = asyncio.Semaphore(cfg.limits.max_in_flight)
+        filter_store = FilterStore.for_config(app[T.REDIS], cfg.redis.prefix, cfg.filters)
+        filters_live = live_gauge(app[METRICS].registry)
+        handlers = app[HANDLERS]
+        for net in cfg.networks:
+            pipeline = Pipeline(
+                cfg,
+                net,
+                app[METRICS],
+                app[T.LIMITER],
+                app[T.POOLS][net.name],
+                app[T.ERRORS],
+                slots=slots,
+                local=local[net.name],
+                insight=insight,
+            )
+            add_filter_methods(pipeline, filter_store, app[T.ERRORS], filters_live.labels(net.name))
+            route = routes[net.name]
+            route.http = RpcHttp(pipeline, client_ip)
+            route.ws = WsRoute(pipeline, svc, client_ip) if svc is not None else None
+            handlers.append(route.http)
+        yield
+
+    return ctx

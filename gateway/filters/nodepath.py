@@ -58,8 +58,8 @@ class ReadPath:
             reply = await _whole(out, self._limit) if isinstance(out, Relay) else out[0]
         except UpstreamError as exc:
             raise NodeError(failure_kind(exc), too_large=exc.too_large) from None
-        except rpc.BadAnswer:
-            raise NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "bad node answer"}) from None
+        except rpc.BadAnswer as exc:
+            raise NodeError(failure_kind(exc), {"reason": "bad node answer"}) from None
         if self._limit and len(reply) > self._limit:
             raise NodeError(rpc.UPSTREAM_UNAVAILABLE, too_large=True)
         result = result_bytes(reply)

@@ -8,7 +8,6 @@ a browser sees the error and not a CORS failure. No I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -123,38 +122,6 @@ def reply_code(body: bytes) -> int:
             if type(error) is dict and type(error.get("code")) is int:
                 return int(error["code"])
     return 0
-
-
-def _code_of(item: Any) -> int:
-    error = item.get("error") if type(item) is dict else None
-    if type(error) is dict and type(error.get("code")) is int:
-        return int(error["code"])
-    return 0
-
-
-def reply_codes(body: bytes, answered: Sequence[bool], erred: bool) -> list[int]:
-    """Each call's JSON-RPC error code (0 = success or a notification) in a batch answer.
-
-    ``answered``: per call of the request, whether it takes a place in the
-    answer (``Call.answered``): a batch answer holds one item per answered
-    call, in request order; one object instead is an error about the whole
-    batch, the code of every call. ``erred``: the answer is known to hold an
-    error; otherwise one with no ``"error"`` in it is not parsed again.
-    """
-    codes = [0] * len(answered)
-    if not body or (not erred and b'"error"' not in body):
-        return codes
-    try:
-        reply = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return codes
-    if type(reply) is not list:
-        return [_code_of(reply)] * len(answered)
-    items = iter(reply)
-    for i, has_place in enumerate(answered):
-        if has_place:
-            codes[i] = _code_of(next(items, None))
-    return codes
 
 
 def failure_kind(exc: Exception) -> ErrorKind:

@@ -10,21 +10,18 @@ in-flight slot is given back.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Protocol
 
 from gateway.config import Config, NetworkConfig
 from gateway.intel.methods import READS
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
-from gateway.rpc.errors import failure_kind
+from gateway.rpc.delivery import node_failed
 from gateway.rpc.reads import Reads
 from gateway.rpc.relay import STREAM_OVER, Relay
 from gateway.rpc.sinks import ErrorCounts
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import NodePool, UpstreamError
-
-log = logging.getLogger("gateway.rpc")
 
 NON_IDEMPOTENT = frozenset({"eth_sendRawTransaction"})
 
@@ -41,12 +38,18 @@ class Pipeline(Protocol):
     def next_gids(self, n: int) -> int: ...
 
 
-def _failed(pipe: Pipeline, khash: str, exc: Exception, n: int = 1) -> rpc.ErrorKind:
-    pipe.errors.add(khash, n)  # ``n`` calls no node answered: upstream failures
-    if isinstance(exc, rpc.BadAnswer):
-        log.warning("bad node answer network=%s reason=%s", pipe.network.name, exc)
-        return rpc.UPSTREAM_UNAVAILABLE
-    return failure_kind(exc)
+def _failed(
+    pipe: Pipeline,
+    khash: str,
+    exc: Exception,
+    req: R.ParsedRequest,
+    headers: dict[str, str],
+    n: int = 1,
+) -> R.Answer:
+    """The answer for ``n`` calls no node answered (``rpc.delivery.node_failed``)."""
+    return R.upstream_failed(
+        node_failed(pipe.network.name, pipe.errors, khash, exc, n), req, headers
+    )
 
 
 def _done(
@@ -90,7 +93,9 @@ async def forward_calls(
         try:
             out = await reads.one(call, plans[id(call)], head)
         except (UpstreamError, rpc.BadAnswer) as exc:
-            return R.upstream_failed(_failed(pipe, khash, exc), req, headers)
+            return R.upstream_failed(
+                node_failed(pipe.network.name, pipe.errors, khash, exc), req, headers
+            )
         if isinstance(out, Relay):
             return R.Answer(b"", 200, headers, relay=out)
         return _done(pipe, khash, out[0], out[1], headers)
@@ -105,7 +110,9 @@ async def forward_calls(
                 return R.Answer(b"", 204, headers)
             body, is_error = rpc.restore_batch(b"", calls, gid, parsed=parsed)
         except (UpstreamError, rpc.BadAnswer) as exc:
-            return R.upstream_failed(_failed(pipe, khash, exc, len(forward)), req, headers)
+            return R.upstream_failed(
+                node_failed(pipe.network.name, pipe.errors, khash, exc, len(forward)), req, headers
+            )
         n = _error_items(parsed, len(forward)) if is_error else 1
         return _done(pipe, khash, body, is_error, headers, n)
     # one call that is not a read with an id (a write, a notification, an
@@ -121,7 +128,9 @@ async def forward_calls(
             route=pipe.pool.eligibility.route(((call.method, call.params),), pipe.pool.nodes),
         )
     except UpstreamError as exc:
-        return R.upstream_failed(_failed(pipe, khash, exc), req, headers)
+        return R.upstream_failed(
+            node_failed(pipe.network.name, pipe.errors, khash, exc), req, headers
+        )
     call.served, call.node = "miss", node.name
     if not call.answered:
         if isinstance(reply, NodeStream):
@@ -133,5 +142,7 @@ async def forward_calls(
     try:
         body, is_error = rpc.restore_single(reply, gid, call.id)
     except rpc.BadAnswer as exc:
-        return R.upstream_failed(_failed(pipe, khash, exc), req, headers)
+        return R.upstream_failed(
+            node_failed(pipe.network.name, pipe.errors, khash, exc), req, headers
+        )
     return _done(pipe, khash, body, is_error, headers)

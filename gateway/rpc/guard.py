@@ -25,12 +25,11 @@ GETLOGS = "eth_getLogs"
 
 
 class LogsGuard:
-    """One network's guard; ``heads`` is bound at start-up."""
+    """One network's guard; ``heads``: its node pool's head (a range's ``latest``)."""
 
-    heads: HeadTracker
-
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, heads: HeadTracker) -> None:
         self.cfg = cfg
+        self.heads = heads
         limits = {cfg.max_logs_range(p.name) for p in cfg.plans}
         limits.add(cfg.limits.max_logs_range)  # a fail-open admission names no plan
         self.uniform = limits.pop() if len(limits) == 1 else None

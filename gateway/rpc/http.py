@@ -4,7 +4,8 @@ Only what is HTTP lives here: the preflight, 405 / 415 / 413, reading the
 body (a body that is not what its ``Content-Encoding`` says is a 400
 JSON-RPC error, never a 500), the key from the path or the Bearer header,
 CORS on every answer, 204 for notifications, and a large answer streamed
-with ``resp.write`` waiting for the socket to drain (``rpc.relay``).
+with ``resp.write`` waiting for the socket to drain (``rpc.delivery`` decides
+what is written and when; the doors only write).
 Metrics and request insight are recorded once per request (``Pipeline.record``).
 
 Two doors serve it (``server.door``): aiohttp's application (``handle``,
@@ -28,13 +29,12 @@ from gateway.limits.limiter import ip_bits
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.clientip import ClientIP
+from gateway.rpc.delivery import deliver
 from gateway.rpc.errors import CORS_HEADERS
 from gateway.rpc.pipeline import Caller, Pipeline
-from gateway.rpc.relay import Relay, failure_kind
 from gateway.rpc.replies import Answer, error_answer
 from gateway.rpc.served import BY_GATEWAY, NODE_HEADER
 from gateway.typedefs import KEY_ID, RPC_METHOD
-from gateway.upstream.errors import UpstreamError
 
 log = logging.getLogger("gateway.rpc")
 
@@ -51,17 +51,18 @@ PREFLIGHT_HEADERS = {
 
 
 class RpcHttp:
-    """Serves one network's prefix over HTTP; one instance per network."""
+    """Serves one network's prefix over HTTP; one instance per network.
 
-    client_ip: ClientIP
+    A peer of the WebSocket adapter (``ws.upgrade.WsRoute``): both feed the
+    network's one pipeline. ``client_ip`` is the app's (the same trusted
+    proxies as the dashboard).
+    """
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: Pipeline, client_ip: ClientIP) -> None:
         self.pipeline = pipeline
+        self.client_ip = client_ip
         self.network = pipeline.network
         self.max_body = pipeline.cfg.limits.max_body_bytes
-
-    def bind(self, client_ip: ClientIP) -> None:
-        self.client_ip = client_ip  # the app's one: same trusted proxies as the dashboard
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The application's route handler: the answer as an aiohttp response."""
@@ -91,7 +92,8 @@ class RpcHttp:
                 request[KEY_ID] = answer.key_id
                 if answer.relay is not None:
                     assert caller.khash is not None  # only an admitted call is relayed
-                    response = await self._relay(out, answer, answer.relay, caller.khash)
+                    errors = self.pipeline.errors
+                    response = await deliver(out, answer, self.network.name, errors, caller.khash)
                 else:
                     response = out.whole(answer)
                 answer.settle(True)
@@ -163,46 +165,6 @@ class RpcHttp:
         data = f"body exceeds {self.max_body} bytes"
         return error_answer(rpc.BODY_TOO_LARGE, None, data)
 
-    async def _relay(self, out: HttpOut[R], answer: Answer, relay: Relay, khash: str) -> R:
-        """Stream a large single answer with the client's id spliced into its head.
-
-        Memory stays bounded: the node is read only as fast as the client
-        takes the bytes (``out.write`` waits for the socket to drain). Once
-        the head has gone out, a node that fails mid-answer can only be
-        reported by cutting the connection; a client that goes away (or is
-        dropped by ``server.write_timeout_s``) releases everything.
-        """
-        started = False
-        try:
-            first = await relay.start()
-            if relay.is_error:
-                answer.is_error = True
-                self.pipeline.errors.answered(khash)
-            if relay.whole:
-                answer.body = first
-                return out.whole(answer)
-            started = True
-            await out.start(answer, relay.length)
-            await out.write(first)
-            del first
-            async for chunk in relay.rest():
-                await out.write(chunk)
-            return await out.end()
-        except (UpstreamError, rpc.BadAnswer) as exc:
-            self.pipeline.errors.add(khash)
-            if not started:  # nothing sent yet: a proper error answer
-                if isinstance(exc, rpc.BadAnswer):
-                    log.warning("bad node answer network=%s reason=%s", self.network.name, exc)
-                return out.whole(
-                    error_answer(failure_kind(exc), relay.client_id, None, answer.headers)
-                )
-            log.warning("node failed mid-answer network=%s error=%s", self.network.name, exc)
-            return out.cut()
-        except ConnectionError:  # the client went away, or was dropped for not reading
-            return out.gone()
-        finally:
-            relay.close()
-
 
 class RpcRequest(Protocol):
     """What ``RpcHttp.serve`` reads of a request: ``web.Request`` or the lean door's call."""
@@ -227,9 +189,10 @@ class HttpOut(Protocol[R]):
     """The few writes a door implements; ``RpcHttp`` decides what is written.
 
     ``whole`` answers at once (``extra``: headers after CORS, e.g. ``Allow``);
-    ``start`` / ``write`` / ``end`` stream a relayed answer; ``cut`` drops the
-    connection after a streamed head (the node failed mid-answer); ``gone``:
-    the client left. ``status`` reads back the status a result carries.
+    ``start`` / ``write`` / ``end`` / ``cut`` / ``gone`` are the writes
+    ``rpc.delivery.deliver`` streams a relayed answer with (``cut`` drops the
+    connection after a streamed head). ``status`` reads back the status a
+    result carries.
     """
 
     def whole(self, answer: Answer, extra: Mapping[str, str] | None = None) -> R: ...
@@ -252,7 +215,7 @@ class AppOut:
         self._resp: web.StreamResponse | None = None
 
     def whole(self, answer: Answer, extra: Mapping[str, str] | None = None) -> web.StreamResponse:
-        return _reply(answer, extra)
+        return http_reply(answer, extra)
 
     def preflight(self) -> web.StreamResponse:
         return web.Response(status=204, headers=PREFLIGHT_HEADERS)
@@ -298,7 +261,7 @@ def reply_headers(answer: Answer, extra: Mapping[str, str] | None = None) -> dic
     return headers
 
 
-def _reply(answer: Answer, extra: Mapping[str, str] | None = None) -> web.Response:
+def http_reply(answer: Answer, extra: Mapping[str, str] | None = None) -> web.Response:
     headers = reply_headers(answer, extra)
     if answer.status == 204:
         return web.Response(status=204, headers=headers)

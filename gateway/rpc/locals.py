@@ -45,6 +45,7 @@ async def run_locals(
                 answer["result"] = result
             except CallError as exc:
                 answer["error"] = exc.obj()
+                call.code = exc.code
                 if not req.is_batch:
                     req.status = exc.status
                     req.headers = exc.headers

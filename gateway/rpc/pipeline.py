@@ -25,11 +25,11 @@ from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
 from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
-from gateway.rpc.errors import reply_code, reply_codes
 from gateway.rpc.forward import forward_calls
 from gateway.rpc.guard import LogsGuard
 from gateway.rpc.history import refuse_missing_state
 from gateway.rpc.ids import keep_raw_ids
+from gateway.rpc.insightrecord import record_answer
 from gateway.rpc.localmethods import TRANSPORTS, After, Caller, LocalMethods
 from gateway.rpc.locals import run_locals
 from gateway.rpc.reads import Reads
@@ -47,19 +47,20 @@ _MAX_GID = 1 << 31  # gateway ids wrap here: small, and exact in every JSON deco
 class Pipeline:
     """One network's steps; one instance per network, shared by its transports."""
 
-    limiter: Limiter
-    reads: Reads
-    errors: ErrorCounts
-    insight: CallInsight | None = None  # set at startup when insight is on
-
     def __init__(
         self,
         cfg: Config,
         network: NetworkConfig,
         metrics: Metrics,
+        limiter: Limiter,
+        pool: NodePool,
+        errors: ErrorCounts,
+        *,
         slots: asyncio.Semaphore | None = None,
         local: LocalMethods | None = None,
+        insight: CallInsight | None = None,
     ) -> None:
+        """Built whole by the app's one RPC cleanup context, once the resources exist."""
         self.network = network
         self.cfg = cfg
         # Shared by every network's pipeline: at most limits.max_in_flight calls
@@ -73,28 +74,18 @@ class Pipeline:
         self.fail_open = cfg.redis.fail_open
         self.max_batch = cfg.limits.max_batch
         self.max_depth = cfg.limits.max_json_depth
-        self.guard = LogsGuard(cfg)
+        self.limiter = limiter
+        self.pool = pool
+        self.errors = errors
+        self.insight = insight  # None: request insight is off
+        self.guard = LogsGuard(cfg, pool.intel.heads)
+        self.reads = Reads(pool, self.next_gids, cfg.limits.max_buffered_answer_bytes)
         self._policies = {
             p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
         }
         self._gid = 1  # the next id a node sees; the client's id never leaves the gateway
         self._local_version = -1
         self._methods: dict[str, frozenset[str]] = {}
-
-    def bind(
-        self,
-        limiter: Limiter,
-        pool: NodePool,
-        errors: ErrorCounts,
-        insight: CallInsight | None = None,
-    ) -> None:
-        """Attach the resources made by the app's cleanup contexts (at startup)."""
-        self.insight = insight
-        self.limiter = limiter
-        self.pool = pool
-        self.errors = errors
-        self.guard.heads = pool.intel.heads
-        self.reads = Reads(pool, self.next_gids, self.cfg.limits.max_buffered_answer_bytes)
 
     def next_gids(self, n: int) -> int:
         """The first of ``n`` consecutive gateway ids for the calls a node will see."""
@@ -175,19 +166,45 @@ class Pipeline:
         per_call: list[str] | tuple[()] = ()
         if req.is_batch and sum(counts.values()) > 1:  # admitted call by call (SPEC §4)
             per_call = [c.method for c in req.calls if c.error is None]
+        return await self._decide(caller, khash, req, max(1, len(req.calls)), counts, per_call)
+
+    async def admit_socket(self, caller: Caller) -> Decision | R.Answer:
+        """A WebSocket upgrade's admission: the key check with no calls (0 units).
+
+        The same round trip, failure policy, ``gateway_redis_errors`` count
+        and refusal as an HTTP request's (``_admit``), so a refused upgrade is
+        answered exactly as a refused POST: a 429 with its ``Retry-After``,
+        RateLimit headers and ``error.data.reason``, with ``"id": null``.
+        """
+        req = R.ParsedRequest([], False)
+        if caller.khash is None:
+            admitted: Decision | R.Answer = R.request_error(rpc.UNAUTHORIZED, req)
+        else:
+            admitted = await self._decide(caller, caller.khash, req, 0, {}, ())
+        if isinstance(admitted, R.Answer):
+            admitted.headers.update(served_headers(req))  # as run() adds them
+        return admitted
+
+    def redis_failed(self) -> bool:
+        """Count one Redis round trip that failed under the failure policy; True: fail open."""
+        self.metrics.redis_errors.labels("open" if self.fail_open else "closed").inc()
+        return self.fail_open
+
+    async def _decide(
+        self,
+        caller: Caller,
+        khash: str,
+        req: R.ParsedRequest,
+        n: int,
+        counts: dict[str, int],
+        per_call: list[str] | tuple[()],
+    ) -> Decision | R.Answer:
         try:
             decision = await self.limiter.admit(
-                khash,
-                max(1, len(req.calls)),
-                counts,
-                caller.origin,
-                caller.ip_bits,
-                per_call=per_call,
+                khash, n, counts, caller.origin, caller.ip_bits, per_call=per_call
             )
         except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
-            mode = "open" if self.fail_open else "closed"
-            self.metrics.redis_errors.labels(mode).inc()
-            if not self.fail_open:
+            if not self.redis_failed():
                 return R.request_error(rpc.SERVICE_UNAVAILABLE, req)
             decision = Decision(Status.ADMITTED, "")
         req.plan = decision.plan
@@ -228,45 +245,8 @@ class Pipeline:
 
     def record(self, caller: Caller, answer: R.Answer, status: int, elapsed: float) -> None:
         """One answered request of an existing key into this worker's insight sums (no I/O)."""
-        if self.insight is None or not answer.known_key or caller.khash is None:
-            return
-        body = answer.body
-        if answer.calls:  # a batch: each call under its own method and code, as usage counts
-            self._record_calls(caller.khash, caller.ip, answer, status, elapsed)
-            return
-        code = 0
-        if body and (status >= 400 or answer.is_error or len(body) <= 512):
-            code = reply_code(body)
-        failed = code != 0 or status >= 400
-        self.insight.record(
-            caller.khash,
-            answer.method,
-            code,
-            status,
-            elapsed * 1000,
-            caller.ip if failed else "",
-            answer.not_offered,
-        )
-
-    def _record_calls(
-        self, khash: str, ip: str, answer: R.Answer, status: int, elapsed: float
-    ) -> None:
-        assert self.insight is not None
-        calls = answer.calls
-        erred = status >= 400 or answer.is_error
-        codes = reply_codes(answer.body, [c.answered for c in calls], erred)
-        for call, code in zip(calls, codes, strict=True):
-            ok = call.error is None
-            failed = code != 0 or status >= 400
-            self.insight.record(
-                khash,
-                call.method if ok else "-",
-                code,
-                status,
-                elapsed * 1000,
-                ip if failed else "",
-                call.method if call.error is rpc.METHOD_NOT_FOUND else "",
-            )
+        if self.insight is not None:
+            record_answer(self.insight, caller, answer, status, elapsed)
 
     def limit_headers(self, decision: Decision) -> dict[str, str]:
         """IETF RateLimit headers (draft-ietf-httpapi-ratelimit-headers-07 form)."""

@@ -94,6 +94,9 @@ class Call:
     # "hit", "miss" or "coalesced", and the node's name(s) ("" = by the gateway).
     served: str = ""
     node: str = ""
+    # The JSON-RPC error code its answer carries (0: a result), set where a batch's
+    # answer is made; request insight reads it (``call_code``) instead of the bytes.
+    code: int = 0
 
     @property
     def answered(self) -> bool:
@@ -369,16 +372,35 @@ def restore_batch(
         item = whole if whole is not None else by_gid.get(b"%d" % mine)
         if item is None:
             out.append(error_obj(UPSTREAM_UNAVAILABLE, call.id, "no answer from node"))
+            call.code = UPSTREAM_UNAVAILABLE.code
             is_error = True
             continue
         answer = dict(item)
         answer["jsonrpc"] = "2.0"
         answer["id"] = call.id
-        is_error = is_error or "error" in answer
+        if "error" in answer:
+            is_error = True
+            call.code = _code_of(answer["error"])
         out.append(answer)
         if answered is not None and whole is None:
             answered.append((call, item))
     return orjson.dumps(out), is_error
+
+
+def _code_of(error: Any) -> int:
+    """A node's error object's code (0 for one without an integer code)."""
+    if type(error) is dict and type(error.get("code")) is int:
+        return int(error["code"])
+    return 0
+
+
+def call_code(call: Call) -> int:
+    """The code of ``call``'s place in a batch answer (0: a result, or no place at all)."""
+    if not call.answered:
+        return 0
+    if call.code:
+        return call.code
+    return call.error.code if call.error is not None else 0
 
 
 def json_too_deep(parsed: Any, limit: int) -> bool:

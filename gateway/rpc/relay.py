@@ -32,9 +32,6 @@ from typing import Any
 import orjson
 
 from gateway.rpc import protocol as rpc
-
-# rpc.http and ws.upgrade import failure_kind from here still; it lives in rpc.errors.
-from gateway.rpc.errors import failure_kind as failure_kind
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.nodeclient import NodeStream
 

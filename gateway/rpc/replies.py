@@ -112,6 +112,8 @@ def request_error(
         return error_answer(kind, None, data, headers)
     if not req.is_batch:
         return error_answer(kind, calls[0].id, data, headers)
+    for call in calls:
+        call.code = kind.code
     items = [rpc.error_obj(kind, c.id, data) for c in calls]
     return Answer(orjson.dumps(items), kind.http_status, headers)
 
@@ -145,6 +147,9 @@ def local_answer(req: ParsedRequest, headers: dict[str, str]) -> Answer:
 def upstream_failed(kind: rpc.ErrorKind, req: ParsedRequest, headers: dict[str, str]) -> Answer:
     if not req.is_batch:
         return error_answer(kind, req.calls[0].id, None, headers)
+    for call in req.calls:
+        if call.local is None and call.error is None:
+            call.code = kind.code
     items = [
         orjson.Fragment(c.local)
         if c.local is not None

@@ -20,8 +20,10 @@ or ``100-continue``, and a path that is exactly a network prefix, or one
 plus a segment of letters, digits, ``-`` and ``_`` (no ``%``, dots or
 query: the router would decode or normalise those). Both doors answer from
 the same ``RpcHttp.serve``; only the writes differ (``LeanCall`` implements
-``rpc.http.HttpOut``), and the answers are compared byte for byte (but
-``Date``) in ``tests/integration/test_door_parity.py``.
+``rpc.http.HttpOut``, whose streaming writes ``rpc.delivery`` drives for a
+relayed answer and a node failure alike), and the answers are compared byte
+for byte (but ``Date``), error paths included, in
+``tests/integration/test_door_parity.py``.
 
 It stays whole because the door's three parts (which requests it takes,
 the call that reads and writes them, the protocol that hooks aiohttp's

@@ -23,85 +23,79 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import WSMsgType, hdrs, web
 from redis.exceptions import RedisError
 
 from gateway import typedefs as T
-from gateway.limits.limiter import Decision, LimiterUnavailable, Status, ip_bits
+from gateway.limits.limiter import ip_bits
 from gateway.redis.keyspace import record_key
 from gateway.rpc import protocol as rpc
 from gateway.rpc.auth import key_hash
-from gateway.rpc.clientip import CLIENT_IP
-from gateway.rpc.http import RpcHttp, rpc_key
-from gateway.rpc.pipeline import REFUSED_ERROR, Caller
-from gateway.rpc.relay import failure_kind
-from gateway.rpc.replies import Answer
+from gateway.rpc.clientip import ClientIP
+from gateway.rpc.delivery import deliver, failed_answer, node_failed
+from gateway.rpc.http import http_reply, rpc_key
+from gateway.rpc.pipeline import Caller, Pipeline
+from gateway.rpc.replies import Answer, error_answer
+from gateway.rpc.served import BY_GATEWAY
 from gateway.upstream.errors import UpstreamError
 from gateway.ws.charging import dropped_signal
 from gateway.ws.leases import LeaseUnavailable, new_token
-from gateway.ws.service import WS, WsService
+from gateway.ws.service import WsService
 from gateway.ws.session import CLOSE_REVOKED, KeyState, Session
 
 log = logging.getLogger("gateway.ws")
 
-_CORS = {"Access-Control-Allow-Origin": "*"}
-
 
 class WsRoute:
-    """One network's GET route: WebSocket upgrades here, anything else to HTTP."""
+    """One network's WebSocket upgrades: a peer of the HTTP adapter (``rpc.http.RpcHttp``).
 
-    def __init__(self, http: RpcHttp) -> None:
-        self.http = http
-        self.pipeline = http.pipeline
-        self.network = http.network
+    Both feed the network's one pipeline; the app's router sends a GET here
+    only when it asks to upgrade (``is_upgrade``), any other GET to HTTP.
+    """
+
+    def __init__(self, pipeline: Pipeline, svc: WsService, client_ip: ClientIP) -> None:
+        self.pipeline = pipeline
+        self.network = pipeline.network
+        self.svc = svc
+        self.client_ip = client_ip  # the app's one, as over HTTP
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        upgrade = request.headers.get(hdrs.UPGRADE, "")
-        svc = request.config_dict.get(WS)
-        if upgrade.lower() != "websocket" or svc is None:
-            return await self.http.handle(request)
+        """The socket, or its refusal as an HTTP answer (never a traceback)."""
         try:
-            return await self._open(request, svc)
+            return await self._open(request, self.svc)
         except Exception:  # never a traceback to the client
             log.exception("ws internal error network=%s", self.network.name)
-            return _refuse(rpc.INTERNAL_ERROR, 500)
+            return _refuse(error_answer(rpc.INTERNAL_ERROR))
 
     async def _open(self, request: web.Request, svc: WsService) -> web.StreamResponse:
         if svc.draining:
-            return _refuse(rpc.SERVICE_UNAVAILABLE, 503, "shutting down")
+            return _refuse(error_answer(rpc.SERVICE_UNAVAILABLE, None, "shutting down"))
         key = rpc_key(request)  # exactly as over HTTP: /bsc/KEY/extra is never a key
         if key is None:
-            return _refuse(rpc.UNAUTHORIZED, 401)
+            return _refuse(error_answer(rpc.UNAUTHORIZED))
         khash = key_hash(key)
-        origin = request.headers.get(hdrs.ORIGIN, "")
-        ip = request.config_dict[CLIENT_IP](request)
-        bits = ip_bits(ip)
-        try:
-            decision = await svc.limiter.admit(khash, 0, {}, origin, bits)
-        except LimiterUnavailable:
-            if not self.pipeline.fail_open:
-                return _refuse(rpc.SERVICE_UNAVAILABLE, 503)
-            decision = Decision(Status.ADMITTED, "")
-        if decision.status is not Status.ADMITTED:
-            kind = REFUSED_ERROR[decision.status]
-            return _refuse(kind, kind.http_status)
+        ip = self.client_ip(request)
+        # this socket's own origin and address: its frames are judged by them
+        caller = Caller(khash, request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip), "ws", None)
+        decision = await self.pipeline.admit_socket(caller)  # refused as an HTTP request is
+        if isinstance(decision, Answer):
+            return _refuse(decision)
         request[T.KEY_ID] = decision.key_id
         plan = svc.plan(decision.plan)
         state = svc.key_state(khash, decision.key_id, plan)
-        # this socket's own origin and address: its frames are judged by them
-        caller = Caller(khash, origin, ip, bits, "ws", None)
         cap = svc.socket_cap(plan)
         lease = new_token()
         try:
             leased = await svc.leases.acquire(khash, lease, cap)
         except LeaseUnavailable:
-            if not self.pipeline.fail_open:
-                return _refuse(rpc.SERVICE_UNAVAILABLE, 503)
+            if not self.pipeline.redis_failed():
+                return _refuse(error_answer(rpc.SERVICE_UNAVAILABLE))
             leased, lease = len(state.sessions) < cap, ""  # this process's count only
-        if not leased:
-            return _refuse(rpc.RATE_LIMITED, 429, f"at most {cap} open sockets per key")
+        if not leased:  # no Retry-After: only a socket's close makes room
+            data = {"reason": f"at most {cap} open sockets per key"}
+            headers = {**self.pipeline.limit_headers(decision), **BY_GATEWAY}
+            return _refuse(error_answer(rpc.RATE_LIMITED, None, data, headers))
         try:
             return await self._serve(request, svc, state, caller, lease)
         finally:  # the socket is closed (or never opened): its lease goes
@@ -127,7 +121,8 @@ class WsRoute:
             timeout=wcfg.close_timeout_s,
         )
         if not ws.can_prepare(request).ok:
-            return _refuse(rpc.INVALID_REQUEST, 400, "not a valid WebSocket handshake")
+            bad = error_answer(rpc.INVALID_REQUEST, None, "not a valid WebSocket handshake")
+            return _refuse(bad, 400)
         await ws.prepare(request)
         sess = Session(
             ws,
@@ -192,58 +187,70 @@ class WsRoute:
     async def _stream(self, sess: Session, caller: Caller, answer: Answer) -> bool:
         """A large answer as one fragmented text message, each piece once the last drained.
 
-        A failure before the first piece is answered as over HTTP, and
-        ``answer.status`` says so (502 / 504) for the metrics and the log.
+        Delivered as over HTTP (``rpc.delivery``): a failure before the first
+        piece is answered as an error, and ``answer.status`` says so (502 /
+        504) for the metrics and the log.
         """
         relay = answer.relay
         assert relay is not None
-        errors, khash = self.pipeline.errors, caller.khash or ""
+        errors, khash, net = self.pipeline.errors, caller.khash or "", self.network.name
+        # Behind another large answer of this socket: its node connection sits
+        # unread meanwhile, so the wait is bounded (one piece's drain time).
         try:
-            # Behind another large answer of this socket: its node connection sits
-            # unread meanwhile, so the wait is bounded (one piece's drain time).
-            try:
-                async with asyncio.timeout(sess.drain_timeout_s):
-                    await sess.stream_lock.acquire()
-            except TimeoutError:
-                errors.add(khash)
-                answer.status = rpc.UPSTREAM_TIMEOUT.http_status
-                return sess.push(rpc.error_body(rpc.UPSTREAM_TIMEOUT, relay.client_id))
-            try:
-                try:
-                    first = await relay.start()
-                except (UpstreamError, rpc.BadAnswer) as exc:
-                    errors.add(khash)
-                    kind = failure_kind(exc)
-                    answer.status = kind.http_status
-                    return sess.push(rpc.error_body(kind, relay.client_id))
-                if relay.is_error:
-                    answer.is_error = True
-                    errors.answered(khash)
-                if relay.whole:
-                    return sess.push(first)
-                sess.begin_stream()
-                try:
-                    ok = await sess.write_piece(first, 0x01)
-                    del first
-                    if ok:
-                        async for chunk in relay.rest():
-                            if not await sess.write_piece(chunk, 0x00):
-                                return False
-                        ok = await sess.write_piece(b"", 0x80)
-                    return ok
-                except (UpstreamError, rpc.BadAnswer) as exc:
-                    errors.add(khash)
-                    log.warning(
-                        "node failed mid-answer network=%s error=%s", self.network.name, exc
-                    )
-                    sess.abort("upstream")  # half a message cannot be taken back
-                    return False
-                finally:
-                    sess.end_stream()
-            finally:
-                sess.stream_lock.release()
-        finally:
+            async with asyncio.timeout(sess.drain_timeout_s):
+                await sess.stream_lock.acquire()
+        except TimeoutError:
             relay.close()
+            late = UpstreamError("behind another answer of the socket", timeout=True)
+            return sess.push(failed_answer(answer, node_failed(net, errors, khash, late)).body)
+        except BaseException:  # cancelled while waiting (the socket went away)
+            relay.close()
+            raise
+        out = _Pieces(sess)
+        try:
+            return await deliver(out, answer, net, errors, khash)
+        finally:
+            if out.begun:
+                sess.end_stream()
+            sess.stream_lock.release()
+
+
+class _Pieces:
+    """A socket's writes for ``rpc.delivery``: one fragmented text message, or one frame."""
+
+    __slots__ = ("begun", "opcode", "sess")
+
+    def __init__(self, sess: Session) -> None:
+        self.sess = sess
+        self.begun = False
+        self.opcode = 0x01  # text, then continuation frames
+
+    def whole(self, answer: Answer) -> bool:
+        return self.sess.push(answer.body)
+
+    async def start(self, answer: Answer, length: int | None) -> None:
+        self.sess.begin_stream()
+        self.begun = True
+
+    async def write(self, chunk: bytes) -> None:
+        if not await self.sess.write_piece(chunk, self.opcode):
+            raise ConnectionError("the client did not take the answer")
+        self.opcode = 0x00
+
+    async def end(self) -> bool:
+        return await self.sess.write_piece(b"", 0x80)
+
+    def cut(self) -> bool:
+        self.sess.abort("upstream")  # half a message cannot be taken back
+        return False
+
+    def gone(self) -> bool:
+        return False
+
+
+def is_upgrade(request: web.Request) -> bool:
+    """Whether a GET asks for a WebSocket (else it is HTTP's: 405, or 401 with no key)."""
+    return request.headers.get(hdrs.UPGRADE, "").lower() == "websocket"
 
 
 def _done(sess: Session, limit: asyncio.Semaphore) -> Callable[[asyncio.Task[None]], None]:
@@ -254,14 +261,11 @@ def _done(sess: Session, limit: asyncio.Semaphore) -> Callable[[asyncio.Task[Non
     return done
 
 
-def _refuse(kind: rpc.ErrorKind, status: int, data: Any = None) -> web.Response:
-    """A refused upgrade: the JSON-RPC error body, ``"id": null``, no socket."""
-    return web.Response(
-        body=rpc.error_body(kind, None, data),
-        status=status,
-        content_type="application/json",
-        headers=_CORS,
-    )
+def _refuse(answer: Answer, status: int | None = None) -> web.StreamResponse:
+    """A refused upgrade, written as the HTTP door writes the same answer; no socket."""
+    if status is not None:
+        answer.status = status
+    return http_reply(answer)
 
 
 def _close_reason(ws: web.WebSocketResponse) -> str:

@@ -15,9 +15,11 @@ the fuzzer.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
+import secrets
 import socket
 import time
 import zlib
@@ -25,22 +27,30 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from argon2 import PasswordHasher
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from gateway import typedefs as T
+from gateway.demo.nodeoptions import MockNodeOptions
 from gateway.redis import keyspace as ks
 from gateway.redis.embedded import RedisProcess
 from gateway.rpc.auth import key_hash
+from gateway.store.accounts import Store
 from tests.helpers.bothdoors import BothDoors, both_doors
 from tests.helpers.config import MakeConfig
 from tests.helpers.doors import both_doors as door_param  # noqa: F401  (the async tests' door)
 from tests.helpers.doors import door_make_config  # noqa: F401
-from tests.helpers.fuzzinput import GARBAGE, FuzzRequest, http_requests, valid_calls
-from tests.helpers.fuzzinput import budget as _budget
-from tests.helpers.fuzzinput import chunked as _chunked
-from tests.helpers.fuzzinput import dumps as _dumps
+from tests.helpers.fuzzinput import (
+    GARBAGE,
+    FuzzRequest,
+    budget,
+    chunked,
+    dumps,
+    http_requests,
+    valid_calls,
+)
 from tests.helpers.rawhttp import aexchange, request, split_responses
 from tests.helpers.served import served
 
@@ -92,13 +102,13 @@ def _same(doors: BothDoors, data: bytes, want: int = 1) -> bytes:
     return app
 
 
-@_budget(200)
+@budget(200)
 @given(req=http_requests(max_cut=300))
 def test_one_request_same_bytes_from_both_doors(doors: BothDoors, req: FuzzRequest) -> None:
     _same(doors, req.wire(doors.key))
 
 
-@_budget(100)
+@budget(100)
 @given(
     batch=st.lists(valid_calls, min_size=1, max_size=6),
     garbage=GARBAGE,
@@ -107,7 +117,7 @@ def test_one_request_same_bytes_from_both_doors(doors: BothDoors, req: FuzzReque
 def test_pipelined_same_bytes_from_both_doors(
     doors: BothDoors, batch: list[dict[str, Any]], garbage: bytes, path: str
 ) -> None:
-    data = b"".join(request(path.format(k=doors.key), _dumps(c)) for c in batch) + garbage
+    data = b"".join(request(path.format(k=doors.key), dumps(c)) for c in batch) + garbage
     _same(doors, data, want=len(batch) + (1 if garbage else 0))
 
 
@@ -128,7 +138,7 @@ def _framing_cases(key: str) -> list[tuple[bytes, int]]:
         (request(path, CALL, headers={"Content-Type": "text/plain"}), 1),  # 415
         (request(path, big), 1),  # 413 from the declared length
         (
-            request(path, _chunked(big, [1000, 500_000]), headers={"Transfer-Encoding": "chunked"}),
+            request(path, chunked(big, [1000, 500_000]), headers={"Transfer-Encoding": "chunked"}),
             1,
         ),  # 413 after reading
         (request(path, b"[" + b",".join([CALL] * 101) + b"]"), 1),  # batch limit
@@ -191,3 +201,110 @@ async def test_access_log_metrics_and_insight_on_either_door(
     entries: Any = await redis.xrange(ks.insight_log(prefix, key_hash(api_key)))
     assert [e[1]["method"] for e in entries] == ["debug_nope"]
     assert entries[0][1]["code"] == "-32601"
+
+
+# -- the error paths: the same bytes from both doors when things go wrong ------
+# Each hostile network has one in-process node; the gateway's health probe is
+# answered honestly (``spare_probes``) so the node stays in service and the
+# clients' calls meet the fault.
+_ODD = b'{"extra":1,"jsonrpc":"2.0","id":999999,"result":"0x' + b"ab" * 600_000 + b'"}'
+HOSTILE = {
+    "down": MockNodeOptions(error_rate=1.0, spare_probes=True, seed=1),  # HTTP 500: 502
+    "slow": MockNodeOptions(latency_ms=3_000, spare_probes=True),  # past the deadline: 504
+    # another call's id, small: read whole and refused (502, "bad node answer" logged)
+    "liar": MockNodeOptions(
+        raw_answer=b'{"jsonrpc":"2.0","id":999999,"result":"0x1"}', spare_probes=True
+    ),
+    # over the stream bound in a layout read whole: refused before the first byte
+    "bigliar": MockNodeOptions(raw_answer=_ODD, spare_probes=True),
+}
+READ = b'{"jsonrpc":"2.0","id":5,"method":"eth_getBalance","params":["0x%s","latest"]}' % (
+    b"00" * 20
+)
+_WAITS = re.compile(rb'("retry_after_ms":)\d+|(\r\nRetry-After: )\d+')
+
+
+@pytest.fixture(scope="module")
+def hostile_doors(redis_server: RedisProcess) -> Iterator[BothDoors]:
+    extra: dict[str, dict[str, Any]] = {
+        "limits": {"upstream_timeout_s": 0.5},
+        "plans": {"payg": {"rate": 0.002, "burst": 1}},  # one call, then ~500 s to wait
+    }
+    with both_doors(redis_server.url, hostile=HOSTILE, extra=extra) as d:
+        yield d
+
+
+async def _payg_key(redis_url: str, prefix: str) -> str:
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        store = Store(redis, prefix=prefix, hasher=PasswordHasher(time_cost=1, memory_cost=1024))
+        email = f"p-{secrets.token_hex(3)}@example.com"
+        acct = await store.create_account(email, "parity pw", "payg")
+        return (await store.create_key(acct.id, name="payg"))[0]
+    finally:
+        await redis.aclose()
+
+
+def _error(raw: bytes) -> tuple[int, Any]:
+    (resp,), _ = split_responses(raw)
+    return resp.status, json.loads(resp.body)["error"]
+
+
+@pytest.mark.parametrize(
+    ("network", "status", "message"),
+    [
+        ("down", 502, "Upstream unavailable"),
+        ("slow", 504, "Upstream timeout"),
+        ("liar", 502, "Upstream unavailable"),
+        ("bigliar", 502, "Upstream unavailable"),
+    ],
+)
+def test_node_failures_same_bytes_from_both_doors(
+    hostile_doors: BothDoors, network: str, status: int, message: str
+) -> None:
+    raw = _same(hostile_doors, request(f"/{network}/{hostile_doors.key}", READ))
+    assert _error(raw) == (status, {"code": -32603, "message": message})
+
+
+def test_bad_node_answer_logged_by_either_door(
+    hostile_doors: BothDoors, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "gateway.rpc")
+    for network in ("liar", "bigliar"):
+        _same(hostile_doors, request(f"/{network}/{hostile_doors.key}", READ))
+    lines = [r.getMessage() for r in caplog.records if "bad node answer" in r.getMessage()]
+    assert len(lines) == 4, lines  # two networks, two doors
+    assert {line.split()[3] for line in lines} == {"network=liar", "network=bigliar"}
+    assert not any(hostile_doors.key in line for line in lines)
+
+
+def test_a_refusal_over_the_limit_same_bytes_from_both_doors(
+    hostile_doors: BothDoors, redis_server: RedisProcess
+) -> None:
+    key = asyncio.run(_payg_key(redis_server.url, hostile_doors.prefix))
+    path = f"/bsc/{key}"
+    spent, _ = _exchange(hostile_doors.app_port, request(path, CALL), 1)
+    assert split_responses(spent)[0][0].status == 200
+    app, _ = _exchange(hostile_doors.app_port, request(path, CALL), 1)
+    lean, _ = _exchange(hostile_doors.lean_port, request(path, CALL), 1)
+    # the wait counts down between the two sends: its digits aside, the same bytes
+    assert _WAITS.sub(rb"\1\2N", _masked(lean)) == _WAITS.sub(rb"\1\2N", _masked(app))
+    status, error = _error(app)
+    assert status == 429 and error["data"]["retry_after_ms"] > 400_000
+    assert b"\r\nRetry-After: 5" in app and b"\r\nRateLimit-Policy: " in app
+
+
+def test_refused_requests_same_bytes_and_status_from_both_doors(doors: BothDoors) -> None:
+    path = f"/bsc/{doors.key}"
+    big = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":["' + b"x" * 1_100_000 + b'"]}'
+    cases = [
+        (request(path, big), 413),  # the declared length
+        (request(path, chunked(big, [1000]), headers={"Transfer-Encoding": "chunked"}), 413),
+        (request(path, CALL, headers={"Content-Type": "text/plain"}), 415),
+        (request(path, CALL, method="PUT"), 405),
+        (request("/bsc", CALL), 401),
+    ]
+    for data, status in cases:
+        raw = _same(doors, data)
+        code = -32001 if status == 401 else -32600
+        assert _error(raw)[0] == status and _error(raw)[1]["code"] == code, raw[:300]

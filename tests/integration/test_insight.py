@@ -10,8 +10,10 @@ from redis.asyncio import Redis
 
 from gateway.config import ConfigError, config_from_dict
 from gateway.redis import keyspace as ks
+from gateway.rpc import protocol as rpc
+from gateway.rpc import replies as R
 from gateway.rpc.auth import key_hash
-from gateway.rpc.errors import reply_code, reply_codes
+from gateway.rpc.errors import reply_code
 from gateway.store.accounts import Store
 from gateway.store.insight import (
     HOUR_MS,
@@ -176,14 +178,29 @@ def test_reply_code() -> None:
     assert reply_code(b'{"result":"the word \\"error\\" in a string"}') == 0
 
 
-def test_reply_codes_give_each_call_of_a_batch_its_code() -> None:
-    batch = b'[{"id":1,"result":"0x1"},{"id":2,"error":{"code":-32000,"message":"nonce too low"}}]'
-    # the second call is a notification: no place in the answer, no code
-    assert reply_codes(batch, [True, False, True], erred=True) == [0, 0, -32000]
-    whole = b'{"id":null,"error":{"code":-32005,"message":"rate limited"}}'
-    assert reply_codes(whole, [True, True], erred=True) == [-32005, -32005]
-    assert reply_codes(b'[{"id":1,"result":"0x1"}]', [True], erred=False) == [0]
-    assert reply_codes(b"", [False], erred=False) == [0]
+def test_each_call_of_a_batch_answer_carries_its_code() -> None:
+    def calls() -> list[rpc.Call]:  # the second is a notification: no place, no code
+        return [rpc.Call("eth_call", [], i, i is not None) for i in (1, None, 2)]
+
+    nonce = {"code": -32000, "message": "nonce too low"}
+    made = calls()  # gateway ids 10, 11, 12 in order
+    rpc.restore_batch(
+        b"", made, 10, parsed=[{"id": 10, "result": "0x1"}, {"id": 12, "error": nonce}]
+    )
+    assert [rpc.call_code(c) for c in made] == [0, 0, -32000]
+    made = calls()  # one error about the whole batch: every call's code
+    rpc.restore_batch(b"", made, 10, parsed={"id": None, "error": {**nonce, "code": -32005}})
+    assert [rpc.call_code(c) for c in made] == [-32005, 0, -32005]
+    made = calls()  # the node left a call unanswered: -32603 for it
+    rpc.restore_batch(b"", made, 10, parsed=[{"id": 10, "result": "0x1"}])
+    assert [rpc.call_code(c) for c in made] == [0, 0, -32603]
+    made = calls()  # refused whole (the key, Redis away): the refusal's code
+    R.request_error(rpc.UNAUTHORIZED, R.ParsedRequest(made, True))
+    assert [rpc.call_code(c) for c in made] == [-32001, 0, -32001]
+    made = calls()  # no node answered: the failure's code, a call's own error kept
+    made[2].error = rpc.INVALID_PARAMS
+    R.upstream_failed(rpc.UPSTREAM_TIMEOUT, R.ParsedRequest(made, True), {})
+    assert [rpc.call_code(c) for c in made] == [-32603, 0, -32602]
 
 
 def test_month_start() -> None:
