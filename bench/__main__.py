@@ -122,9 +122,9 @@ def _common(p: argparse.ArgumentParser, scenario: str) -> None:
     stack.add_argument(
         "--door",
         choices=("app", "lean"),
-        default="app",
-        help="the gateway's server.door: the application for every path (default), or the "
-        "lean door for RPC POSTs",
+        default="lean",
+        help="the gateway's server.door: the lean door for RPC POSTs (default, as the "
+        "gateway's), or the application for every path",
     )
     stack.add_argument(
         "--admission",

@@ -62,7 +62,7 @@ class StackOptions:
     node_latency_ms: float = 0.0
     node_jitter_ms: float = 0.0
     gateway_workers: int = 1
-    door: str = "app"  # the gateway's server.door (GATEWAY_SERVER_DOOR)
+    door: str = "lean"  # the gateway's server.door (GATEWAY_SERVER_DOOR)
     gateway_cmd: tuple[str, ...] = (sys.executable, "-m", "gateway")
     # a command the gateway server (not the operator CLI) runs under, e.g. valgrind's
     # callgrind for instruction counts that do not depend on the machine's load

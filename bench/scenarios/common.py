@@ -112,7 +112,7 @@ async def environment(
         node_latency_ms=args.node_latency * 1000.0,
         node_jitter_ms=args.node_jitter * 1000.0,
         gateway_workers=args.workers,
-        door=getattr(args, "door", "app"),
+        door=getattr(args, "door", "lean"),
         gateway_cmd=tuple(shlex.split(args.gateway_cmd)),
         gateway_wrap=tuple(shlex.split(getattr(args, "gateway_wrap", None) or "")),
         pin=not args.no_pin,

@@ -142,9 +142,9 @@ def test_floors_name_the_path_and_the_floor(raw: dict[str, object], message: str
     assert str(exc.value) == message
 
 
-def test_server_door_defaults_to_the_application_and_is_checked() -> None:
-    assert config_from_dict({}).server.door == "app"
-    assert config_from_dict({"server": {"door": "lean"}}).server.door == "lean"
-    assert config_from_dict({}, {"GATEWAY_SERVER_DOOR": "lean"}).server.door == "lean"
+def test_server_door_defaults_to_the_lean_door_and_is_checked() -> None:
+    assert config_from_dict({}).server.door == "lean"
+    assert config_from_dict({"server": {"door": "app"}}).server.door == "app"
+    assert config_from_dict({}, {"GATEWAY_SERVER_DOOR": "app"}).server.door == "app"
     with pytest.raises(ConfigError, match=r'^server\.door: must be "app" or "lean"'):
         config_from_dict({"server": {"door": "fast"}})
