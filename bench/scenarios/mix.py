@@ -225,6 +225,7 @@ async def _stack(args: argparse.Namespace, metrics_port: int) -> AsyncIterator[E
         node_latency_ms=latency_ms,
         node_jitter_ms=jitter_ms,
         gateway_workers=args.workers,
+        door=args.door,
         gateway_cmd=tuple(shlex.split(args.gateway_cmd)),
         pin=not args.no_pin,
         proxy=True,

@@ -195,6 +195,7 @@ async def _stack(args: argparse.Namespace, metrics_port: int) -> AsyncIterator[E
     opts = StackOptions(
         bsc_nodes=1,
         gateway_workers=args.workers,
+        door=args.door,
         gateway_cmd=tuple(shlex.split(args.gateway_cmd)),
         pin=not args.no_pin,
         keep_dir=args.keep_stack_dir,

@@ -44,11 +44,13 @@ def test_mix_runs_with_latency_and_judges_by_the_flags() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench", "mix", "--duration", "1s", "--keys", "2",
          "--connections", "8", "--node-delay", "5ms+-3ms", "--min-vs-proxy", "0.01",
-         "--max-node-calls", "50", "--quiet", "--no-plot", "--out-dir", "", "--json"],
+         "--max-node-calls", "50", "--door", "app", "--quiet", "--no-plot", "--out-dir", "",
+         "--json"],
         capture_output=True, text=True, timeout=240, env=child_env(),
     )  # fmt: skip
     assert out.returncode in (0, 1), out.stderr[-2000:]
     report = json.loads(out.stdout)
+    assert report["door"] == "app"  # --door reaches the gateway the stack starts
     checks = {c["name"]: c for c in report["verdict"]["checks"]}
     assert checks["node calls per client call <= 50"]["pass"]
     assert checks["throughput >= 0.01x the bare proxy"]["pass"]
