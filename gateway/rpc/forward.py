@@ -93,9 +93,7 @@ async def forward_calls(
         try:
             out = await reads.one(call, plans[id(call)], head)
         except (UpstreamError, rpc.BadAnswer) as exc:
-            return R.upstream_failed(
-                node_failed(pipe.network.name, pipe.errors, khash, exc), req, headers
-            )
+            return _failed(pipe, khash, exc, req, headers)
         if isinstance(out, Relay):
             return R.Answer(b"", 200, headers, relay=out)
         return _done(pipe, khash, out[0], out[1], headers)
@@ -110,9 +108,7 @@ async def forward_calls(
                 return R.Answer(b"", 204, headers)
             body, is_error = rpc.restore_batch(b"", calls, gid, parsed=parsed)
         except (UpstreamError, rpc.BadAnswer) as exc:
-            return R.upstream_failed(
-                node_failed(pipe.network.name, pipe.errors, khash, exc, len(forward)), req, headers
-            )
+            return _failed(pipe, khash, exc, req, headers, len(forward))
         n = _error_items(parsed, len(forward)) if is_error else 1
         return _done(pipe, khash, body, is_error, headers, n)
     # one call that is not a read with an id (a write, a notification, an
@@ -128,9 +124,7 @@ async def forward_calls(
             route=pipe.pool.eligibility.route(((call.method, call.params),), pipe.pool.nodes),
         )
     except UpstreamError as exc:
-        return R.upstream_failed(
-            node_failed(pipe.network.name, pipe.errors, khash, exc), req, headers
-        )
+        return _failed(pipe, khash, exc, req, headers)
     call.served, call.node = "miss", node.name
     if not call.answered:
         if isinstance(reply, NodeStream):
@@ -142,7 +136,5 @@ async def forward_calls(
     try:
         body, is_error = rpc.restore_single(reply, gid, call.id)
     except rpc.BadAnswer as exc:
-        return R.upstream_failed(
-            node_failed(pipe.network.name, pipe.errors, khash, exc), req, headers
-        )
+        return _failed(pipe, khash, exc, req, headers)
     return _done(pipe, khash, body, is_error, headers)

@@ -1,6 +1,6 @@
 """``tx_ctx(handlers)``: the transaction methods' resources for the app's life.
 
-One cleanup context (app.py), run after the pipelines are bound: the HTTP
+One cleanup context (app.py), run after the pipelines are built (``_rpc_ctx``): the HTTP
 session to the private endpoints, the bucket script, the key-mode cache
 (dropped on key events), the transaction log's flush task and the
 ``gateway_transactions_total`` counter; then each network's handlers are
