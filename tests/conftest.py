@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import secrets
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -19,6 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from argon2 import PasswordHasher
+from hypothesis import settings
 from redis.asyncio import Redis
 
 from gateway.app import create_app
@@ -31,6 +33,14 @@ from tests.helpers.config import MakeConfig
 from tests.helpers.limiters import make_limiter  # noqa: F401  (a shared fixture)
 
 TESTDATA = Path(__file__).parent / "testdata"
+
+# Property tests in the suite draw the same examples on every run (a fixed seed
+# per test, no example database), so the suite's verdict depends on the code
+# alone; the random search for new inputs is scripts/fuzz's job (FUZZ_RANDOM=1).
+# A finding goes in as an @example or a plain regression test.
+settings.register_profile("suite", derandomize=True, database=None, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, database=None, print_blob=True)
+settings.load_profile("fuzz" if os.environ.get("FUZZ_RANDOM") == "1" else "suite")
 
 
 @pytest.fixture(scope="session")
