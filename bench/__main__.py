@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=duration_arg("s"),
         default=3.0,
         help="the mock nodes' block time; the staleness of eth_blockNumber and latest "
-        "answers is reported against it (issue 19 measures at 500ms)",
+        "answers is reported against it (BSC makes a block every 450ms)",
     )
     mx.add_argument(
         "--node-delay",

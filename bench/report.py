@@ -93,7 +93,7 @@ def cpu_by_part(results: Sequence[LoadResult], answered: int, admitted: int) -> 
     Parts are what the scenario attached (bench/partcpu.py: gateway workers,
     Redis, mock nodes, proxy) plus each load-generator process.  Redis's
     figure per *admitted* (2xx) request comes from its own ``INFO cpu``, the
-    number issue 12 sets a target on.
+    number the Redis budget is set on.
     """
     duration = sum(r.duration_s for r in results)
     cpu_s: dict[str, float] = {}

@@ -286,8 +286,8 @@ def cpu_growth(rows: list[dict[str, Any]]) -> dict[int, float] | None:
     """Gateway CPU per request at each worker count over the 1-worker figure, minus 1.
 
     Workers add up when this stays near 0: a request costs the same CPU
-    whether one process serves it or several share the load (issue 21 item
-    5 asks within 10 %). None when the 1-worker figure is unknown.
+    whether one process serves it or several share the load (the goal is
+    within 10 %). None when the 1-worker figure is unknown.
     """
     base = rows[0].get("gateway_cpu_us_per_req") if rows else None
     if not base:

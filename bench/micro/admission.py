@@ -3,7 +3,7 @@
 Why this exists: with leased admission (gateway/limits/leasing.py) most
 requests are admitted without a Redis round trip, so what is left of the
 admission is Python: the limiter's bookkeeping, the usage counters
-(gateway/store/usagesink.py) and the client IP's bits. Issue 21 asks that
+(gateway/store/usagesink.py) and the client IP's bits. The goal is that
 this cost at most 2 µs more gateway CPU per request than the exact
 path's share; this measures each piece alone, in this process, pinned to
 one CPU, as CPU nanoseconds per call (``time.process_time``), the best of

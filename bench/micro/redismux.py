@@ -7,7 +7,7 @@ redis-py's pool checkout, command packing and per-reply reads cost ~85-110
 ``--args`` arguments, the shape of admit.lua's call) through both clients,
 closed loop at the same concurrency, against a redis-server in another
 process on another CPU, and prints the client's CPU per call and Redis's own
-(``INFO cpu``) per call: the second is the figure issue 12 wants down to
+(``INFO cpu``) per call: the second is the figure to bring down to
 10 µs, and it shows what argument count alone costs Redis.
 """
 

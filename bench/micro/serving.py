@@ -1,6 +1,6 @@
 """``python -m bench.micro.serving``: what the HTTP serving stack alone costs per request.
 
-Why this exists: issue 21 asks for 1.5x the bare aiohttp proxy per core,
+Why this exists: the goal is 1.5x the bare aiohttp proxy per core,
 and the profile of the pinned gateway worker puts most of what is left in
 aiohttp's serving stack, not in the gateway's own steps. This serves one
 trivial POST (fixed answer bytes, the gateway's four response headers, no

@@ -150,7 +150,7 @@ async def staleness(gateway_url: str, node_urls: list[str]) -> dict[str, dict[in
     Every 50 ms one ``eth_blockNumber`` and one ``eth_getBlockByNumber("latest")``
     go to the gateway; as each answer arrives every node of the network is
     asked its ``eth_blockNumber`` directly, and the answer's lag is the
-    highest of those minus the answered number (issue 19's measure). Runs
+    highest of those minus the answered number. Runs
     until cancelled; returns {method: {lag: count}}.
     """
     lags: dict[str, dict[int, int]] = {"eth_blockNumber": {}, "latest": {}}
@@ -185,7 +185,7 @@ async def staleness(gateway_url: str, node_urls: list[str]) -> dict[str, dict[in
 def staleness_figures(
     lags: dict[str, dict[int, int]], block_time_s: float, after: list[Any]
 ) -> dict[str, str]:
-    """The staleness distribution and issue 19's target (>= 95 % within 1 block, none > 2)."""
+    """The staleness distribution and the head's promise (>= 95 % within 1 block, none > 2)."""
     out: dict[str, str] = {}
     ws = total(after, "gateway_upstream_ws_heads", network="bsc")
     out["head source (bsc)"] = (

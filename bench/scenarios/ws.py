@@ -1,6 +1,6 @@
 """WebSocket fan-out: N sockets on ``newHeads`` through one gateway worker.
 
-Measures what issue 14 asks: delivery latency from the node's emit to the
+Measures delivery latency from the node's emit to the
 client's receive (p50/p99), upstream subscriptions the node holds (target: 1),
 and the gateway's memory per socket (RSS after the sockets opened minus
 before, over N), plus the gateway's CPU while blocks flow.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Methods a public read endpoint offers by default (SPEC §3 "Methods offered"):
+# Methods a public read endpoint offers by default:
 # every read a hosted provider serves, forwarded even where a particular node
 # refuses one (its own answer then comes back), plus the filter methods the
 # gateway answers itself (gateway/filters). Everything that signs, administers
@@ -79,7 +79,7 @@ BSC_METHODS: tuple[str, ...] = (
     "eth_getTransactionDataAndReceipt",
 )
 
-# Prefixes that are never offered, whatever the config says (SPEC §3):
+# Prefixes that are never offered, whatever the config says:
 # node administration and server-side signing. A configured pattern that
 # could reach one of them ("eth_*", "*") is refused too.
 FORBIDDEN_METHOD_PREFIXES: tuple[str, ...] = (
@@ -140,8 +140,8 @@ FILE_METHODS: tuple[str, ...] = (
     "debug_traceBlockFromFile",
 )
 
-# Not offered: the gateway keeps filters itself and keeps no mempool view
-# (SPEC §10); newPendingTransactions over WebSocket is the way to follow it.
+# Not offered: the gateway keeps filters itself and keeps no mempool view;
+# newPendingTransactions over WebSocket is the way to follow it.
 UNOFFERED_METHODS: tuple[str, ...] = ("eth_newPendingTransactionFilter",)
 
 # Compute units per call: NodeReal's published compute-unit table (BSC's main

@@ -1,6 +1,6 @@
 """The config sections of clients that keep listening: WebSocket sockets and their
-subscriptions (SPEC §9, ``[ws]``) and the filters the gateway keeps for polling
-clients (SPEC §10, ``[filters]``).
+subscriptions (``[ws]``) and the filters the gateway keeps for polling
+clients (``[filters]``).
 
 Same rules as schema.py (frozen dataclasses, the field defaults are the shipped
 defaults, load.py type-checks TOML against the annotations); reached as
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class WsConfig:
-    """WebSocket endpoint (SPEC §9): limits, heartbeats, upstream subscriptions."""
+    """WebSocket endpoint: limits, heartbeats, upstream subscriptions."""
 
     enabled: bool = True
     max_message_bytes: int = 1_048_576  # a bigger frame closes the socket (1009)
@@ -56,7 +56,7 @@ class WsConfig:
 
 @dataclass(frozen=True, slots=True)
 class FiltersConfig:
-    """Filters kept by the gateway (SPEC §10 "Filters"; gateway/filters)."""
+    """Filters kept by the gateway (gateway/filters)."""
 
     ttl_s: float = 300.0  # a filter not polled this long expires (geth's 5 minutes)
     max_per_key: int = 100  # live filters per API key, all processes together

@@ -84,7 +84,7 @@ class LimitsConfig:
     # An answer that cannot be relayed in pieces (a batch's, which is parsed to
     # put each id back, or one whose id is neither in its head nor its last
     # member) is read whole up to this and refused (502) above it: relaying
-    # holds bounded memory (SPEC §7).
+    # holds bounded memory.
     max_buffered_answer_bytes: int = 16 * 1024 * 1024
 
 
@@ -110,7 +110,7 @@ class NetworkConfig:
     upstreams: tuple[str, ...]
     methods: frozenset[str]
     # Nodes' WebSocket URLs for subscriptions; default: each HTTP upstream
-    # with the ws/wss scheme (SPEC §9).
+    # with the ws/wss scheme.
     ws_upstreams: tuple[str, ...] = ()
     nodes: tuple[NodeConfig, ...] = ()  # the node table (config/nodes.py node_table)
     routes: Mapping[str, MethodRoute] = field(default_factory=dict)  # extra_methods tables
@@ -252,7 +252,7 @@ class DashboardConfig:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionConfig:
-    """How requests are admitted (SPEC §5 "Scale rules"; gateway.limits.leasing).
+    """How requests are admitted (gateway.limits.leasing).
 
     ``lease``: each worker leases slices of a key's bucket and admits locally,
     caches key records (pub/sub invalidation) and flushes usage each

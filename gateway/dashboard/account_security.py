@@ -2,8 +2,8 @@
 
 Each action is its own small form posting to its own path, so every one
 works without JavaScript and carries the CSRF token. Every action that
-could lock the owner out or erase data asks for the current password
-(SPEC §6): changing it, starting and confirming two-step log-in, turning it
+could lock the owner out or erase data asks for the current password:
+changing it, starting and confirming two-step log-in, turning it
 off, new recovery codes, deletion (which also asks for the two-step code
 when it is on). A stolen session cookie alone can therefore neither bind
 an attacker's authenticator nor plant a secret the owner would scan, nor

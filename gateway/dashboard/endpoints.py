@@ -4,7 +4,7 @@ Every example reads the key from the ``RPC_KEY`` environment variable (the
 same name ``gateway serve --demo`` prints), so nobody pastes a key into
 source code by following our docs. HTTP examples send the key in the
 ``Authorization`` header; WebSocket URLs carry it in the path, because a
-browser cannot set headers on an upgrade (SPEC §9). The WebSocket URL has
+browser cannot set headers on an upgrade. The WebSocket URL has
 the ``wss`` scheme exactly when the page's own base URL is ``https``.
 """
 

@@ -27,7 +27,7 @@ from gateway.store.accounts import Account, KeyRecord, StoreError
 from gateway.store.insightquery import WINDOWS, InsightStore, fmt_ms
 from gateway.store.keylimits import KeyLimits, fmt_rate, parse_daily, parse_rate
 
-# Words for the JSON-RPC codes the gateway itself answers with (SPEC §4).
+# Words for the JSON-RPC codes the gateway itself answers with.
 CODE_WORDS = {
     -32700: "Parse error",
     -32600: "Invalid request",

@@ -5,8 +5,8 @@ first transaction asks for the nonce (``eth_getTransactionCount`` with
 ``pending``), fees (``eth_gasPrice``, ``eth_maxPriorityFeePerGas``,
 ``eth_feeHistory``, the latest block's ``baseFeePerGas``), ``eth_estimateGas``,
 then sends the signed bytes and polls for the receipt. A mock node that
-answers any of these with "method not found" makes the demo look broken
-(issue 20), so every demo node (``mocknode``, ``chainnode``, ``mockws``)
+answers any of these with "method not found" makes the demo look broken,
+so every demo node (``mocknode``, ``chainnode``, ``mockws``)
 answers them all from here.
 
 Signed transactions are really read (``gateway.tx.codec``, the gateway's own

@@ -1,4 +1,4 @@
-"""Filters kept by the gateway (SPEC §10 "Filters"): store (state in Redis, owned by one
+"""Filters kept by the gateway: store (state in Redis, owned by one
 key, with TTL), changes (what a poll returns, re-orgs included), service (the
 transport-neutral answers), methods (those answers as local methods of the one
 pipeline, on both transports), nodepath (their node reads through the pipeline's read

@@ -15,7 +15,7 @@ remembered per filter criteria (a bounded map), so the next poll of that
 filter starts there instead of halving again from the whole range; after a
 success at the remembered span it tries twice that, so a quiet stretch of
 chain lets it grow back. Each poll's answer stays within the poll bound:
-what a client that never reads can hold stays small (SPEC §7). All of a
+what a client that never reads can hold stays small. All of a
 poll's reads share its one deadline (``FilterService``).
 """
 

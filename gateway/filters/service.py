@@ -9,7 +9,7 @@ path, with cache, coalescing and routing by block), the head from the
 network's ``HeadTracker``. A filter object is read by the one Go-style
 reader (``rpc.params``).
 
-Choices where geth and the SPEC are silent (docs/METHODS.md "Filters"):
+Choices where geth is silent (docs/METHODS.md "Filters"):
 - A new filter reports what comes after the head at its creation (geth: logs
   and blocks arriving after it); a numeric ``fromBlock`` above the head
   starts there, a numeric ``toBlock`` ends it. ``eth_getFilterLogs`` scans the
@@ -291,5 +291,5 @@ class FilterService:
             return rpc.INVALID_PARAMS, refused
         # The node's answer goes to the client as an eth_getLogs answer would:
         # through the pipeline's read path and its bounded relay, never read
-        # whole here (SPEC §7's memory bound holds on both transports).
+        # whole here (the relay's memory bound holds on both transports).
         return ForwardAs("eth_getLogs", [spec])

@@ -1,4 +1,4 @@
-"""A key's allowlists (origins, client IPs, methods) and the SPEC §5 matching rules.
+"""A key's allowlists (origins, client IPs, methods) and their matching rules.
 
 Parsed once per key record read, then checked for every request the
 process admits locally (see ``gateway.limits.leasing``); the stored forms come
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Allowlists:
-    """A key's allowlists, parsed once per record read; the rules of SPEC §5.
+    """A key's allowlists, parsed once per record read; the matching rules below.
 
     Stored entries come from ``accounts.normalize_origin`` / ``cidr_bits``
     (lowercased origins ``scheme://host[:port]``, bare ``host[:port]`` for any

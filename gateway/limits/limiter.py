@@ -131,7 +131,7 @@ def ip_bits(address: str) -> str:
     IPv4 (and IPv4-mapped IPv6) addresses are mapped into IPv6 so one
     prefix compare serves both families; the mark keeps them apart, so an
     entry ``::/0`` (just ``'6'``) matches every IPv6 client and no IPv4 one,
-    as SPEC §5 asks. Anything that is not an address gives ``""``, which
+    as the allowlist rules ask. Anything that is not an address gives ``""``, which
     matches no IP allowlist.
     """
     try:

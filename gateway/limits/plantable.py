@@ -114,7 +114,7 @@ def call_costs(cost: Callable[[str], int], per_call: Sequence[str]) -> str:
 def is_probe(calls: int, methods: Mapping[str, int]) -> bool:
     """No calls and no methods: a key check that charges nothing.
 
-    Only the WebSocket upgrade asks this way (SPEC §9: every call and every
+    Only the WebSocket upgrade asks this way (every call and every
     notification on the socket costs units, opening it does not); an HTTP
     request always counts at least one call, so it always costs a unit.
     """

@@ -1,7 +1,7 @@
 """The one loop behind every per-process sum that is written to Redis periodically.
 
 Usage counters, upstream error counts and request insight are added up in
-memory and flushed once per interval (SPEC §5 "Scale rules"); on shutdown
+memory and flushed once per interval; on shutdown
 (the app's cleanup cancels the task) one last flush runs, so SIGTERM loses
 nothing.
 

@@ -53,7 +53,7 @@ CORS_HEADERS: Final = {
 
 @dataclass(frozen=True, slots=True)
 class ErrorKind:
-    """One row of the SPEC §4 error table."""
+    """One row of the error table (docs/API.md "Errors")."""
 
     code: int
     message: str

@@ -1,7 +1,7 @@
 """The ``eth_getLogs`` range guard, run before admission whenever the plan is known.
 
 A call the gateway refuses by its own guard costs the minimum compute unit,
-not the method's weight (SPEC §4; issue 20: one refused call drained a free
+not the method's weight (one refused call drained a free
 key's burst). The weight is decided in the admission call, so the guard has
 to run before it, and its limit depends on the key's plan. When every plan
 has the same limit (the default) that is exact; otherwise the plan each key

@@ -1,4 +1,4 @@
-"""The client's id bytes, exactly as sent (SPEC §3: "restored byte for byte").
+"""The client's id bytes, exactly as sent ("restored byte for byte").
 
 The parsers give values, not spellings: ``"peer-\\u00e9-0"`` and ``"\\/"``
 come back from orjson as the decoded text, which it re-encodes as ``"peer-é-0"``

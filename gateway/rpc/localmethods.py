@@ -67,7 +67,7 @@ class ForwardAs:
 
     The call is rewritten to ``method`` / ``params`` and goes on down the
     pipeline like a client's own read: cache, coalescing, routing by block,
-    and the bounded relay of a large answer (SPEC §7) on every transport.
+    and the bounded relay of a large answer on every transport.
     It was admitted and is metered as the method the client named.
     """
 

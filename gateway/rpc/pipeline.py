@@ -1,4 +1,4 @@
-"""The one call pipeline every transport feeds (SPEC §3): bytes in, an ``Answer`` out.
+"""The one call pipeline every transport feeds: bytes in, an ``Answer`` out.
 
 validate -> admit (one Redis round trip: key, allowlists, quota, bucket,
 usage) -> ``eth_getLogs`` guard -> local methods | cache / coalesce / head
@@ -164,7 +164,7 @@ class Pipeline:
             if call.error is None:
                 counts[call.method] = counts.get(call.method, 0) + 1
         per_call: list[str] | tuple[()] = ()
-        if req.is_batch and sum(counts.values()) > 1:  # admitted call by call (SPEC §4)
+        if req.is_batch and sum(counts.values()) > 1:  # admitted call by call
             per_call = [c.method for c in req.calls if c.error is None]
         return await self._decide(caller, khash, req, max(1, len(req.calls)), counts, per_call)
 

@@ -194,7 +194,7 @@ def parse_body(body: bytes) -> Any:
     digits, and as the fallback for valid JSON orjson refuses (``1.5e400``,
     a lone surrogate such as ``"\\ud800"``). A lone surrogate cannot be
     encoded again, so each call keeps only the members a call is made of
-    (an unknown member is ignored, as for any other value, SPEC §3); one
+    (an unknown member is ignored, as for any other value); one
     left in ``id``, ``method`` or ``params`` is not JSON we can forward:
     ``ParseError``.
     """

@@ -3,7 +3,7 @@
 Transport-neutral: the HTTP adapter writes the pieces into a chunked (or
 sized) response, the WebSocket adapter into one fragmented text message;
 both wait for their socket to drain between pieces, so memory stays
-bounded whatever the answer's size (SPEC §7: a 200 MB answer to a client
+bounded whatever the answer's size (a 200 MB answer to a client
 that never reads adds < 64 MB).
 
 The gateway id must become the client's without parsing the result. Three

@@ -165,7 +165,7 @@ def upstream_failed(kind: rpc.ErrorKind, req: ParsedRequest, headers: dict[str, 
 def not_offered(req: ParsedRequest) -> str:
     """The one method name, as sent, that a request's calls asked for and is not offered.
 
-    For the key's call log (SPEC §6), never a metrics label: what a client
+    For the key's call log, never a metrics label: what a client
     sends is unbounded. "" when the calls named none, or several.
     """
     names = {c.method for c in req.calls if c.error is rpc.METHOD_NOT_FOUND}

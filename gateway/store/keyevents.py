@@ -4,7 +4,7 @@ Whatever changes a key's record (revoke, rotate, plan switch, limits,
 account deletion) publishes the key's hash on ``<prefix>:keys``; every
 process subscribes and drops its cached copy, so a revoked key stops
 working everywhere within the pub/sub delay (milliseconds), well under the
-1 s SPEC §5 allows. If the subscription breaks, every cached record is
+1 s a revocation may take. If the subscription breaks, every cached record is
 dropped at once (a message may have been missed) and the listener
 reconnects with a backoff; the cache's own TTL is the last safety net.
 

@@ -1,6 +1,6 @@
 """Usage counters summed in this process and written to Redis once a second.
 
-SPEC §5 "Scale rules": a request costs at most one Redis round trip, and
+The scale rules: a request costs at most one Redis round trip, and
 with leased admission most cost none, so the counters the dashboard and
 ``gateway usage`` read (requests per minute and per day, per method,
 rate-limited, denied and error counts, last use) are added up here and

@@ -3,8 +3,8 @@
 One batch per node per ``upstream.probe_interval_s`` (and at start-up,
 before the pool takes any call): ``eth_getBlockByNumber`` latest, safe and
 finalized, and ``eth_chainId``. A node is *in service* only while its last
-probe answered and its chain id matched the network's ``chain_id`` (SPEC
-§7); a mismatch takes it out of rotation, is logged with its redacted URL
+probe answered and its chain id matched the network's ``chain_id``; a
+mismatch takes it out of rotation, is logged with its redacted URL
 and both ids, and shows in ``/readyz`` and ``gateway_upstream_chain_mismatch``.
 Only an in-service node's heads move the network head: a node of another
 chain would otherwise drag the head (and every cached answer) to its own.

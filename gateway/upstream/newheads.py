@@ -42,7 +42,7 @@ log = logging.getLogger("gateway.upstream")
 
 # The socket's own chain id first (id 0), then the subscription (id 1): the WS
 # URL is configured apart from the HTTP one the probe verifies, so a socket on
-# another chain must never move this network's head (SPEC §7).
+# another chain must never move this network's head.
 _HELLO: Final = (
     '{"jsonrpc":"2.0","id":0,"method":"eth_chainId","params":[]}',
     '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}',

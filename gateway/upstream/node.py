@@ -4,7 +4,7 @@ A node gets client calls only while it is *in service*: its last probe
 answered (``healthy``), its ``eth_chainId`` matched the network's
 (``verified``) and what it said of the chain was consistent (not
 ``inconsistent``). Both start False, so a node that has not answered its first
-check gets nothing (SPEC §7). ``down_until`` takes it out for a cooldown
+check gets nothing. ``down_until`` takes it out for a cooldown
 after repeated failures (``usable``). Logs, metrics and ``repr`` name a node
 by its configured ``name`` (``<network>-<index>`` unless the node table gives
 one) or by ``display``, its URL with secrets masked (``config.redact``),

@@ -14,7 +14,7 @@ answered, chain id verified) are ever picked: tier 0 "fresh", tier 1
 "cooling down" (taken out after ``fail_threshold`` failures in a row for
 ``cooldown_s``), tried only when nothing better is left. With no node in
 service at all, ``forward`` fails at once (502): the gateway answers
-nothing it cannot vouch for (SPEC §7).
+nothing it cannot vouch for.
 
 Retries: a failed call is retried on a *different* node (once every node
 was tried, e.g. one by a hedge, on any node but the one that failed last) while the deadline
@@ -78,7 +78,7 @@ class NodePool(PoolLifecycle):
 
         ``min_block >= 0``: the call names that block, so nodes whose last
         reported head is below it are skipped while any node is known to have
-        it (SPEC §10); when none is, the pick is as usual (a node may have
+        it; when none is, the pick is as usual (a node may have
         moved on since its probe).
         """
         nodes = self.nodes

@@ -1,4 +1,4 @@
-"""WebSocket JSON-RPC (SPEC §9): upgrade, sessions, fan-out, upstream subscriptions.
+"""WebSocket JSON-RPC: upgrade, sessions, fan-out, upstream subscriptions.
 
 Nothing outside gateway.ws imports from here except app.py (routes, setup).
 

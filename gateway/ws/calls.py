@@ -5,7 +5,7 @@ Every other call on a socket goes through the one pipeline
 there as local methods of the ``ws`` transport (``SubscriptionMethods``),
 so they are validated, admitted and metered like any call.
 
-Caps (SPEC §9, issue 18 item 3): a subscribe call takes its slot on the
+Caps: a subscribe call takes its slot on the
 socket (``Session.reserved``) and its place among the key's and the
 network's distinct upstream subscriptions *before* it awaits the node, so
 concurrent frames cannot pass a cap together.

@@ -3,7 +3,7 @@
 One ``UpSub`` per distinct (kind, canonical filter): a thousand sockets on
 ``newHeads`` are one ``eth_subscribe`` at the node. The sockets sharing it
 share one subscription id too, chosen by the gateway when the ``UpSub`` is
-made (SPEC §9; never the node's, so it survives a failover): the node's
+made (never the node's, so it survives a failover): the node's
 notification bytes are split once around the node's id and framed once
 with the shared id, and the same bytes are written to every socket (the
 node's exact shape, nothing re-encoded). A socket that subscribes to the
@@ -159,7 +159,7 @@ class UpSub(StreamRepair):
             return
         last = self.last
         if last and number <= last:
-            return  # duplicate, or a step back: never sent (SPEC §9)
+            return  # duplicate, or a step back: never sent
         if last and number > last + 1:
             link = self.feed.link
             if link is not None:

@@ -43,7 +43,7 @@ class Subscription(Protocol):
 
 log = logging.getLogger("gateway.ws")
 
-CLOSE_REVOKED = 4001  # SPEC §9: revoked or expired key
+CLOSE_REVOKED = 4001  # revoked or expired key
 CLOSE_GOING_AWAY = 1001
 
 

@@ -189,7 +189,7 @@ async def test_signup_to_working_key(browser: Any, live_url: str, screenshots: P
 
     # Usage shows the three calls.
     await page.get_by_role("navigation", name="Dashboard").get_by_role("link", name="Usage").click()
-    await usage_total_reaches(page, "3")  # usage is written within a second (SPEC §5)
+    await usage_total_reaches(page, "3")  # usage is written within a second
     assert await page.locator("svg#usage-chart rect.bar").count() >= 1
     await page.get_by_role("link", name="Last hour").click()
     assert await page.get_by_test_id("usage-total").inner_text() == "3"

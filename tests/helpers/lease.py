@@ -33,7 +33,7 @@ async def until_status(
     """Seconds until ``post()`` answers ``status``; fails past ``within_s``.
 
     A revoked key stops working on every process once the pub/sub message
-    arrives (milliseconds), not necessarily on the very next call: SPEC §5
+    arrives (milliseconds), not necessarily on the very next call: the scale rules
     asks for under one second, and that is what callers assert.
     """
     start = time.monotonic()

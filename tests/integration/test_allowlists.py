@@ -1,4 +1,4 @@
-"""Allowlist edges (SPEC §5, issue 10 item 8), each through the real admit.lua.
+"""Allowlist edges, each through the real admit.lua.
 
 Keys are made by ``Store.create_key`` (so entries pass the same normaliser as
 the dashboard and CLI) and checked by every admission implementation against a real Redis.

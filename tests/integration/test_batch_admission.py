@@ -1,4 +1,4 @@
-"""A batch is admitted call by call (SPEC §4), in both admission modes.
+"""A batch is admitted call by call, in both admission modes.
 
 The calls the bucket holds units for go through; the rest take their places
 as -32005 with ``error.data.reason`` (HTTP 200 when any call went through,

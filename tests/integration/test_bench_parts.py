@@ -1,4 +1,4 @@
-"""A real, short ``python -m bench steady`` run names every part's CPU (issue 12 item 6)."""
+"""A real, short ``python -m bench steady`` run names every part's CPU."""
 
 from __future__ import annotations
 

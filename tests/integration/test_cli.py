@@ -146,7 +146,7 @@ def test_config_option_before_or_after_the_command(cli: Cli, tmp_path: Any) -> N
         assert code == 2 and "limits.max_batch" in err
 
 
-# -- issue 20: abbreviations, --version, config check, accounts list, bad URLs -------------
+# -- abbreviations, --version, config check, accounts list, bad URLs -------------
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """The CLI against a Redis it cannot use: one line saying what to do, exit 3,
-no traceback, no password (issue 10 item 13)."""
+no traceback, no password."""
 
 from __future__ import annotations
 

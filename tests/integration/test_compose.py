@@ -312,7 +312,7 @@ def test_docker_compose_accepts_the_file() -> None:  # pragma: no cover - no com
     assert result.returncode == 0, result.stderr
 
 
-# -- healthchecks, run for real (issue 25 item 5) ---------------------------------------
+# -- healthchecks, run for real ---------------------------------------
 OWN_IMAGE = "rpc-gateway:local"
 
 

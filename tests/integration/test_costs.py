@@ -1,4 +1,4 @@
-"""Nothing is free to send (issue 10 item 5, SPEC §4): every keyed request costs
+"""Nothing is free to send: every keyed request costs
 at least one compute unit, including ones the gateway answers itself."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Log-in throttling counted before the password check, argon2 off the loop,
-``next`` hygiene and per-IP grouping, through the real app and Redis (issue 10
-items 4, 10 and 13)."""
+``next`` hygiene and per-IP grouping, through the real app and Redis."""
 
 from __future__ import annotations
 

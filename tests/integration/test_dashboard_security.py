@@ -1,5 +1,5 @@
 """The Security page through the real app: password, sessions, two-step log-in,
-account deletion, operator reset links, CSRF and ownership (issue 15, SPEC §6)."""
+account deletion, operator reset links, CSRF and ownership."""
 
 from __future__ import annotations
 
@@ -388,8 +388,8 @@ async def test_code_page_without_a_password_goes_back(client: Client) -> None:
 async def test_turning_two_step_on_needs_the_password(
     client: Client, aiohttp_client: AiohttpClient
 ) -> None:
-    """A stolen session cookie alone can neither start nor confirm two-step log-in
-    (issue 18 item 5): the attacker's authenticator is never bound to the account."""
+    """A stolen session cookie alone can neither start nor confirm two-step log-in:
+    the attacker's authenticator is never bound to the account."""
     user = await new_user(aiohttp_client, client)
     doc = await user.get(PAGE)
     start = doc.find(action=PAGE + "/two-step/start")

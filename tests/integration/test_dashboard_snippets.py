@@ -1,4 +1,4 @@
-"""The endpoints page's copy-paste examples run as printed (issue 20).
+"""The endpoints page's copy-paste examples run as printed.
 
 Each example is taken from the rendered page of a logged-in user, the
 placeholder-free way a user copies it, and run by the real tool against the

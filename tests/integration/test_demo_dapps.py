@@ -1,4 +1,4 @@
-"""``gateway serve --demo`` answers a dapp's first minute, checked by the real libraries (issue 20).
+"""``gateway serve --demo`` answers a dapp's first minute, checked by the real libraries.
 
 Before: web3.py's ``is_connected()`` was False (``web3_clientVersion`` -> -32601)
 and ethers' ``getTransactionCount`` failed. Here the real ``gateway serve

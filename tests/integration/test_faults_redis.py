@@ -238,8 +238,8 @@ async def test_redis_hung_sigstop_under_load(
 async def test_the_redis_py_runner_names_its_redis_and_logs_the_recovery(
     own_redis: RedisProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """SPEC §7 on the redis-py / Cluster path (``RedisScript``): the failure line names
-    the Redis address and the error, and one line says it recovered."""
+    """Redis failures on the redis-py / Cluster path (``RedisScript``): the failure line
+    names the Redis address and the error, and one line says it recovered."""
     caplog.set_level(logging.INFO, "gateway.redis")
     client = Redis.from_url(own_redis.url, socket_timeout=0.2, socket_connect_timeout=0.2)
     script = RedisScript(client, "return 1", 0.0, own_redis.url)

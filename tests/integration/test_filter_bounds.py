@@ -1,4 +1,4 @@
-"""Filters are bounded in what they store, per key, and per network (SPEC §10 "Filters").
+"""Filters are bounded in what they store, per key, and per network.
 
 Through the real app and the real Redis: a log filter's topic alternatives
 per position and its bytes are capped (-32602 naming the setting), a key's

@@ -1,5 +1,5 @@
 """Real clients with default options listen for contract events through real gateway
-processes (SPEC §10 "Filters"; issue 23): ethers v6 ``contract.on``, viem
+processes: ethers v6 ``contract.on``, viem
 ``watchContractEvent``, web3.py ``w3.eth.filter("latest")`` and
 ``contract.events.X.create_filter(from_block="latest")``, on both networks at once.
 

@@ -1,4 +1,4 @@
-"""A poll is bounded in time and in size, and learns what a node takes (SPEC §10 "Filters").
+"""A poll is bounded in time and in size, and learns what a node takes.
 
 Through the real app and chain mock nodes (one log per block): a poll's
 node reads share one deadline (``limits.upstream_timeout_s``); its

@@ -1,4 +1,4 @@
-"""Filter answers hold bounded memory on both transports (SPEC §7, §10 "Filters").
+"""Filter answers hold bounded memory on both transports.
 
 RSS of a real gateway process (``gateway serve``) while clients that never
 read ask for ``eth_getFilterLogs`` of a node answer of 13 MB each: six over

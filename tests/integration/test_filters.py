@@ -1,4 +1,4 @@
-"""Filters kept by the gateway (SPEC §10 "Filters") through the real app.
+"""Filters kept by the gateway through the real app.
 
 Real chain mock nodes (``gateway.demo.chainnode``: the test mines and
 re-organises), the real app on a real port, the real Redis. The probe runs
@@ -260,7 +260,7 @@ async def test_a_filter_survives_a_node_failover_and_another_gateway_process(
 async def test_with_no_node_in_service_polls_answer_502_not_an_empty_change_list(
     make_app: AppFactory, nodes: list[ChainNode], api_key: str
 ) -> None:
-    """SPEC §10: the gateway never serves a head it cannot vouch for, filters included."""
+    """The gateway never serves a head it cannot vouch for, filters included."""
     client = await make_app()
     blocks = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]
     logs = (await rpc(client, api_key, "eth_newFilter", [{"address": [EMITTER]}]))["result"]
@@ -336,7 +336,7 @@ async def test_two_polls_racing_never_deliver_the_same_logs_twice(
 
 
 async def test_redis_unavailable_answers_503_not_a_traceback(chain: Chain) -> None:
-    """Filter state is in Redis: when it cannot be reached the call fails closed (SPEC §4)."""
+    """Filter state is in Redis: when it cannot be reached the call fails closed."""
     dead = Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     heads = HeadTracker(["n"])
     heads.head = NetworkHead(chain.head, chain.block_hash(chain.head))

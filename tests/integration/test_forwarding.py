@@ -1,4 +1,4 @@
-"""Canonical forwarding (issue 10 item 1, SPEC §3): what a node receives is the
+"""Canonical forwarding: what a node receives is the
 gateway's own rebuild of the validated call, whatever the client's object held.
 
 The node stand-in decodes the way geth's ``encoding/json`` does

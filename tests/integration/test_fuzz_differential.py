@@ -32,7 +32,7 @@ ZERO = "0x" + "00" * 20
 
 # Not generated: a call that changes the node's state would make the two
 # paths see different chains (the differential needs a fixed one).
-# The filter methods are answered by the gateway itself (SPEC §10: its own
+# The filter methods are answered by the gateway itself (its own
 # 128-bit ids, state in Redis), so their answers differ from a node's by
 # design; tests/integration/test_filters.py and test_filter_clients.py (real
 # clients against this Hardhat) cover them.
@@ -49,7 +49,7 @@ NOT_GENERATED = {
 
 def _logs_range_guard(method: str, params: Any, direct: dict[str, Any], gw: dict[str, Any]) -> bool:
     """eth_getLogs over more blocks than ``limits.max_logs_range``: the gateway refuses
-    with -32602 (SPEC §4) before the node is asked; the node would scan."""
+    with -32602 before the node is asked; the node would scan."""
     err = gw.get("error") or {}
     return method == "eth_getLogs" and err.get("code") == -32602
 

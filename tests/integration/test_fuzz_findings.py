@@ -1,4 +1,4 @@
-"""Every finding of the fuzzer (issue 25), kept as a plain regression test.
+"""Every finding of the fuzzer, kept as a plain regression test.
 
 Each goes through the real server (``GatewayRunner`` on a free port, real
 Redis, real mock nodes) over a raw socket, so it holds whatever the handler
@@ -49,7 +49,7 @@ def _rpc_error(resp: RawResponse) -> dict[str, Any]:
     return err
 
 
-# -- issue 25 item 1: a body that is not what its Content-Encoding says ------------
+# -- a body that is not what its Content-Encoding says ------------
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "GZIP"])
 @pytest.mark.parametrize("keyed", [True, False])
 async def test_body_not_its_content_encoding_is_a_clean_400(
@@ -80,7 +80,7 @@ async def test_a_true_gzip_body_still_works(gw: Served, api_key: str) -> None:
     }
 
 
-# -- issue 25 item 4: small doors ------------------------------------------------
+# -- small doors ------------------------------------------------
 async def test_unknown_expect_gets_a_json_rpc_417(
     gw: Served, api_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:

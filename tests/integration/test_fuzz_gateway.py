@@ -1,4 +1,4 @@
-"""The fuzzer: generated HTTP and WebSocket input against a running gateway (issue 25).
+"""The fuzzer: generated HTTP and WebSocket input against a running gateway.
 
 One ``gateway serve --workers 2`` (real Redis, mock nodes as processes) per
 module; hypothesis generates bodies, headers, encodings, framing, pipelined
@@ -53,9 +53,8 @@ pytestmark = pytest.mark.slow
 MAX_ANSWER_S = 10.0
 ALLOWED_5XX = {502, 503, 504}
 
-# Ids the gateway already writes back as the client's bytes. Issue 18 (one
-# pipeline) keeps every id as sent; once it is in, set this to True and the
-# oracle checks every id byte for byte.
+# Ids the gateway writes back as the client's bytes: the one pipeline keeps
+# every id as sent, so the oracle checks every id byte for byte.
 IDS_BYTE_EXACT_FOR_ALL = True
 
 

@@ -1,8 +1,8 @@
 """``python -m bench soak`` for ~20 s: every traffic class runs and the report holds.
 
 The 10-minute run is the real soak (bench/README.md); this checks that the
-scenario works end to end (stack, keys, every refusal class answered as
-SPEC §4 says, WebSocket churn, hostile clients, sampling, slopes, plot)
+scenario works end to end (stack, keys, every refusal class answered with
+its own error, WebSocket churn, hostile clients, sampling, slopes, plot)
 and that nothing it sends yields a 500 or restarts a worker.
 """
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# refusal class -> the status SPEC §4 gives it
+# refusal class -> the status the error table gives it
 EXPECTED = {
     "unknown key": 401,
     "revoked key": 401,

@@ -1,4 +1,4 @@
-"""A call the gateway refuses by its own guard costs the minimum unit (SPEC §4, issue 20).
+"""A call the gateway refuses by its own guard costs the minimum unit.
 
 One ``eth_getLogs`` over the plan's range limit used to be charged its
 weight (50) although no node saw it: a free key's burst drained by refusals.

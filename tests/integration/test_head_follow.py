@@ -1,4 +1,4 @@
-"""Issue 19 against real sockets: the head from newHeads, no answer without a node,
+"""The head's promise against real sockets: the head from newHeads, no answer without a node,
 chain ids verified, failure lines that name the upstream.
 
 The nodes are ``gateway.demo.mockws`` nodes (HTTP and WebSocket on one port,

@@ -1,4 +1,4 @@
-"""The HTTP adapter's own doors (issue 25 items 1 and 4): a body that is not what its
+"""The HTTP adapter's own doors: a body that is not what its
 Content-Encoding says, and any method on a path with no key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ids byte for byte on every transport (SPEC §3; issue 23 item 3, issue 25).
+"""Ids byte for byte on every transport.
 
 A property test over arbitrary JSON ids, spelled every way JSON allows
 (escapes in either case, surrogate pairs, ``\\/``, exponents, ``-0``,

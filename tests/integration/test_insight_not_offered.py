@@ -1,5 +1,5 @@
 """The key's Requests page names a method that is not offered as the client sent it
-(SPEC §6: as text, cut at 64 characters), and the "Method" filter finds it."""
+(as text, cut at 64 characters), and the "Method" filter finds it."""
 
 from __future__ import annotations
 

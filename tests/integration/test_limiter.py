@@ -230,7 +230,7 @@ NOTE = {"eth_subscription": 1}
 async def test_a_charge_meters_whatever_the_allowlists_say(
     under_test: UnderTest, store: Store, account: str
 ) -> None:
-    """Notifications are metered by key state and bucket; no allowlist has a say (issue 18)."""
+    """Notifications are metered by key state and bucket; no allowlist has a say."""
     limiter = under_test.limiter
     key, rec = await store.create_key(
         account,

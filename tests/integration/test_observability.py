@@ -1,5 +1,5 @@
 """The Grafana board and the Prometheus alert rules, checked by the real tools and
-against a real ``/metrics`` scrape (issue 20).
+against a real ``/metrics`` scrape.
 
 ``promtool`` (Debian's ``prometheus`` package) checks the rules file, runs its
 unit tests (``deploy/prometheus/alerts.test.yml``) and checks the compose

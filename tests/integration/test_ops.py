@@ -1,7 +1,7 @@
 """Operator endpoints, metrics and access logs, through the real app.
 
 The canary test sends a real key in the path and the header through every
-error path of SPEC §4 (and the upstream and Redis failures) and then reads
+error path of docs/API.md's table (and the upstream and Redis failures) and then reads
 every log record of every logger: the key must be in none of them.
 """
 
@@ -198,7 +198,7 @@ async def test_canary_key_in_no_log_line(
     mock_nodes: dict[str, MockNode],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Every error path of SPEC §4 with the key in path and header; no log holds it."""
+    """Every error path of docs/API.md's table with the key in path and header; no log holds it."""
     caplog.set_level(logging.DEBUG)  # every logger, every level
     payg = await store.create_account(
         f"p-{secrets.token_hex(3)}@example.com", "long password", "payg"

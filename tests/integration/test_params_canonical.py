@@ -4,7 +4,7 @@ The real app, the real Redis, and a mock node that reads requests the way
 geth does (``decode="go"``: keys case-insensitive, last one wins) and keeps
 every body it received. A case variant of ``fromBlock`` once slipped past
 the guard, which read the exact spelling, and had the node scan a million
-blocks (issue 18, item 1).
+blocks.
 """
 
 from __future__ import annotations

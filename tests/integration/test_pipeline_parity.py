@@ -1,4 +1,4 @@
-"""One pipeline, two transports (issue 18): the same table of requests through HTTP
+"""One pipeline, two transports: the same table of requests through HTTP
 and through a WebSocket gets the same JSON-RPC answers, byte for byte.
 
 Real gateway (``GatewayRunner``), real Redis, mock nodes. Each case names

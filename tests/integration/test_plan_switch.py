@@ -1,4 +1,4 @@
-"""Switching plans keeps the token bucket's level (SPEC §5, issue 10 item 6).
+"""Switching plans keeps the token bucket's level.
 
 Through the real admission script on a real Redis, with the shipped default
 plans (free: 25/s, burst 50; payg: 300/s, burst 600). Before the fix

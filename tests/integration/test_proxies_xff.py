@@ -1,4 +1,4 @@
-"""The client IP behind a real HAProxy and a real nginx (issue 10 item 3, SPEC §7).
+"""The client IP behind a real HAProxy and a real nginx.
 
 Client -> proxy (shipped config, as a subprocess) -> gateway (the real app on
 a real port) -> mock node. The gateway trusts only the proxy's source address

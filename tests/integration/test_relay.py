@@ -1,4 +1,4 @@
-"""Large and hostile node answers (issue 10 item 7, SPEC §4 and §7): a cap, a
+"""Large and hostile node answers: a cap, a
 streamed relay with bounded memory, and clients that stop reading or leave."""
 
 from __future__ import annotations

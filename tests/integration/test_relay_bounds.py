@@ -1,4 +1,4 @@
-"""Bounded relay on every transport and every answer shape (issue 18 item 4, SPEC §7).
+"""Bounded relay on every transport and every answer shape.
 
 RSS is measured on a real gateway process (``gateway serve``) while clients
 that never read ask for answers of hundreds of megabytes:

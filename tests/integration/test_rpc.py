@@ -1,4 +1,4 @@
-"""The RPC path through the real app: SPEC §3-4, every row of the error table."""
+"""The RPC path through the real app: every row of the error table."""
 
 from __future__ import annotations
 

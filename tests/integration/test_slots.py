@@ -1,4 +1,4 @@
-"""Slow bodies hold nothing shared (issue 10 item 2, SPEC §7): a request takes an
+"""Slow bodies hold nothing shared: a request takes an
 in-flight slot only once its whole body is read and its key has the right shape."""
 
 from __future__ import annotations

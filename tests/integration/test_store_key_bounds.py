@@ -1,4 +1,4 @@
-"""Key cap with rotation, and key history that stays bounded (issue 10 items 9, 13)."""
+"""Key cap with rotation, and key history that stays bounded."""
 
 from __future__ import annotations
 

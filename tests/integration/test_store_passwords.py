@@ -1,5 +1,5 @@
 """argon2 in bounded threads, and the same work for emails with and without
-an account (issue 10 item 4)."""
+an account."""
 
 from __future__ import annotations
 

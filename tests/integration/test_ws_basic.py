@@ -1,4 +1,4 @@
-"""WebSocket upgrade, auth and calls through the real gateway (SPEC §3, §4, §9)."""
+"""WebSocket upgrade, auth and calls through the real gateway."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ def ws_raw() -> dict[str, Any]:
     "methods",
     [
         (),
-        # Issue 18: the charge was refused by this allowlist and read as a 1 ms
+        # Once, the charge was refused by this allowlist and read as a 1 ms
         # pause, so such a key's notifications were free and unlimited. A charge
         # meters what the gateway sent: no allowlist has a say in it.
         ("eth_subscribe", "eth_unsubscribe"),

@@ -1,5 +1,5 @@
-"""Subscription caps hold under concurrency (issue 18 item 3), and the small doors
-of the socket (issue 25 item 4): a frame that is not a request gets an answer,
+"""Subscription caps hold under concurrency, and the small doors
+of the socket: a frame that is not a request gets an answer,
 an upgrade to a path without a key gets 401 -32001.
 
 The race: the per-socket cap used to count only subscriptions already

@@ -42,7 +42,7 @@ async def test_many_clients_share_one_upstream_subscription_and_its_id(
         assert answer["id"] == 42
         assert isinstance(answer["result"], str) and answer["result"].startswith("0x")
         ids.append(answer["result"])
-    assert len(set(ids)) == 1  # one feed, one id: each notification framed once (SPEC §9)
+    assert len(set(ids)) == 1  # one feed, one id: each notification framed once
     assert _upstream(stack, "newHeads") == 1
     chain.mine()
     block = chain.block(chain.head)

@@ -68,7 +68,13 @@ def test_the_checker_finds_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "tests" / "js").mkdir(parents=True)
     (tmp_path / "tests" / "js" / "package.json").write_text("{}")
     (tmp_path / "gateway").mkdir()
-    (tmp_path / "gateway" / "logs.py").write_text('log = logging.getLogger("gateway.access")\n')
+    (tmp_path / "gateway" / "logs.py").write_text(
+        'log = logging.getLogger("gateway.access")\n'
+        'x = "SPEC section 4 in a string is code, not prose"\n'
+        "# a comment citing SPEC\n"
+    )
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "b.py").write_text('"""Measures what issue 14 asks."""\n')
     got = {(f.line, f.ref) for f in _checker().check(tmp_path)}
     assert got == {
         (4, "gateway.limits.leasing.Nope"),
@@ -78,4 +84,6 @@ def test_the_checker_finds_what_is_missing(tmp_path: Path) -> None:
         (2, "SPEC"),
         (2, "issue 21"),
         (2, "after the merge"),
+        (3, "SPEC"),
+        (1, "issue 14"),
     }

@@ -1,4 +1,4 @@
-"""The README and docs/ as a newcomer reads them (issue 20, issue 24).
+"""The README and docs/ as a newcomer reads them.
 
 The README stays short (the two commands, a one-screen tour, how to point it
 at real nodes, links into docs/), its two commands are exactly the ones CI

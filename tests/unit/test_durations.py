@@ -1,4 +1,4 @@
-"""One duration grammar for ``gateway`` and ``python -m bench`` (issue 11 item 4)."""
+"""One duration grammar for ``gateway`` and ``python -m bench``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §3 "Methods offered": the default lists, operator patterns with weights, refusals."""
+"""The methods offered: the default lists, operator patterns with weights, refusals."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_default_lists_hold_the_hosted_reads_and_bsc_finality_on_bsc_only() -> N
 
 
 # NodeReal's compute-unit table in proportion (its price / its eth_call's 20,
-# rounded up): the figures SPEC §3 names, and a plain read is the unit.
+# rounded up): the figures docs/METHODS.md names, and a plain read is the unit.
 NODEREAL_IN_PROPORTION = {
     "eth_call": 1,
     "eth_getBalance": 1,

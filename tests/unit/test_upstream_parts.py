@@ -1,4 +1,4 @@
-"""The small parts of issue 19: URL redaction, rate-limited failure lines, the
+"""The small parts of the upstream package: URL redaction, rate-limited failure lines, the
 newHeads and chain-id parsers, ws URL pairing, JSON log lines, the new config."""
 
 from __future__ import annotations

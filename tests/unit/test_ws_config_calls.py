@@ -60,7 +60,7 @@ def test_logs_filters_have_one_canonical_form() -> None:
 
 
 def test_a_logs_filter_is_read_as_the_node_reads_it() -> None:
-    """SPEC §3: member names fold as Go folds them, the last wins, unknown ones are
+    """Member names fold as Go folds them, the last wins, unknown ones are
     ignored (never forwarded), and "latest" ends are geth's own new-logs case."""
     a, b = "0x" + "ab" * 20, "0x" + "cd" * 20
     t = "0x" + "ef" * 32
