@@ -32,6 +32,10 @@ from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
 from tests.helpers.limiters import make_limiter  # noqa: F401  (a shared fixture)
 
+# Fixtures every test module may ask for by name, without importing them: the
+# WebSocket stack (chains, ws_nodes, ws_raw, ws_config, stack, http).
+pytest_plugins = ("tests.helpers.wsstack",)
+
 TESTDATA = Path(__file__).parent / "testdata"
 
 # Property tests in the suite draw the same examples on every run (a fixed seed

@@ -1,8 +1,8 @@
 """Fixtures for WebSocket tests: mock chains whose nodes speak HTTP and WebSocket,
 and the real gateway (``GatewayRunner``, real Redis) pointed at them.
 
-A test module does ``from tests.helpers.wsstack import *  # noqa: F403`` or
-imports the fixtures it uses by name.
+tests/conftest.py loads this module as a pytest plugin, so a test asks for
+these fixtures by name and imports only the helpers (``WsStack``, ``rpc``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 from bench import partcpu
 from bench import report as rpt
 from bench import verdicts as v
-from bench.fakes import fake_result
 from gateway.redis.embedded import RedisProcess
+from tests.helpers.benchfakes import fake_result
 
 INFO = "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.0\r\n"
 

@@ -9,7 +9,7 @@ import pytest
 
 from bench import report as rpt
 from bench import verdicts as v
-from bench.fakes import fake_result
+from tests.helpers.benchfakes import fake_result
 
 
 def steady_events(latency: float, n: int = 1000) -> list[tuple[float, str, float]]:

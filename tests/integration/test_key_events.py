@@ -22,18 +22,7 @@ from gateway.redis.keyspace import keys_channel
 from gateway.store.accounts import Store
 from gateway.store.keyevents import KeyEvents
 from gateway.ws.service import WS
-from tests.helpers.wsstack import (
-    WsStack,
-    chains,
-    eventually,
-    http,
-    stack,
-    ws_config,
-    ws_nodes,
-    ws_raw,
-)
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
+from tests.helpers.wsstack import WsStack, eventually
 
 
 async def test_one_subscription_serves_admission_and_websockets(

@@ -24,9 +24,7 @@ import pytest
 
 from gateway.config import WsConfig
 from tests.helpers.proxies import PROXIES, ROOT, Proxy, until_passing
-from tests.helpers.wsstack import WsStack, chains, http, stack, ws_config, ws_nodes
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]  # the fixtures used
+from tests.helpers.wsstack import WsStack
 
 SCALE = 0.1  # 20 s heartbeat -> 2 s; nginx's 75 s read timeout -> 7.5 s
 HEARTBEAT_S = WsConfig().heartbeat_s * SCALE

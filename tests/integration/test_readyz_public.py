@@ -17,19 +17,7 @@ import aiohttp
 from gateway.demo.mocknode import MockNode
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
-from tests.helpers.wsstack import (
-    WsStack,
-    chains,
-    eventually,
-    http,
-    rpc,
-    stack,
-    ws_config,
-    ws_nodes,
-    ws_raw,
-)
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]  # the fixtures used
+from tests.helpers.wsstack import WsStack, eventually, rpc
 
 
 async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str, Any]:

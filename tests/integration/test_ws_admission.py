@@ -27,9 +27,6 @@ from gateway.store.accounts import Store
 from gateway.store.keylimits import KeyLimits
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
-from tests.helpers.wsstack import http
-
-__all__ = ["http"]
 
 CALL: dict[str, Any] = {"jsonrpc": "2.0", "id": None, "method": "eth_blockNumber", "params": []}
 READ: dict[str, Any] = {  # a read only a node answers (no cache in that test)

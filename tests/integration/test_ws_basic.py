@@ -11,9 +11,7 @@ from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
 from tests.helpers.probes import PROBE_BODY
 from tests.helpers.served import served
-from tests.helpers.wsstack import WsStack, chains, http, rpc, stack, ws_config, ws_nodes, ws_raw
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
+from tests.helpers.wsstack import WsStack, rpc
 
 BAD_AUTH = {
     "jsonrpc": "2.0",

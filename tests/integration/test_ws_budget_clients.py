@@ -17,10 +17,8 @@ import pytest
 
 from gateway.ops.metrics import METRICS
 from gateway.ws.service import WS
-from tests.helpers.wsstack import WsStack, chains, eventually, stack, ws_config, ws_nodes
+from tests.helpers.wsstack import WsStack, eventually
 from tests.integration.test_ws_clients import JS, _node_ready
-
-__all__ = ["chains", "stack", "ws_config", "ws_nodes"]  # the fixtures used
 
 
 @pytest.fixture

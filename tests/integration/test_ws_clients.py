@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gateway.ws.service import WS
-from tests.helpers.wsstack import WsStack, chains, eventually, stack, ws_config, ws_nodes, ws_raw
+from tests.helpers.wsstack import WsStack, eventually
 
 # web3 raises the interpreter's recursion limit to 100,000 on import; with it,
 # the stdlib JSON parser overflows the C stack (a segfault, not a
@@ -23,8 +23,6 @@ _RECURSION_LIMIT = sys.getrecursionlimit()
 from web3 import AsyncWeb3, WebSocketProvider  # noqa: E402
 
 sys.setrecursionlimit(_RECURSION_LIMIT)
-
-__all__ = ["chains", "stack", "ws_config", "ws_nodes", "ws_raw"]
 
 JS = Path(__file__).parents[1] / "js"
 

@@ -13,19 +13,7 @@ import pytest
 from gateway.demo.mockws import Chain, header_of
 from gateway.ops.metrics import METRICS
 from gateway.ws.service import WS
-from tests.helpers.wsstack import (
-    WsStack,
-    chains,
-    eventually,
-    http,
-    notes,
-    rpc,
-    stack,
-    ws_config,
-    ws_nodes,
-)
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]
+from tests.helpers.wsstack import WsStack, eventually, notes, rpc
 
 HEADS = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
 LOGS = {"jsonrpc": "2.0", "id": 2, "method": "eth_subscribe", "params": ["logs", {}]}

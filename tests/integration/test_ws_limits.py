@@ -20,19 +20,7 @@ from gateway.store.accounts import Store
 from gateway.ws.service import WS
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
-from tests.helpers.wsstack import (
-    WsStack,
-    chains,
-    eventually,
-    http,
-    notes,
-    rpc,
-    stack,
-    ws_config,
-    ws_nodes,
-)
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]
+from tests.helpers.wsstack import WsStack, eventually, notes, rpc
 
 SUB_HEADS = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
 

@@ -8,20 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.ops.metrics import METRICS
 from gateway.ws.service import WS
-from tests.helpers.wsstack import (
-    WsStack,
-    chains,
-    eventually,
-    http,
-    notes,
-    rpc,
-    stack,
-    ws_config,
-    ws_nodes,
-    ws_raw,
-)
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
+from tests.helpers.wsstack import WsStack, eventually, notes, rpc
 
 
 def _samples(stack: WsStack) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -20,18 +20,7 @@ from aiohttp import web
 from gateway.redis.embedded import free_port
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
-from tests.helpers.wsstack import (
-    WsStack,
-    chains,
-    eventually,
-    http,
-    rpc,
-    stack,
-    ws_config,
-    ws_nodes,
-)
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]  # the fixtures used
+from tests.helpers.wsstack import WsStack, eventually, rpc
 
 
 @pytest.fixture

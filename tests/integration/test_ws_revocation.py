@@ -19,9 +19,7 @@ from gateway.demo.mockws import MockWsNode
 from gateway.store.accounts import Store
 from gateway.ws.service import WS
 from tests.helpers.procs import gateway_processes
-from tests.helpers.wsstack import WsStack, chains, http, rpc, stack, ws_config, ws_nodes, ws_raw
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
+from tests.helpers.wsstack import WsStack, rpc
 
 SUB = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
 

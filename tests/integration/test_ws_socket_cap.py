@@ -15,9 +15,6 @@ import pytest
 
 from gateway.demo.mockws import MockWsNode
 from tests.helpers.procs import gateway_processes
-from tests.helpers.wsstack import chains, http, ws_nodes
-
-__all__ = ["chains", "http", "ws_nodes"]
 
 
 @pytest.fixture

@@ -20,9 +20,7 @@ import orjson
 import pytest
 
 from gateway.store.accounts import Store
-from tests.helpers.wsstack import WsStack, chains, eventually, http, stack, ws_config, ws_nodes
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes"]
+from tests.helpers.wsstack import WsStack, eventually
 
 SOCKET_CAP = 5
 KEY_CAP = 8

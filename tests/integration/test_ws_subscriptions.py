@@ -7,20 +7,7 @@ import orjson
 
 from gateway.demo.mockws import TRANSFER_TOPIC, header_of
 from gateway.ws.service import WS
-from tests.helpers.wsstack import (
-    WsStack,
-    chains,
-    eventually,
-    http,
-    notes,
-    rpc,
-    stack,
-    ws_config,
-    ws_nodes,
-    ws_raw,
-)
-
-__all__ = ["chains", "http", "stack", "ws_config", "ws_nodes", "ws_raw"]
+from tests.helpers.wsstack import WsStack, eventually, notes, rpc
 
 
 def _sub(kind: str, *extra: object, id_: int | str = 1) -> dict[str, object]:

@@ -7,10 +7,10 @@ import math
 import pytest
 
 from bench import verdicts as v
-from bench.fakes import START, fake_result
 from bench.scenarios.faults import outage_verdict, redis_verdict
 from bench.scenarios.limits import burst_checks, burst_figures, many_keys_verdict
 from bench.scenarios.revoke import revoke_verdict
+from tests.helpers.benchfakes import START, fake_result
 
 
 def test_theoretical_burst_count() -> None:
