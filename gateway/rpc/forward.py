@@ -26,8 +26,8 @@ from gateway.upstream.pool import NodePool, UpstreamError
 NON_IDEMPOTENT = frozenset({"eth_sendRawTransaction"})
 
 
-class Pipeline(Protocol):
-    """What forwarding uses of the pipeline (``rpc.pipeline.Pipeline``)."""
+class ForwardContext(Protocol):
+    """What forwarding uses of the pipeline (``rpc.pipeline.Pipeline`` provides it)."""
 
     cfg: Config
     network: NetworkConfig
@@ -39,7 +39,7 @@ class Pipeline(Protocol):
 
 
 def _failed(
-    pipe: Pipeline,
+    pipe: ForwardContext,
     khash: str,
     exc: Exception,
     req: R.ParsedRequest,
@@ -53,7 +53,12 @@ def _failed(
 
 
 def _done(
-    pipe: Pipeline, khash: str, body: bytes, is_error: bool, headers: dict[str, str], n: int = 1
+    pipe: ForwardContext,
+    khash: str,
+    body: bytes,
+    is_error: bool,
+    headers: dict[str, str],
+    n: int = 1,
 ) -> R.Answer:
     answer = R.Answer(body, 200, headers)
     if is_error:
@@ -70,7 +75,7 @@ def _error_items(parsed: Any, forwarded: int) -> int:
 
 
 async def forward_calls(
-    pipe: Pipeline, khash: str, req: R.ParsedRequest, headers: dict[str, str]
+    pipe: ForwardContext, khash: str, req: R.ParsedRequest, headers: dict[str, str]
 ) -> R.Answer:
     """Every call a node must answer, single or batch, through one lane.
 

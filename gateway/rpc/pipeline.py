@@ -20,6 +20,8 @@ import asyncio
 import math
 from typing import Any
 
+import orjson
+
 from gateway.config import Config, NetworkConfig
 from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
 from gateway.ops.metrics import Metrics
@@ -30,8 +32,15 @@ from gateway.rpc.guard import LogsGuard
 from gateway.rpc.history import refuse_missing_state
 from gateway.rpc.ids import keep_raw_ids
 from gateway.rpc.insightrecord import record_answer
-from gateway.rpc.localmethods import TRANSPORTS, After, Caller, LocalMethods
-from gateway.rpc.locals import run_locals
+from gateway.rpc.localmethods import (
+    TRANSPORTS,
+    After,
+    Caller,
+    CallError,
+    ForwardAs,
+    LocalContext,
+    LocalMethods,
+)
 from gateway.rpc.reads import Reads
 from gateway.rpc.refusals import REFUSED_ERROR, refuse_calls, refused_answer
 from gateway.rpc.served import served_headers
@@ -274,3 +283,52 @@ def _label(req: R.ParsedRequest) -> str:
     if len(methods) == 1:
         return methods.pop()
     return "batch" if methods else "-"
+
+
+async def run_locals(
+    local: LocalMethods, reads: Reads, caller: Caller, req: R.ParsedRequest
+) -> list[After]:
+    """Answer the local calls of ``req`` in place; the follow-ups their handlers asked for.
+
+    Each answered call gets its whole answer in ``call.local`` (the batch and
+    single-answer code then treat it like a cache hit); a local notification
+    runs and drops out of the request (it has no place in the answer). A
+    handler answering ``ForwardAs`` has its call rewritten to that read and
+    forwarded with the others. A lone call's refusal sets the request's HTTP
+    status (``CallError.status``).
+    """
+    transport = caller.transport
+    names = local.names(transport)
+    if not names or not any(c.error is None and c.method in names for c in req.calls):
+        return []
+    ctx = LocalContext(caller, req.plan, reads)
+    keep = []
+    try:
+        for call in req.calls:
+            handler = local.get(call.method, transport) if call.error is None else None
+            if handler is None:
+                keep.append(call)
+                continue
+            answer: dict[str, Any] = {"jsonrpc": "2.0", "id": call.id}
+            try:
+                result = await handler(call, ctx)
+                if isinstance(result, ForwardAs):  # a read the node answers, relayed
+                    call.method, call.params = result.method, result.params
+                    keep.append(call)
+                    continue
+                answer["result"] = result
+            except CallError as exc:
+                answer["error"] = exc.obj()
+                call.code = exc.code
+                if not req.is_batch:
+                    req.status = exc.status
+                    req.headers = exc.headers
+            if call.has_id:
+                call.local = orjson.dumps(answer)
+                keep.append(call)
+    except BaseException:
+        for fn in ctx.followups:
+            fn(False)
+        raise
+    req.calls = keep
+    return ctx.followups
