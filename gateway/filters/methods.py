@@ -88,4 +88,4 @@ class FilterMethods:
         kind, data = out
         if call.has_id:  # counted like a node's error answer (the key's error count)
             self.errors.answered(khash)
-        raise CallError(kind.code, kind.message, data, status=kind.http_status)
+        raise CallError.of(kind, data)

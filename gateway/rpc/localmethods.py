@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from gateway.rpc.errors import ErrorKind
 from gateway.rpc.protocol import Call
 from gateway.rpc.reads import Reads
 
@@ -31,8 +32,11 @@ TRANSPORTS: Final = (HTTP, WS)
 class CallError(Exception):
     """A local method's refusal: the JSON-RPC error object it answers with.
 
-    ``status``: the HTTP status when it is the request's only call over HTTP
-    (a node read that failed: 502 / 504); a batch or a socket answers 200.
+    ``kind``: the error's row (code, message, and the HTTP status when it is
+    the request's only call over HTTP: a node read that failed is 502 / 504;
+    a batch or a socket answers 200). A refusal in a node's or builder's own
+    words gets a kind of its own (``CallError(code, message, ...)``); one of
+    the gateway's own rows is raised with ``CallError.of(kind, ...)``.
     ``headers`` go with that status (a 429's ``Retry-After``).
     """
 
@@ -45,11 +49,28 @@ class CallError(Exception):
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
-        self.code = code
-        self.message = message
+        self.kind = ErrorKind(code, message, status)
         self.data = data
-        self.status = status
         self.headers = headers
+
+    @classmethod
+    def of(
+        cls, kind: ErrorKind, data: Any = None, headers: dict[str, str] | None = None
+    ) -> CallError:
+        """The refusal of one of the gateway's own rows (``rpc.errors``)."""
+        return cls(kind.code, kind.message, data, kind.http_status, headers)
+
+    @property
+    def code(self) -> int:
+        return self.kind.code
+
+    @property
+    def message(self) -> str:
+        return self.kind.message
+
+    @property
+    def status(self) -> int:
+        return self.kind.http_status
 
     def obj(self) -> dict[str, Any]:
         err: dict[str, Any] = {"code": self.code, "message": self.message}

@@ -12,6 +12,10 @@ reaches it is rebuilt from the validated method and params with a
 gateway-chosen id (``protocol.encode_call``): Go nodes match JSON keys
 case-insensitively and take the last one, so the client's bytes could name
 any method. The client's id goes back byte for byte (``rpc.ids``).
+
+It stays whole because it is the call's steps in their order, each step a
+call into the module that owns it; reading it top to bottom is reading the
+path of a call, and ``run_locals`` (the local-methods step) sits with them.
 """
 
 from __future__ import annotations

@@ -90,14 +90,14 @@ def _topic_position(pos: str | list[str] | None) -> str | list[str] | None:
 
 
 def _cap_error(reason: str) -> CallError:
-    return CallError(rpc.RATE_LIMITED.code, rpc.RATE_LIMITED.message, {"reason": reason})
+    return CallError.of(rpc.RATE_LIMITED, {"reason": reason})
 
 
 def _node_error(error: Any) -> CallError:
     """The node's own refusal of a subscription, in its words."""
     if type(error) is dict and type(error.get("code")) is int:
         return CallError(error["code"], str(error.get("message", "")), error.get("data"))
-    return CallError(rpc.UPSTREAM_UNAVAILABLE.code, rpc.UPSTREAM_UNAVAILABLE.message)
+    return CallError.of(rpc.UPSTREAM_UNAVAILABLE)
 
 
 class SubscriptionMethods:
@@ -117,7 +117,7 @@ class SubscriptionMethods:
             return None  # a subscription nobody can name would only leak
         parsed = subscribe_params(call.params)
         if isinstance(parsed, str):
-            raise CallError(INVALID_PARAMS.code, INVALID_PARAMS.message, parsed)
+            raise CallError.of(INVALID_PARAMS, parsed)
         kind, params, canon = parsed
         svc, wcfg = self.svc, self.svc.wcfg
         cap = svc.subscription_cap(sess.key.plan)
@@ -144,16 +144,10 @@ class SubscriptionMethods:
             # Every node refused a socket: say so, not "timeout" (HTTP-only
             # provider URLs, a ws_upstreams list that points nowhere).
             self._unreserve(sess, ukey)
-            raise CallError(
-                rpc.UPSTREAM_UNAVAILABLE.code, rpc.UPSTREAM_UNAVAILABLE.message, NO_WS_NODE
-            ) from None
+            raise CallError.of(rpc.UPSTREAM_UNAVAILABLE, NO_WS_NODE) from None
         except (TimeoutError, ConnectionError):
             self._unreserve(sess, ukey)
-            raise CallError(
-                rpc.UPSTREAM_TIMEOUT.code,
-                rpc.UPSTREAM_TIMEOUT.message,
-                "no node accepted the subscription",
-            ) from None
+            raise CallError.of(rpc.UPSTREAM_TIMEOUT, "no node accepted the subscription") from None
         except BaseException:
             self._unreserve(sess, ukey)
             raise
@@ -198,9 +192,7 @@ class SubscriptionMethods:
         params = call.params
         sid = params[0] if type(params) is list and len(params) == 1 else None
         if type(sid) is not str:
-            raise CallError(
-                INVALID_PARAMS.code, INVALID_PARAMS.message, "params must be [subscription id]"
-            )
+            raise CallError.of(INVALID_PARAMS, "params must be [subscription id]")
         up = sess.subs.pop(sid, None)
         if up is not None:
             self.svc.metrics.subscriptions.labels(up.kind).dec()
