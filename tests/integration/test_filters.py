@@ -34,6 +34,7 @@ from gateway.redis.embedded import free_port
 from gateway.rpc import protocol
 from gateway.store.accounts import Store
 from tests.helpers.config import MakeConfig
+from tests.helpers.waiting import eventually
 
 Client = TestClient[web.Request, web.Application]
 JSON = {"Content-Type": "application/json"}
@@ -221,7 +222,13 @@ async def test_live_filters_per_key_are_capped_and_expire(
     b = (await rpc(client, api_key, "eth_newBlockFilter", []))["result"]  # room again
     keys = await redis.keys(f"{prefix}:*:f:{b}")
     assert len(keys) == 1 and 0 < await redis.pttl(keys[0]) <= 300
-    await asyncio.sleep(0.4)  # geth's 5 minutes, scaled down by config
+
+    # geth's 5 minutes, scaled down by config; a poll would keep it alive, so
+    # the wait watches the filter's state in Redis
+    async def expired() -> bool:
+        return not await redis.exists(keys[0])
+
+    await eventually(expired, 5.0, "the unpolled filter to expire")
     assert (await rpc(client, api_key, "eth_getFilterChanges", [b]))["error"]["message"] == (
         "filter not found"
     )

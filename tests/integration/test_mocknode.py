@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
+from tests.helpers.waiting import eventually
 
 NodeFactory = Callable[..., Awaitable[MockNode]]
 
@@ -301,8 +302,7 @@ async def test_down_drops_connections_and_recovers(
 async def test_head_advances_and_lags(make_node: NodeFactory) -> None:
     node = await make_node(block_time_s=0.05, start_block=100)
     assert node.head in (100, 101)
-    await asyncio.sleep(0.16)
-    assert node.head >= 103
+    await eventually(lambda: node.head >= 103, 5.0, "three blocks at 0.05 s each")
     frozen = await make_node(block_time_s=0, start_block=100)
     await asyncio.sleep(0.06)
     assert frozen.head == 100

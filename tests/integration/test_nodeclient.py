@@ -165,6 +165,6 @@ async def test_idle_connections_are_not_reused_after_the_idle_timeout(
     client = client_for(node.url, idle_timeout_s=0.05)
     assert (await client.post(CALL, 5.0))[0] == 200
     assert client.open_connections == 1
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # past idle_timeout_s: the connection is stale, nothing to poll
     assert (await client.post(CALL, 5.0))[0] == 200
     assert client.open_connections == 1  # the stale one was closed, a fresh one opened

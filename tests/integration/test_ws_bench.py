@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.waiting import eventually
+
 
 def test_bench_ws_scenario_smoke(tmp_path: Path) -> None:
     out = tmp_path / "ws.json"
@@ -73,7 +75,6 @@ def test_a_run_the_limit_cannot_hold_stops_with_a_reason() -> None:
 
 
 async def test_demo_nodes_mine_and_answer() -> None:
-    import asyncio
 
     import aiohttp
 
@@ -93,8 +94,11 @@ async def test_demo_nodes_mine_and_answer() -> None:
             body = {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId"}
             async with http.post(nodes["opbnb"].url + "/", json=body) as resp:
                 assert (await resp.json())["result"] == "0xcc"
-        await asyncio.sleep(0.2)
-        assert all(node.chain.head > starts[name] for name, node in nodes.items())
+        await eventually(
+            lambda: all(node.chain.head > starts[name] for name, node in nodes.items()),
+            5.0,
+            "both chains to mine",
+        )
     finally:
         for node in nodes.values():
             await node.close()
