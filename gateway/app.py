@@ -22,10 +22,8 @@ from aiohttp import web
 
 from gateway import typedefs as T
 from gateway.config import Config, data_dir, load_config
-from gateway.dashboard import setup_dashboard
-from gateway.filters.live import live_gauge
-from gateway.filters.methods import add_filter_methods
-from gateway.filters.store import FilterStore
+from gateway.dashboard import plug_dashboard
+from gateway.filters.setup import plug_filters
 from gateway.limits.leasing import LeaseLimiter, LeaseSettings
 from gateway.limits.limiter import (
     ADMIT_LUA,
@@ -40,6 +38,7 @@ from gateway.ops.logsetup import setup_logging, use_format
 from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
 from gateway.ops.routes import setup_ops_routes
+from gateway.plugin import PIPELINES, Parts, Plugin
 from gateway.redis.clients import admin_connect, connect, pubsub_connect
 from gateway.redis.embedded import ensure_embedded
 from gateway.redis.mux import MuxRedis
@@ -52,15 +51,18 @@ from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
 from gateway.store.keyevents import KeyEvents
 from gateway.store.usagesink import UsageSink
-from gateway.tx.setup import tx_ctx
+from gateway.tx.setup import plug_transactions
 from gateway.upstream.pool import NodePool
 from gateway.ws.service import WS
-from gateway.ws.setup import setup_ws
+from gateway.ws.setup import plug_ws
 from gateway.ws.upgrade import WsRoute, is_upgrade
 
-# Only this module reads the handlers, so their key lives here: in typedefs it
-# made a (type-only) cycle typedefs -> rpc -> typedefs.
+# Only this module and the lean door read the handlers, so their key lives here:
+# in typedefs it made a (type-only) cycle typedefs -> rpc -> typedefs.
 HANDLERS: web.AppKey[list[RpcHttp]] = web.AppKey("handlers")
+
+# The optional parts, in the order they plug in (gateway.plugin says how).
+PLUGINS: tuple[Plugin, ...] = (plug_ws, plug_filters, plug_transactions, plug_dashboard)
 
 
 def create_app(config: Config | None = None) -> web.Application:
@@ -100,13 +102,11 @@ def create_app(config: Config | None = None) -> web.Application:
             app.router.add_route("*", path, route.handle)
         # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
         app.router.add_route("*", net.prefix + "/{tail:.*}", route.handle)
-    handlers: list[RpcHttp] = []  # filled by _rpc_ctx, in the order of cfg.networks
-    app[HANDLERS] = handlers
+    app[HANDLERS] = []  # filled by _rpc_ctx, in the order of cfg.networks
     app.cleanup_ctx.append(_rpc_ctx(routes, local))
-    app.cleanup_ctx.append(tx_ctx(handlers))  # after _rpc_ctx: on its pipelines
-    setup_ws(app, local)
-    if cfg.dashboard.enabled:
-        setup_dashboard(app, cfg)
+    parts = Parts(cfg, local)
+    for plug in PLUGINS:  # their cleanup contexts run after _rpc_ctx: on its pipelines
+        plug(app, parts)
     setup_ops_routes(app)  # last: its catch-all answers a JSON 404 for what is left
     return app
 
@@ -321,9 +321,10 @@ def _rpc_ctx(
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The cleanup context that builds each network's pipeline and its adapters, whole.
 
-    It runs last among the resources: every one a pipeline uses exists. The
-    pipelines share one in-flight semaphore; each gets its network's local
-    methods (the WebSocket's, registered in ``setup_ws``; filters' here).
+    It runs last among the core resources: every one a pipeline uses exists.
+    The pipelines share one in-flight semaphore; each reads its network's
+    local methods, which plug-ins add (``gateway.plugin``). The pipelines,
+    by network, are ``app[PIPELINES]`` for the plug-ins' cleanup contexts.
     """
 
     async def ctx(app: web.Application) -> AsyncIterator[None]:
@@ -332,9 +333,8 @@ def _rpc_ctx(
         client_ip = app[CLIENT_IP]
         svc = app.get(WS)
         slots = asyncio.Semaphore(cfg.limits.max_in_flight)
-        filter_store = FilterStore.for_config(app[T.REDIS], cfg.redis.prefix, cfg.filters)
-        filters_live = live_gauge(app[METRICS].registry)
         handlers = app[HANDLERS]
+        pipelines: dict[str, Pipeline] = {}
         for net in cfg.networks:
             pipeline = Pipeline(
                 cfg,
@@ -347,11 +347,12 @@ def _rpc_ctx(
                 local=local[net.name],
                 insight=insight,
             )
-            add_filter_methods(pipeline, filter_store, app[T.ERRORS], filters_live.labels(net.name))
+            pipelines[net.name] = pipeline
             route = routes[net.name]
             route.http = RpcHttp(pipeline, client_ip)
             route.ws = WsRoute(pipeline, svc, client_ip) if svc is not None else None
             handlers.append(route.http)
+        app[PIPELINES] = pipelines
         yield
 
     return ctx

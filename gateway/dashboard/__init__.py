@@ -5,7 +5,7 @@ run for dashboard paths only: RPC paths stay cookie-free and pay nothing
 for them. Pages are server-rendered with Jinja2; the only script is the
 copy button. All data goes through the shared ``Store``.
 
-May import: store, rpc.clientip (the client's address), config, typedefs.
+May import: store, rpc.clientip (the client's address), config, typedefs, plugin.
 """
 
 from __future__ import annotations
@@ -34,9 +34,16 @@ from gateway.dashboard.csrf import csrf_middleware
 from gateway.dashboard.security import security_middleware
 from gateway.dashboard.session import session_middleware, visitor_of
 from gateway.dashboard.views import fmt_number, fmt_time, iso_time, redirect
+from gateway.plugin import Parts
 
 PREFIX = "/dashboard"
 _HERE = Path(__file__).parent
+
+
+def plug_dashboard(app: web.Application, parts: Parts) -> None:
+    """Mount the dashboard when ``dashboard.enabled`` (a ``gateway.plugin``)."""
+    if parts.cfg.dashboard.enabled:
+        setup_dashboard(app, parts.cfg)
 
 
 def setup_dashboard(app: web.Application, cfg: Config) -> None:
@@ -104,4 +111,4 @@ async def to_dashboard(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound(PREFIX + "/")
 
 
-__all__ = ["setup_dashboard"]
+__all__ = ["plug_dashboard", "setup_dashboard"]

@@ -1,6 +1,7 @@
-"""``tx_ctx(handlers)``: the transaction methods' resources for the app's life.
+"""``plug_transactions``: the transaction methods' resources for the app's life.
 
-One cleanup context (app.py), run after the pipelines are built (``_rpc_ctx``): the HTTP
+A plug-in (``gateway.plugin``): one cleanup context, run after the pipelines
+are built (``app[PIPELINES]``): the HTTP
 session to the private endpoints, the bucket script, the key-mode cache
 (dropped on key events), the transaction log's flush task and the
 ``gateway_transactions_total`` counter; then each network's handlers are
@@ -13,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter
 from gateway import typedefs as T
 from gateway.limits.limiter import MuxScript, RedisScript, ScriptRunner
 from gateway.ops.metrics import METRICS
+from gateway.plugin import PIPELINES, Parts
 from gateway.rpc.pipeline import Pipeline
 from gateway.tx.bucket import BUCKET_LUA, Buckets
 from gateway.tx.keymode import KeyModes
@@ -53,18 +55,14 @@ def _runner(app: web.Application) -> ScriptRunner:
     return RedisScript(app[T.REDIS], BUCKET_LUA, cfg.failure_log_interval_s, app[T.REDIS_URL])
 
 
-class _Handler(Protocol):
-    pipeline: Pipeline
+def plug_transactions(app: web.Application, parts: Parts) -> None:
+    """Add the cleanup context of every pipeline's transaction methods (``gateway.plugin``)."""
+    app.cleanup_ctx.append(_tx_ctx)
 
 
-def tx_ctx(handlers: Sequence[_Handler]) -> Callable[[web.Application], AsyncIterator[None]]:
-    """The cleanup context of the transaction methods of ``handlers``' pipelines."""
-
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        async with _transactions(app, [h.pipeline for h in handlers]):
-            yield
-
-    return ctx
+async def _tx_ctx(app: web.Application) -> AsyncIterator[None]:
+    async with _transactions(app, list(app[PIPELINES].values())):
+        yield
 
 
 @contextlib.asynccontextmanager

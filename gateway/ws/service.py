@@ -1,6 +1,6 @@
 """The WebSocket side of one process: sockets by key, feeds, charging, revocation, drain.
 
-Lifecycle: ``setup_ws(app)`` adds one cleanup context (node feeds, the
+Lifecycle: ``ws.setup.plug_ws`` adds one cleanup context (node feeds, the
 charger, the revocation check) and an ``on_shutdown`` hook. The hook is
 aiohttp's documented place to close WebSockets: it runs after the listener
 stops and *before* the runner waits for handlers, so every socket gets its

@@ -1,4 +1,4 @@
-"""``setup_ws(app, local)``: the WebSocket service, its cleanup context and drain hook.
+"""``plug_ws``: the WebSocket service, its cleanup context and drain hook (a ``gateway.plugin``).
 
 The upgrade route itself is the app's (``app.py``): a GET that asks to
 upgrade goes to the network's ``ws.upgrade.WsRoute``, a peer of its HTTP
@@ -7,26 +7,24 @@ adapter, both made whole by the app's one RPC cleanup context.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from aiohttp import web
 
 from gateway import typedefs as T
 from gateway.ops.metrics import METRICS
-from gateway.rpc.localmethods import LocalMethods
+from gateway.plugin import Parts
 from gateway.ws.calls import SubscriptionMethods
 from gateway.ws.readiness import ws_state
 from gateway.ws.service import WS, WsService
 
 
-def setup_ws(app: web.Application, local: Mapping[str, LocalMethods]) -> None:
+def plug_ws(app: web.Application, parts: Parts) -> None:
     """Create the service (``WS``), its cleanup context and its drain hook.
 
     ``eth_subscribe`` / ``eth_unsubscribe`` become local methods of each
-    network (``local``: its pipeline's, by network name), for the ``ws``
-    transport only.
+    network (``parts.local``: its pipeline's, by network name), for the
+    ``ws`` transport only.
     """
-    cfg = app[T.CONFIG]
+    cfg, local = parts.cfg, parts.local
     if not cfg.ws.enabled:
         return
     svc = WsService(cfg, app[METRICS])

@@ -22,6 +22,9 @@ TOP_LEVEL = {
     "app": {"everything but", "cli", "server"},
     # every web.AppKey: the types of the app-wide objects, never the code that reads them
     "typedefs": {"config", "limits", "redis", "store", "upstream"},
+    # the plug-in seam: what a plug-in is handed (config, each network's local
+    # methods and pipeline), never a plug-in itself
+    "plugin": {"config", "rpc"},
 }
 
 
