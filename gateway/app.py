@@ -35,7 +35,6 @@ from gateway.limits.limiter import (
 )
 from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging, use_format
-from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import metrics_listener_ctx
 from gateway.ops.routes import setup_ops_routes
 from gateway.plugin import PIPELINES, Parts, Plugin
@@ -51,6 +50,7 @@ from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
 from gateway.store.keyevents import KeyEvents
 from gateway.store.usagesink import UsageSink
+from gateway.telemetry.metrics import METRICS, Metrics
 from gateway.tx.setup import plug_transactions
 from gateway.upstream.pool import NodePool
 from gateway.ws.service import WS

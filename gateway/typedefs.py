@@ -1,7 +1,7 @@
 """Every ``web.AppKey`` of the application, in one place, but two.
 
 Two keys live beside their types, in packages that read app keys themselves:
-``ops.metrics.METRICS`` (ops.routes reads keys) and ``rpc.clientip.CLIENT_IP``
+``telemetry.metrics.METRICS`` (ops.routes reads keys) and ``rpc.clientip.CLIENT_IP``
 (rpc.http sets request keys). Importing them here would make ops and rpc import
 typedefs and typedefs import them: every arrow here points down.
 """

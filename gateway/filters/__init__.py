@@ -9,6 +9,6 @@ A plug-in (``gateway.plugin``), as ``ws`` is: it sits above ``rpc`` (its filter
 reader ``rpc.params``, its local-method registry and read path) and nothing but
 ``app`` imports it.
 
-May import: rpc, upstream, intel, store, redis, config, plugin, typedefs, ops.metrics
+May import: rpc, upstream, intel, store, redis, config, plugin, typedefs, telemetry.metrics
 (the gauge's registry).
 """

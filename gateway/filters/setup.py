@@ -16,8 +16,8 @@ from gateway import typedefs as T
 from gateway.filters.live import live_gauge
 from gateway.filters.methods import add_filter_methods
 from gateway.filters.store import FilterStore
-from gateway.ops.metrics import METRICS
 from gateway.plugin import PIPELINES, Parts
+from gateway.telemetry.metrics import METRICS
 
 
 def plug_filters(app: web.Application, parts: Parts) -> None:

@@ -1,6 +1,6 @@
-"""Operating the gateway: routes (/healthz, /readyz), metrics (Prometheus collectors),
-metricsport (the separate /metrics listener) and accesslog (lines that never hold a key).
+"""Operating the gateway: routes (/healthz, /readyz), metricsport (the separate /metrics
+listener, serving ``telemetry.metrics``) and accesslog (lines that never hold a key).
 
-May import: config, typedefs, upstream (readiness), redis (readiness), intel (the
-cache, head and hedge counters that metrics copies into Prometheus).
+May import: config, typedefs, upstream (readiness), redis (readiness), telemetry (the
+collectors it serves).
 """

@@ -14,7 +14,7 @@ Several processes of one gateway cannot all bind one address:
   or a SIGHUP reload leaves no gap in scrapes.
 * gunicorn has no supervisor of ours, so there every process *contends*:
   the first to bind serves the merged multiprocess view
-  (``gateway.ops.metrics``), the others retry every ``RETRY_S`` seconds, and
+  (``gateway.telemetry.metrics``), the others retry every ``RETRY_S`` seconds, and
   when the holder exits another takes over within that time.
 
 A process whose address is taken by someone else logs one warning and keeps
@@ -41,9 +41,9 @@ from prometheus_client import multiprocess as _mp
 from gateway import typedefs as T
 from gateway.config import listen_address
 from gateway.ops import readysnap
-from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.routes import metrics as metrics_view
 from gateway.ops.routes import readyz_details, readyz_network_details
+from gateway.telemetry.metrics import METRICS, Metrics
 
 log = logging.getLogger("gateway.metrics")
 

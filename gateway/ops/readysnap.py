@@ -25,7 +25,7 @@ import orjson
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.ops.metrics import multiprocess_dir
+from gateway.telemetry.metrics import multiprocess_dir
 
 INTERVAL_S: Final = 2.0
 FRESH_S: Final = 10.0  # an older snapshot is a worker that stopped writing

@@ -22,7 +22,7 @@ per-network Service or an external load balancer; 404 for a network that is
 not configured.
 
 ``/metrics`` is the Prometheus text of this process, or of every worker in
-multiprocess mode (see ``gateway.ops.metrics``); it is served on its own
+multiprocess mode (see ``gateway.telemetry.metrics``); it is served on its own
 listener (``gateway.ops.metricsport``), not among the public routes here.
 """
 
@@ -37,9 +37,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway import typedefs as T
 from gateway.config.redact import redact_url
 from gateway.ops.fallback import setup_fallback_routes
-from gateway.ops.metrics import METRICS
 from gateway.ops.readysnap import snapshots
 from gateway.redis.failurelog import error_fields
+from gateway.telemetry.metrics import METRICS
 
 _NO_STORE = {"Cache-Control": "no-store"}
 

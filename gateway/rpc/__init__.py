@@ -4,5 +4,5 @@ and a node failure answered, for every transport), the HTTP adapter (http), prot
 no I/O), errors (the catalogue), auth (the key in a request), clientip and sinks (what
 the pipeline knows of the store's counters: it does not import the store).
 
-May import: limits, upstream, intel, identity, redis, ops, config, typedefs.
+May import: limits, upstream, intel, identity, redis, ops, telemetry, config, typedefs.
 """

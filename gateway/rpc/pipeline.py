@@ -28,7 +28,6 @@ import orjson
 
 from gateway.config import Config, NetworkConfig
 from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
-from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
 from gateway.rpc.forward import forward_calls
@@ -49,6 +48,7 @@ from gateway.rpc.reads import Reads
 from gateway.rpc.refusals import REFUSED_ERROR, refuse_calls, refused_answer
 from gateway.rpc.served import served_headers
 from gateway.rpc.sinks import CallInsight, ErrorCounts
+from gateway.telemetry.metrics import Metrics
 from gateway.upstream.pool import NodePool
 
 __all__ = ["REFUSED_ERROR", "Caller", "Pipeline"]

@@ -26,9 +26,9 @@ from aiohttp import web
 from gateway import typedefs as T
 from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging
-from gateway.ops.metrics import METRICS, mark_process_dead
 from gateway.ops.metricsport import MetricsListener
 from gateway.server.protocol import DOORS, ConnectionWatch, GatewayServer
+from gateway.telemetry.metrics import METRICS, mark_process_dead
 
 log = logging.getLogger("gateway.server")
 

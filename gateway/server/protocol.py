@@ -61,9 +61,9 @@ from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, RequestPayl
 from aiohttp.web_request import BaseRequest
 
 from gateway.config import ServerConfig
-from gateway.ops.metrics import Metrics
 from gateway.rpc import protocol as rpc
 from gateway.rpc.errors import CORS_HEADERS
+from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.server")
 

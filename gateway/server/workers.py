@@ -56,9 +56,9 @@ import orjson
 
 from gateway.config import Config, MethodSet
 from gateway.config.nodes import network_raw
-from gateway.ops.metrics import MULTIPROC_ENV, multiprocess_dir
 from gateway.ops.metricsport import SupervisorMetricsListener
 from gateway.server.listener import ListenError, bind_listener
+from gateway.telemetry.metrics import MULTIPROC_ENV, multiprocess_dir
 
 log = logging.getLogger("gateway.workers")
 

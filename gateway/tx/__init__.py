@@ -8,5 +8,5 @@ local methods of a network's pipeline), txlog (the key's transaction log) and se
 A plug-in of the pipeline, as ``filters`` is: nothing but ``app`` imports it (and the
 demo, its codec).
 
-May import: rpc, upstream, intel, store, redis, limits, ops, config, typedefs, plugin.
+May import: rpc, upstream, intel, store, redis, limits, ops, telemetry, config, typedefs, plugin.
 """

@@ -23,9 +23,9 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gateway import typedefs as T
 from gateway.limits.limiter import MuxScript, RedisScript, ScriptRunner
-from gateway.ops.metrics import METRICS
 from gateway.plugin import PIPELINES, Parts
 from gateway.rpc.pipeline import Pipeline
+from gateway.telemetry.metrics import METRICS
 from gateway.tx.bucket import BUCKET_LUA, Buckets
 from gateway.tx.keymode import KeyModes
 from gateway.tx.methods import TxMethods

@@ -32,8 +32,8 @@ import orjson
 from gateway.config import NetworkConfig, UpstreamConfig
 from gateway.intel.head import PROBE_BODY, HeadReport, parse_probe
 from gateway.intel.network import NetworkIntel
-from gateway.ops.metrics import NetworkIntelMetrics
 from gateway.redis.failurelog import RateLimitedLog, error_fields
+from gateway.telemetry.metrics import NetworkIntelMetrics
 from gateway.upstream.node import Node
 from gateway.upstream.transport import JSON_HEADERS
 

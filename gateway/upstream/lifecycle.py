@@ -20,8 +20,8 @@ import aiohttp
 from gateway.config import Config, NetworkConfig, UpstreamConfig, node_table
 from gateway.intel.head import HeadReport
 from gateway.intel.network import NetworkIntel
-from gateway.ops.metrics import Metrics
 from gateway.redis.failurelog import RateLimitedLog
+from gateway.telemetry.metrics import Metrics
 from gateway.upstream.eligible import Eligibility
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.headcheck import HeadConfirms

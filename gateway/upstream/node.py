@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from gateway.config import NodeConfig
 from gateway.config.redact import redact_url
-from gateway.ops.metrics import NodeMetrics
+from gateway.telemetry.metrics import NodeMetrics
 from gateway.upstream.transport import Transport
 
 

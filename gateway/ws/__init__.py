@@ -2,5 +2,5 @@
 
 Nothing outside gateway.ws imports from here except app.py (routes, setup).
 
-May import: rpc, limits, upstream, redis, ops, config, typedefs, plugin.
+May import: rpc, limits, upstream, redis, ops, telemetry, config, typedefs, plugin.
 """

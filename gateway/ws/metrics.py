@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-from gateway.ops.metrics import Metrics
+from gateway.telemetry.metrics import Metrics
 
 DISCONNECT_REASONS = (
     "client",

@@ -35,8 +35,8 @@ from redis.exceptions import RedisError
 from gateway import typedefs as T
 from gateway.config import Config, PlanConfig
 from gateway.limits.limiter import Limiter
-from gateway.ops.metrics import Metrics
 from gateway.redis.keyspace import record_key
+from gateway.telemetry.metrics import Metrics
 from gateway.ws.charging import Charger
 from gateway.ws.feed import Feed
 from gateway.ws.leases import SocketLeases

@@ -10,8 +10,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.ops.metrics import METRICS
 from gateway.plugin import Parts
+from gateway.telemetry.metrics import METRICS
 from gateway.ws.calls import SubscriptionMethods
 from gateway.ws.readiness import ws_state
 from gateway.ws.service import WS, WsService

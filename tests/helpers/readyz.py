@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway.ops.metrics import METRICS
 from gateway.ops.metricsport import MetricsListener
+from gateway.telemetry.metrics import METRICS
 
 
 async def readyz_details(app: web.Application, path: str = "/readyz") -> tuple[int, Any]:

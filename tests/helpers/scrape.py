@@ -5,8 +5,8 @@ from __future__ import annotations
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.ops.metrics import Metrics
 from gateway.ops.metricsport import MetricsListener
+from gateway.telemetry.metrics import Metrics
 
 HOST = "127.0.0.1"
 

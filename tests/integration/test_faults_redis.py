@@ -29,9 +29,9 @@ from redis.asyncio import Redis
 from gateway.config import Config
 from gateway.config.redact import redact_url
 from gateway.limits.limiter import LimiterUnavailable, RedisScript
-from gateway.ops.metrics import METRICS
 from gateway.redis.embedded import RedisProcess
 from gateway.store.accounts import Store
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
 

@@ -25,8 +25,8 @@ import pytest
 from gateway import typedefs as T
 from gateway.config import Config
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
-from gateway.ops.metrics import METRICS, Metrics
 from gateway.store.accounts import Store
+from gateway.telemetry.metrics import METRICS, Metrics
 from gateway.upstream.pool import NodePool
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served

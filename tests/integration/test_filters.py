@@ -28,11 +28,11 @@ from gateway.demo.chainnode import Chain, ChainNode, start_chain_node
 from gateway.filters.service import FilterService
 from gateway.filters.store import FilterStore
 from gateway.intel.head import HeadTracker, NetworkHead
-from gateway.ops.metrics import METRICS
 from gateway.redis import keyspace as ks
 from gateway.redis.embedded import free_port
 from gateway.rpc import protocol
 from gateway.store.accounts import Store
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import MakeConfig
 from tests.helpers.waiting import eventually
 

@@ -21,7 +21,7 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.demo.mockws import Chain, start_ws_node
 from gateway.ops.logsetup import formatter
-from gateway.ops.metrics import METRICS
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.headnodes import HeadGateway, head_gateway, mock_chains  # noqa: F401
 from tests.helpers.readyz import readyz_details

@@ -23,7 +23,7 @@ import pytest
 from gateway import typedefs as T
 from gateway.demo import chainnode
 from gateway.demo.mockws import Chain, MockWsNode, start_ws_node
-from gateway.ops.metrics import METRICS
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.headnodes import HeadGateway, head_gateway, mock_chains  # noqa: F401
 from tests.helpers.readyz import readyz_details
 from tests.helpers.scrape import by_node

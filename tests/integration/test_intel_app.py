@@ -23,7 +23,7 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config
 from gateway.demo.chainnode import Chain, ChainNode, start_chain_node
-from gateway.ops.metrics import METRICS
+from gateway.telemetry.metrics import METRICS
 from gateway.upstream.pool import NodePool
 from tests.helpers.config import MakeConfig
 from tests.helpers.txs import sender_account, signed

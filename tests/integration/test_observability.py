@@ -23,7 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.ops.metrics import METRICS
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import Client
 from tests.helpers.scrape import scrape
 

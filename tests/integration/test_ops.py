@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.demo.mocknode import MockNode, MockNodeOptions
-from gateway.ops.metrics import METRICS
 from gateway.redis.embedded import free_port
 from gateway.store.accounts import Store
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.readyz import readyz_details
 from tests.helpers.scrape import scrape

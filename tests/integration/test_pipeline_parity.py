@@ -20,9 +20,9 @@ import pytest
 from gateway import typedefs as T
 from gateway.demo import chainnode
 from gateway.demo.mocknode import MockNode, MockNodeOptions
-from gateway.ops.metrics import METRICS
 from gateway.rpc.relay import STREAM_OVER
 from gateway.store.accounts import Store
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import Served, served
 from tests.helpers.waiting import eventually

@@ -20,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.config import Config, ConfigError, config_from_dict
-from gateway.ops.metrics import METRICS, Metrics
 from gateway.ops.metricsport import MetricsListener, SupervisorMetricsListener
 from gateway.redis.embedded import free_port
 from gateway.server.listener import GatewayRunner
+from gateway.telemetry.metrics import METRICS, Metrics
 from tests.helpers.config import MakeConfig
 from tests.helpers.doors import both_doors, door_make_config  # noqa: F401  (both doors)
 

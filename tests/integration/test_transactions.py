@@ -20,11 +20,11 @@ from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.demo.mockbuilder import MockBuilder, start_mock_builder
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
-from gateway.ops.metrics import METRICS
 from gateway.redis import keyspace as ks
 from gateway.rpc.auth import key_hash
 from gateway.store.accounts import Store
 from gateway.store.keytx import set_private_tx
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import MakeConfig
 from tests.helpers.txs import sender_account, signed, tx_hash
 from tests.helpers.waiting import eventually

@@ -13,8 +13,8 @@ import pytest
 
 from gateway.config import DEFAULT_METHODS, NetworkConfig, UpstreamConfig
 from gateway.demo.mocknode import MockNode, MockNodeOptions, start_mock_node
-from gateway.ops.metrics import Metrics
 from gateway.redis.embedded import free_port
+from gateway.telemetry.metrics import Metrics
 from gateway.upstream.pool import NodePool, UpstreamError
 from tests.helpers.waiting import eventually
 

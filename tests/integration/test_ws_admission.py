@@ -21,10 +21,10 @@ from multidict import CIMultiDictProxy
 
 from gateway.demo.mocknode import start_mock_node
 from gateway.demo.nodeoptions import MockNodeOptions
-from gateway.ops.metrics import METRICS
 from gateway.redis.embedded import free_port
 from gateway.store.accounts import Store
 from gateway.store.keylimits import KeyLimits
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.ops.metrics import METRICS
+from gateway.telemetry.metrics import METRICS
 from gateway.ws.service import WS
 from tests.helpers.wsstack import WsStack, eventually
 from tests.integration.test_ws_clients import JS, _node_ready

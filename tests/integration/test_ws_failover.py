@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gateway.demo.mockws import Chain, header_of
-from gateway.ops.metrics import METRICS
+from gateway.telemetry.metrics import METRICS
 from gateway.ws.service import WS
 from tests.helpers.wsstack import WsStack, eventually, notes, rpc
 

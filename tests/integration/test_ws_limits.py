@@ -15,8 +15,8 @@ from aiohttp import web
 
 from gateway import typedefs as T
 from gateway.demo.mockws import MockWsNode
-from gateway.ops.metrics import METRICS
 from gateway.store.accounts import Store
+from gateway.telemetry.metrics import METRICS
 from gateway.ws.service import WS
 from tests.helpers.config import MakeConfig
 from tests.helpers.served import served

@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.ops.metrics import METRICS
+from gateway.telemetry.metrics import METRICS
 from gateway.ws.service import WS
 from tests.helpers.wsstack import WsStack, eventually, notes, rpc
 

@@ -146,6 +146,57 @@ def test_no_two_packages_import_each_other() -> None:
     )
 
 
+def test_no_package_cycle_of_any_length() -> None:
+    """Packages (and the top-level modules) form no loop, however long.
+
+    Checking pairs missed ``ops -> typedefs -> upstream -> ops``: three
+    arrows, each allowed on its own, that made every one of the three
+    packages depend on the others.
+    """
+    graph: dict[str, set[str]] = {}
+    for a, b in _package_arrows():
+        graph.setdefault(a, set()).add(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops: list[list[str]] = []
+
+    def strongconnect(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                strongconnect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                loops.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            strongconnect(node)
+    arrows = _package_arrows()
+    assert not loops, "package loops:\n" + "\n".join(
+        " / ".join(loop)
+        + ": "
+        + "; ".join(
+            arrow
+            for (a, b), made in sorted(arrows.items())
+            if {a, b} <= set(loop)
+            for arrow in made
+        )
+        for loop in loops
+    )
+
+
 def test_no_import_cycles_not_even_type_only() -> None:
     graph = _graph()
     state: dict[str, int] = {}  # 1 on the path, 2 done

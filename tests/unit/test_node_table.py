@@ -141,7 +141,7 @@ def test_config_check_lists_every_node_table_mistake(tmp_path: Any) -> None:
 
 
 def test_node_names_flow_into_the_pool_and_its_metrics() -> None:
-    from gateway.ops.metrics import Metrics
+    from gateway.telemetry.metrics import Metrics
 
     cfg = config_from_dict(
         _bsc(
