@@ -121,6 +121,8 @@ class NetworkConfig:
     tx_per_sender_rate: float = 5.0  # per second per sender, all processes; 0 = none
     tx_per_sender_burst: int = 20
     tx_timeout_s: float = 5.0  # one send to a node or a private endpoint
+    tx_max_bytes: int = 128 * 1024  # one raw transaction (geth's limit), blobs aside
+    tx_bundle_max: int = 50  # transactions in one eth_sendBundle
     # The network's block interval in seconds: a node whose head runs faster
     # than this allows is taken out of rotation as inconsistent (0 = no check).
     block_time_s: float = 0.0

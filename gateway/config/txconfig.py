@@ -7,6 +7,8 @@ Network table keys (``[networks.<name>]``)::
     tx_per_sender_rate = 5.0    # raw transactions per second per sender, all processes
     tx_per_sender_burst = 20
     tx_timeout_s = 5.0          # one private endpoint / broadcast attempt
+    tx_max_bytes = 131072       # one raw transaction, blobs aside (geth's 128 KiB)
+    tx_bundle_max = 50          # transactions in one eth_sendBundle
 
 Plan table keys (``[plans.<name>]``)::
 
@@ -18,6 +20,15 @@ Read and checked here into NetworkConfig / PlanConfig fields of the same
 names. A key's own choice (``gateway keys update KEY
 --private-tx``) overrides the
 plan's; see gateway/tx/keymode.py.
+
+The methods that carry a raw transaction (``RAW_TX_METHODS``) are answered
+by the gateway's transaction path only (decoded, checked against the
+chain, the sender limit, the key's route): offered through
+``extra_methods`` they would be forwarded to a node as they came, so such
+an entry (or a pattern that reaches one) is refused at load, naming its
+path. ``methods`` may list them by name (the gateway answers them);
+``eth_sendBundle`` and ``eth_sendPrivateTransaction`` only where the
+network has private endpoints.
 """
 
 from __future__ import annotations
@@ -30,7 +41,26 @@ from gateway.config.schema import ConfigError, NetworkConfig, PlanConfig
 
 MODES: Final = ("on", "fallback", "off")
 NETWORK_KEYS: Final = frozenset(
-    {"tx_broadcast", "private_tx", "tx_per_sender_rate", "tx_per_sender_burst", "tx_timeout_s"}
+    {
+        "tx_broadcast",
+        "private_tx",
+        "tx_per_sender_rate",
+        "tx_per_sender_burst",
+        "tx_timeout_s",
+        "tx_max_bytes",
+        "tx_bundle_max",
+    }
+)
+RAW_TX_METHODS: Final = (
+    "eth_sendRawTransaction",
+    "eth_sendRawTransactionConditional",
+    "eth_sendPrivateTransaction",
+    "eth_sendBundle",
+)
+PRIVATE_ONLY: Final = ("eth_sendPrivateTransaction", "eth_sendBundle")
+_WHY: Final = (
+    "it carries a raw transaction, which only the gateway's transaction path may send "
+    "(decoded, checked against the chain and the sender limit, sent on the key's route)"
 )
 PLAN_KEYS: Final = frozenset({"private_tx", "bundle_rate", "bundle_burst"})
 
@@ -68,13 +98,52 @@ def network_tx(path: str, table: Mapping[str, Any]) -> dict[str, Any]:
     timeout = non_negative(table, "tx_timeout_s", d.tx_timeout_s, path)
     if timeout <= 0:
         raise ConfigError(f"{path}.tx_timeout_s: must be above 0")
+    _check_offered(path, table, bool(urls))
     return {
         "tx_broadcast": broadcast,
         "private_tx": tuple(urls),
         "tx_per_sender_rate": non_negative(table, "tx_per_sender_rate", d.tx_per_sender_rate, path),
         "tx_per_sender_burst": _count(table, "tx_per_sender_burst", d.tx_per_sender_burst, path),
         "tx_timeout_s": timeout,
+        "tx_max_bytes": _count(table, "tx_max_bytes", d.tx_max_bytes, path),
+        "tx_bundle_max": _count(table, "tx_bundle_max", d.tx_bundle_max, path),
     }
+
+
+def _reached(method: str) -> str | None:
+    """The raw-transaction method a name or ``prefix*`` pattern reaches, if any."""
+    name = method.lower()
+    for raw in RAW_TX_METHODS:
+        low = raw.lower()
+        if name == low or (name.endswith("*") and low.startswith(name[:-1])):
+            return raw
+    return None
+
+
+def _check_offered(path: str, table: Mapping[str, Any], private: bool) -> None:
+    """Refuse what would send a raw transaction past the transaction path."""
+    extra = table.get("extra_methods", [])
+    items = list(extra) if isinstance(extra, Mapping | list) else []
+    for i, method in enumerate(items):
+        raw = _reached(method) if isinstance(method, str) else None
+        if raw is not None:
+            where = f"{path}.extra_methods" + (
+                f".{method}" if isinstance(extra, Mapping) else f"[{i}]"
+            )
+            raise ConfigError(f"{where}: {raw} may not be offered as an extra method ({_WHY})")
+    methods = table.get("methods", [])
+    for i, method in enumerate(methods if isinstance(methods, list) else []):
+        raw = _reached(method) if isinstance(method, str) else None
+        if raw is None:
+            continue
+        if method.endswith("*"):
+            raise ConfigError(f"{path}.methods[{i}]: the pattern reaches {raw} ({_WHY})")
+        if method != raw:
+            raise ConfigError(f"{path}.methods[{i}]: spell it {raw} (the gateway answers it)")
+        if raw in PRIVATE_ONLY and not private:
+            raise ConfigError(
+                f"{path}.methods[{i}]: {raw} needs private endpoints ({path}.private_tx)"
+            )
 
 
 def plan_tx(path: str, table: Mapping[str, Any]) -> dict[str, Any]:

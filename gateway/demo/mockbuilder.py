@@ -79,7 +79,7 @@ class MockBuilder:
         return _json({"jsonrpc": "2.0", "id": cid, "result": result})
 
     async def _answer(self, method: str, params: Any) -> Any:
-        if method == "eth_sendRawTransaction":
+        if method in ("eth_sendRawTransaction", "eth_sendRawTransactionConditional"):
             return await self._take(params[0])
         if method == "eth_sendBundle":
             hashes = [await self._take(raw) for raw in params[0]["txs"]]

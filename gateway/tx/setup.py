@@ -28,6 +28,7 @@ from gateway.tx.bucket import BUCKET_LUA, Buckets
 from gateway.tx.keymode import KeyModes
 from gateway.tx.methods import TxMethods
 from gateway.tx.routes import FanOut
+from gateway.tx.senders import TxLimits
 from gateway.tx.targets import PublicNodes, private_targets
 from gateway.tx.txlog import TxLog
 
@@ -73,7 +74,7 @@ async def _transactions(app: web.Application, pipelines: Sequence[Pipeline]) -> 
     session = aiohttp.ClientSession()
     modes = KeyModes(app[T.REDIS], cfg.redis.prefix, cfg.admission.key_ttl_s)
     app[T.KEY_EVENTS].add(modes.invalidate)
-    buckets = Buckets(_runner(app))
+    buckets = Buckets(_runner(app), cluster=cfg.redis.cluster)
     txlog = TxLog(app[T.STORE].redis, cfg.redis.prefix, cfg.insight.log_cap, cfg.insight.log_ttl_s)
     counter = tx_counter(app[METRICS].registry)
     fan = FanOut()
@@ -81,7 +82,8 @@ async def _transactions(app: web.Application, pipelines: Sequence[Pipeline]) -> 
         net = pipe.network
         private = private_targets(session, net.private_tx, net.tx_timeout_s)
         public = PublicNodes(pipe.pool, net)
-        methods = TxMethods(pipe, private, public, modes, buckets, txlog, counter, fan)
+        limits = TxLimits(buckets, net, cfg.redis.prefix, cfg.redis.fail_open)
+        methods = TxMethods(pipe, private, public, modes, limits, txlog, counter, fan)
         methods.register(pipe.local, net.methods)
     flusher = asyncio.create_task(txlog.run(), name="tx-log-flush")
     try:

@@ -20,7 +20,7 @@ import orjson
 
 from gateway.config import NetworkConfig
 from gateway.config.redact import redact_url
-from gateway.tx.routes import Send, Target
+from gateway.tx.routes import Message, Send, Target
 from gateway.upstream.pool import NodePool, UpstreamError
 
 _MAX_ANSWER = 1 << 20  # a send's answer is a hash or an error: anything longer is not one
@@ -40,13 +40,13 @@ class PublicNodes:
         return [Target(node.name, self._to(node)) for node in pool.in_service()]
 
     def _to(self, node: Any) -> Send:
-        async def send(body: bytes) -> bytes:
-            return await self.pool.send_to(node, body, self.cfg.tx_timeout_s)
+        async def send(message: Message) -> bytes:
+            return await self.pool.send_to(node, message.body, self.cfg.tx_timeout_s)
 
         return send
 
-    async def _one(self, body: bytes) -> bytes:
-        payload, _node = await self.pool.forward_from(body, idempotent=False)
+    async def _one(self, message: Message) -> bytes:
+        payload, _node = await self.pool.forward_from(message.body, idempotent=False)
         assert isinstance(payload, bytes)  # no stream_over: always buffered
         return payload
 
@@ -75,9 +75,11 @@ def private_targets(
     timeout = aiohttp.ClientTimeout(total=timeout_s)
 
     def sender(url: str) -> Send:
-        async def send(body: bytes) -> bytes:
+        async def send(message: Message) -> bytes:
             headers = {"Content-Type": "application/json"}
-            async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+            async with session.post(
+                url, data=message.body, headers=headers, timeout=timeout
+            ) as resp:
                 payload = await resp.content.read(_MAX_ANSWER)
                 if resp.status >= 500 or resp.status in (401, 403, 404, 405, 429):
                     raise UpstreamError(f"{redact_url(url)}: HTTP {resp.status}")
