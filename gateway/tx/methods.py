@@ -33,7 +33,7 @@ key's request log (``Call.note``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
@@ -44,6 +44,7 @@ from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
 from gateway.tx import checks
 from gateway.tx.codec import DecodedTx
+from gateway.tx.dialects import answer_of
 from gateway.tx.keymode import KeyModes, stricter
 from gateway.tx.routes import Fanned, FanOut, Message, Result, Target, Verdict
 from gateway.tx.senders import TxLimits, unavailable
@@ -132,8 +133,9 @@ class TxMethods:
         khash = ctx.caller.khash
         assert khash is not None  # only an admitted call reaches a local method
         await self._sender_limit([tx], name)
-        mode = forced or stricter(self._plan_mode(ctx.plan), await self._key_mode(khash))
-        message = self._message(method, params, (params[0],))
+        key_mode, options = await self._key_settings(khash)
+        mode = forced or stricter(self._plan_mode(ctx.plan), key_mode)
+        message = self._message(method, params, (params[0],), options)
         route = PUBLIC
         if mode != "off":
             route = PRIVATE
@@ -173,21 +175,28 @@ class TxMethods:
                 self._count(SEND_BUNDLE, PRIVATE, "limited" if exc.code == -32005 else "failed")
                 raise
         await self._sender_limit(txs, SEND_BUNDLE)
-        message = self._message(SEND_BUNDLE, [bundle], tuple(hexes))
+        _mode, options = await self._key_settings(khash)
+        message = self._message(SEND_BUNDLE, [bundle], tuple(hexes), options)
         fanned = await self.fan.fan_out(self.private, message)
         hashes = ",".join(tx.hash for tx in txs)
         self._log_when_settled(fanned, khash, SEND_BUNDLE, hashes, txs[0].sender, PRIVATE)
         if fanned.first is not None:
             self._count(SEND_BUNDLE, PRIVATE, "accepted")
-            return fanned.first.answer
+            return answer_of(fanned.first.answer)
         call.note = f"{_short(hashes)} via {PRIVATE}: not accepted"
         return self._refusal(fanned.results, SEND_BUNDLE, PRIVATE, khash, private=True)
 
     # -- parts ----------------------------------------------------------------------
-    def _message(self, method: str, params: list[Any], raws: tuple[str, ...]) -> Message:
+    def _message(
+        self,
+        method: str,
+        params: list[Any],
+        raws: tuple[str, ...],
+        options: Mapping[str, Any] | None = None,
+    ) -> Message:
         gid = self.pipeline.next_gids(1)
         body = orjson.dumps({"jsonrpc": "2.0", "id": gid, "method": method, "params": params})
-        return Message(method, params, body, raws)
+        return Message(method, params, body, raws, options or {}, gid)
 
     def _body(self, method: str, params: list[Any]) -> bytes:
         return self._message(method, params, ()).body
@@ -202,12 +211,12 @@ class TxMethods:
         plan = self._plan(name)
         return "off" if plan is None else str(plan.private_tx)
 
-    async def _key_mode(self, khash: str) -> str:
+    async def _key_settings(self, khash: str) -> tuple[str, Mapping[str, Any]]:
         try:
-            return await self.modes.mode(khash)
+            return await self.modes.settings(khash)
         except Exception as exc:  # Redis could not say: the failure policy decides
             if self.fail_open:
-                return ""
+                return "", {}
             raise unavailable() from exc
 
     async def _nonce_low_check(self, fanned: Fanned, tx_hash: str) -> None:

@@ -51,6 +51,7 @@ class Message:
     body: bytes
     raws: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    gid: int = 1  # the request id of ``body``, reused by a dialect's own request
 
 
 Send = Callable[[Message], Awaitable[bytes]]

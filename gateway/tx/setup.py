@@ -80,7 +80,7 @@ async def _transactions(app: web.Application, pipelines: Sequence[Pipeline]) -> 
     fan = FanOut()
     for pipe in pipelines:
         net = pipe.network
-        private = private_targets(session, net.private_tx, net.tx_timeout_s)
+        private = private_targets(session, net.builders, net.tx_timeout_s)
         public = PublicNodes(pipe.pool, net)
         limits = TxLimits(buckets, net, cfg.redis.prefix, cfg.redis.fail_open)
         methods = TxMethods(pipe, private, public, modes, limits, txlog, counter, fan)
