@@ -115,7 +115,6 @@ class BuilderConfig:
     dialect: str = "plain"  # "plain" | "48club" | "blockrazor" | "bloxroute"
     auth_header_env: str = ""  # the Authorization header's value (bloXroute's key)
     sign_key_env: str = ""  # 48 Club: the SoulPoint member's private key (hex)
-    status_url: str = ""  # a JSON-RPC endpoint answering a transaction's status, or ""
 
 
 @dataclass(frozen=True, slots=True)

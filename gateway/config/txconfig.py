@@ -60,9 +60,7 @@ NETWORK_KEYS: Final = frozenset(
     }
 )
 DIALECTS: Final = ("plain", "48club", "blockrazor", "bloxroute")
-_BUILDER_KEYS: Final = frozenset(
-    {"url", "name", "dialect", "auth_header_env", "sign_key_env", "status_url"}
-)
+_BUILDER_KEYS: Final = frozenset({"url", "name", "dialect", "auth_header_env", "sign_key_env"})
 RAW_TX_METHODS: Final = (
     "eth_sendRawTransaction",
     "eth_sendRawTransactionConditional",
@@ -135,14 +133,12 @@ def _builder(where: str, entry: Any, env: Mapping[str, str]) -> BuilderConfig:
             raise ConfigError(f"{where}.{key}: the environment variable {var} is not set")
     if fields["sign_key_env"] and dialect != "48club":
         raise ConfigError(f"{where}.sign_key_env: only the 48club dialect signs bundles")
-    status = entry.get("status_url", "")
     return BuilderConfig(
         url=url,
         name=fields["name"] or _host(url),
         dialect=dialect,
         auth_header_env=fields["auth_header_env"],
         sign_key_env=fields["sign_key_env"],
-        status_url=_url(status, f"{where}.status_url") if status else "",
     )
 
 

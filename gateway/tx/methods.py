@@ -27,7 +27,12 @@ The first acceptance answers with the transaction's hash (``tx.routes``
 judges what counts); the sends still in flight finish in the background,
 and the transaction log entry (hash, route, who accepted) is written once
 all have. A call no endpoint accepted carries its hash and route into the
-key's request log (``Call.note``).
+key's request log (``Call.note``). A transaction a private endpoint took is
+handed to the network's ``Tracker`` (``tx.tracking``), and until it lands
+the key's ``eth_getTransactionByHash`` answers it as pending.
+
+It stays whole because the handlers share each step (check, limit, route,
+follow) and the order of those steps is what the module promises.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import Any
 import orjson
 
 from gateway.config import NetworkConfig, PlanConfig
-from gateway.rpc.localmethods import CallError, LocalContext, LocalMethods
+from gateway.rpc.localmethods import CallError, ForwardAs, LocalContext, LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
 from gateway.tx import checks
@@ -49,12 +54,14 @@ from gateway.tx.keymode import KeyModes, stricter
 from gateway.tx.routes import Fanned, FanOut, Message, Result, Target, Verdict
 from gateway.tx.senders import TxLimits, unavailable
 from gateway.tx.targets import PublicNodes
+from gateway.tx.tracking import Tracker
 from gateway.tx.txlog import TxLog
 
 SEND_RAW = "eth_sendRawTransaction"
 SEND_CONDITIONAL = "eth_sendRawTransactionConditional"
 SEND_PRIVATE = "eth_sendPrivateTransaction"
 SEND_BUNDLE = "eth_sendBundle"
+GET_BY_HASH = "eth_getTransactionByHash"
 PUBLIC, PRIVATE, FALLBACK = "public", "private", "private, then public"
 
 
@@ -71,6 +78,7 @@ class TxMethods:
         txlog: TxLog,
         counter: Any,  # gateway_transactions_total
         fan: FanOut,
+        tracker: Tracker | None = None,
     ) -> None:
         self.pipeline = pipeline
         net: NetworkConfig = pipeline.network
@@ -84,6 +92,8 @@ class TxMethods:
         self.txlog = txlog
         self.counter = counter
         self.fan = fan
+        self.tracker = tracker
+        self.sent_privately: set[str] = set()  # keys whose lookups may find a pending one
         self.fail_open = pipeline.cfg.redis.fail_open
 
     def register(self, local: LocalMethods, offered: Collection[str]) -> None:
@@ -94,6 +104,8 @@ class TxMethods:
         if self.private:
             local.add(SEND_BUNDLE, self.send_bundle)
             local.add(SEND_PRIVATE, self.send_private)
+            if GET_BY_HASH in offered:
+                local.add(GET_BY_HASH, self.get_by_hash)
 
     # -- one raw transaction ---------------------------------------------------------
     async def send_raw(self, call: Call, ctx: LocalContext) -> Any:
@@ -150,6 +162,8 @@ class TxMethods:
         self._log_when_settled(fanned, khash, name, tx.hash, tx.sender, route)
         if fanned.first is not None:
             self._count(name, route, "accepted")
+            if route == PRIVATE:
+                await self._follow(khash, name, [tx], fanned.first.target, None)
             return tx.hash
         call.note = f"{tx.hash} via {route}: not accepted"
         return self._refusal(fanned.results, name, route, khash, private=route == PRIVATE)
@@ -182,9 +196,47 @@ class TxMethods:
         self._log_when_settled(fanned, khash, SEND_BUNDLE, hashes, txs[0].sender, PRIVATE)
         if fanned.first is not None:
             self._count(SEND_BUNDLE, PRIVATE, "accepted")
+            until = _block(bundle.get("maxBlockNumber"))
+            await self._follow(khash, SEND_BUNDLE, txs, fanned.first.target, until)
             return answer_of(fanned.first.answer)
         call.note = f"{_short(hashes)} via {PRIVATE}: not accepted"
         return self._refusal(fanned.results, SEND_BUNDLE, PRIVATE, khash, private=True)
+
+    # -- eth_getTransactionByHash: a pending private transaction ------------------------
+    async def get_by_hash(self, call: Call, ctx: LocalContext) -> Any:
+        """The key's own pending private transaction, else the nodes' answer as for any read.
+
+        Redis is asked only for a key that may have one: its route is private,
+        or it sent one through this process.
+        """
+        khash = ctx.caller.khash
+        params = call.params
+        if (
+            self.tracker is not None
+            and khash is not None
+            and isinstance(params, list)
+            and len(params) == 1
+            and isinstance(params[0], str)
+        ):
+            mode, _ = await self._key_settings(khash)
+            if khash in self.sent_privately or stricter(self._plan_mode(ctx.plan), mode) != "off":
+                try:
+                    found = await self.tracker.pending(khash, params[0])
+                except Exception:  # Redis could not say: the nodes answer
+                    found = None
+                if found is not None:
+                    return found
+        return ForwardAs(call.method, params if isinstance(params, list) else [])
+
+    async def _follow(
+        self, khash: str, method: str, txs: list[DecodedTx], builder: str, until: int | None
+    ) -> None:
+        if self.tracker is None:
+            return
+        if len(self.sent_privately) >= 100_000:
+            self.sent_privately.clear()
+        self.sent_privately.add(khash)
+        await self.tracker.follow(khash, method, txs, builder, until)
 
     # -- parts ----------------------------------------------------------------------
     def _message(
@@ -276,6 +328,18 @@ class TxMethods:
 
     def _count(self, method: str, route: str, outcome: str) -> None:
         self.counter.labels(self.network, method, route, outcome).inc()
+
+
+def _block(value: Any) -> int | None:
+    """A bundle's ``maxBlockNumber`` (a number or hex text) as an int, or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value, 16) if value.startswith(("0x", "0X")) else int(value)
+        except ValueError:
+            return None
+    return None
 
 
 def _all_failed(results: list[Result]) -> bool:
