@@ -7,6 +7,9 @@ transactions of 50 senders each, and as many JSON-RPC batches of 50
 ``eth_sendRawTransaction`` on the private route, every transaction freshly
 signed (eth-account) before the clock starts. The gateway process's CPU
 (``/proc/<pid>/stat`` user + system) is read before and after each phase.
+The builder never includes what it takes, so every transaction sent is
+still followed at the end: the gateway's CPU over 10 s with them all
+followed, against 10 s before any was sent, is what following costs.
 
     python -m bench.micro.txcost [--rounds 20]
 """
@@ -33,6 +36,8 @@ from gateway.redis.embedded import LOOPBACK, RedisProcess, free_port
 from gateway.store.accounts import Store
 
 JSON = {"Content-Type": "application/json"}
+IDLE_S = 10.0
+TRACK_INTERVAL_S = 1.0  # tx_track_interval_s, the default
 CONFIG = """
 [redis]
 prefix = "txcost"
@@ -63,6 +68,13 @@ def _node(chain_id: int) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().decode().strip()
+
+
+async def _idle_cpu(pid: int, seconds: float) -> float:
+    """The gateway's CPU seconds over ``seconds`` of no calls (its background work)."""
+    before = _cpu_s(pid)
+    await asyncio.sleep(seconds)
+    return _cpu_s(pid) - before
 
 
 def _serve(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -119,6 +131,7 @@ async def main(rounds: int) -> None:
                         if time.monotonic() > deadline:
                             raise
                         await asyncio.sleep(0.2)
+                idle = await _idle_cpu(gw.pid, IDLE_S)
                 for name, bodies in (
                     (
                         "bundle of 50 (50 senders)",
@@ -162,6 +175,14 @@ async def main(rounds: int) -> None:
                         f"{name}: {cpu * 1000 / rounds:.1f} ms worker CPU per call "
                         f"({rounds} calls, {wall * 1000 / rounds:.1f} ms wall per call)"
                     )
+                followed = 2 * 50 * rounds  # the builder never includes: all still followed
+                busy = await _idle_cpu(gw.pid, IDLE_S)
+                per = (busy - idle) / (IDLE_S / TRACK_INTERVAL_S) / followed
+                print(
+                    f"following {followed} private transactions: {busy * 1000 / IDLE_S:.1f} ms "
+                    f"CPU per s (idle: {idle * 1000 / IDLE_S:.1f}), {per * 1e6:.1f} us per "
+                    "transaction per look-up round"
+                )
             await redis.aclose()
         finally:
             for proc in (gw, node, node204):

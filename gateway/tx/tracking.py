@@ -134,31 +134,29 @@ class Tracker:
         max_block: int | None = None,
     ) -> None:
         """Start following ``txs``, accepted by ``builder``; the ones another process has
-        claimed are left to it. Redis failing: not followed (a log line, never an error)."""
+        claimed are left to it. One Redis round trip: the pending entries and every claim
+        in one pipeline. Redis failing: not followed (a log line, never an error)."""
+        room = max(0, MAX_FOLLOWED - len(self._followed))
+        for tx in txs[room:]:
+            self._txlog.add(
+                khash, method, tx.hash, tx.sender, "private", [builder], "not followed (too many)"
+            )
+        txs = txs[:room]
         try:
             pipe = self._redis.pipeline(transaction=False)
             pend = ks.pending_txs(self._prefix, khash)
             for tx in txs:
-                obj = pending_object(tx, self._net.chain_id)
-                pipe.hset(pend, tx.hash, orjson.dumps(obj))
+                pipe.hset(pend, tx.hash, orjson.dumps(pending_object(tx, self._net.chain_id)))
             pipe.pexpire(pend, PENDING_TTL_MS)
-            await pipe.execute()
             for tx in txs:
-                if len(self._followed) >= MAX_FOLLOWED:
-                    self._txlog.add(
-                        khash,
-                        method,
-                        tx.hash,
-                        tx.sender,
-                        "private",
-                        [builder],
-                        "not followed (too many followed)",
-                    )
-                    continue
                 claim = ks.tx_claim(self._prefix, self._net.name, tx.hash)
-                if await self._redis.set(claim, self._me, nx=True, px=self._claim_ms):
+                pipe.set(claim, self._me, nx=True, px=self._claim_ms)
+            claimed = (await pipe.execute())[len(txs) + 1 :]  # one round trip for all
+            now = time.monotonic()
+            for tx, mine in zip(txs, claimed, strict=True):
+                if mine:
                     self._followed[tx.hash] = Followed(
-                        khash, method, tx, builder, time.monotonic(), max_block=max_block
+                        khash, method, tx, builder, now, max_block=max_block
                     )
         except Exception as exc:  # Redis down: the send stands, the follow-up is lost
             log.debug("private transaction not followed: %s", exc)
