@@ -54,6 +54,7 @@ log = logging.getLogger("gateway.tx")
 
 MAX_FOLLOWED: Final = 10_000
 PENDING_TTL_MS: Final = 3_600_000  # a pending entry outlives any follow-up
+PENDING_CACHE_S: Final = 0.5  # a key's pending set, read once for a batch of lookups
 
 
 @dataclass(slots=True)
@@ -123,6 +124,7 @@ class Tracker:
         self._inclusion = inclusion
         self._me = secrets.token_hex(8)
         self._followed: dict[str, Followed] = {}
+        self._pending: dict[str, tuple[float, dict[str, Any]]] = {}  # khash -> (until, set)
         self._claim_ms = int(max(30.0, net.tx_track_interval_s * 10) * 1000)
 
     async def follow(
@@ -142,6 +144,7 @@ class Tracker:
                 khash, method, tx.hash, tx.sender, "private", [builder], "not followed (too many)"
             )
         txs = txs[:room]
+        self._pending.pop(khash, None)
         try:
             pipe = self._redis.pipeline(transaction=False)
             pend = ks.pending_txs(self._prefix, khash)
@@ -162,9 +165,22 @@ class Tracker:
             log.debug("private transaction not followed: %s", exc)
 
     async def pending(self, khash: str, tx_hash: str) -> Any:
-        """The key's pending private transaction of ``tx_hash``, or None."""
-        raw = await self._redis.hget(ks.pending_txs(self._prefix, khash), tx_hash.lower())
-        return orjson.loads(raw) if raw else None
+        """The key's pending private transaction of ``tx_hash``, or None.
+
+        The key's whole pending set is read at once and kept ``PENDING_CACHE_S``
+        (dropped here at each send of the key), so a batch of lookups is one
+        Redis round trip, not one per call.
+        """
+        now = time.monotonic()
+        hit = self._pending.get(khash)
+        if hit is None or hit[0] <= now:
+            raw = await self._redis.hgetall(ks.pending_txs(self._prefix, khash))
+            if len(self._pending) >= MAX_FOLLOWED:
+                self._pending.clear()
+            hit = (now + PENDING_CACHE_S, {_text(k): v for k, v in raw.items()})
+            self._pending[khash] = hit
+        found = hit[1].get(tx_hash.lower())
+        return orjson.loads(found) if found else None
 
     async def run(self) -> None:
         """Look the followed transactions up every ``tx_track_interval_s`` until cancelled."""
@@ -238,6 +254,7 @@ class Tracker:
         self._outcomes.labels(self._net.name, item.builder, outcome).inc()
         if outcome == "included":
             self._inclusion.labels(self._net.name).observe(time.monotonic() - item.sent_s)
+        self._pending.pop(item.khash, None)
         with contextlib.suppress(Exception):  # the entries expire on their own anyway
             pipe = self._redis.pipeline(transaction=False)
             pipe.hdel(ks.pending_txs(self._prefix, item.khash), item.tx.hash)
@@ -256,6 +273,10 @@ class Tracker:
 
 def _call(cid: int, method: str, params: list[Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": cid, "method": method, "params": params}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _int(value: Any) -> int | None:

@@ -11,8 +11,10 @@ hash and route in the key's request log.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -23,7 +25,7 @@ from gateway.demo.mocknode import MockNode
 from gateway.redis import keyspace as ks
 from gateway.rpc.auth import key_hash
 from tests.helpers import txapp
-from tests.helpers.txapp import SEND, AppFactory, rpc, sent
+from tests.helpers.txapp import JSON, SEND, AppFactory, rpc, sent
 from tests.helpers.txs import sender_account, signed, tx_hash
 from tests.helpers.waiting import eventually
 
@@ -231,3 +233,38 @@ async def test_a_transaction_no_endpoint_took_shows_its_hash_and_route_in_the_re
     ((_id, entry),) = rows
     assert entry["method"] == SEND and entry["code"] == "-32603", entry
     assert entry["note"] == f"{tx_hash(raw)} via private: not accepted", entry
+
+
+async def _hash_reads(redis: Redis) -> int:
+    stats: dict[str, Any] = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("hget", "hgetall"))
+
+
+async def test_a_batch_of_lookups_by_hash_reads_the_pending_set_once(
+    make_app: AppFactory, redis: Redis, api_key: str
+) -> None:
+    """A private key's lookups by hash may find its pending transaction; a batch of them
+    is one read of the key's pending set, not one Redis call per lookup."""
+    client = await make_app(plan={"private_tx": "on"})
+    raw = signed(sender_account(380))
+    _, answer, _ = await rpc(client, api_key, SEND, [raw])
+    assert answer["result"] == tx_hash(raw), answer
+
+    async def reads_for(n: int) -> int:
+        await asyncio.sleep(0.6)  # past the pending set's half-second memory
+        before = await _hash_reads(redis)
+        batch = [
+            {
+                "jsonrpc": "2.0",
+                "id": i,
+                "method": "eth_getTransactionByHash",
+                "params": [tx_hash(raw)],
+            }
+            for i in range(n)
+        ]
+        resp = await client.post(f"/bsc/{api_key}", data=orjson.dumps(batch), headers=JSON)
+        answers = orjson.loads(await resp.read())
+        assert all(a["result"]["hash"] == tx_hash(raw) for a in answers), answers[:1]
+        return await _hash_reads(redis) - before
+
+    assert await reads_for(50) == await reads_for(1)
