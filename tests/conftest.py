@@ -33,8 +33,9 @@ from tests.helpers.config import MakeConfig
 from tests.helpers.limiters import make_limiter  # noqa: F401  (a shared fixture)
 
 # Fixtures every test module may ask for by name, without importing them: the
-# WebSocket stack (chains, ws_nodes, ws_raw, ws_config, stack, http).
-pytest_plugins = ("tests.helpers.wsstack",)
+# WebSocket stack (chains, ws_nodes, ws_raw, ws_config, stack, http) and the
+# transaction app (nodes, builders, make_app).
+pytest_plugins = ("tests.helpers.wsstack", "tests.helpers.txapp")
 
 TESTDATA = Path(__file__).parent / "testdata"
 

@@ -27,6 +27,7 @@ from gateway.config.nodes import node_table
 from gateway.config.nodeshape import MethodRoute, NodeConfig
 from gateway.config.schema import (
     AdmissionConfig,
+    BuilderConfig,
     CacheConfig,
     Config,
     ConfigError,
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_PLANS",
     "FORBIDDEN_METHOD_PREFIXES",
     "AdmissionConfig",
+    "BuilderConfig",
     "CacheConfig",
     "Config",
     "ConfigError",

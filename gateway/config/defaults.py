@@ -77,6 +77,9 @@ BSC_METHODS: tuple[str, ...] = (
     "eth_getBlobSidecarByTxHash",
     "eth_getTransactionsByBlockNumber",
     "eth_getTransactionDataAndReceipt",
+    # BSC's conditional send (account-abstraction bundlers): answered by the
+    # gateway's transaction path, as eth_sendRawTransaction is
+    "eth_sendRawTransactionConditional",
 )
 
 # Prefixes that are never offered, whatever the config says:
@@ -165,6 +168,8 @@ DEFAULT_WEIGHTS: dict[str, int] = {
     "eth_newFilter": 1,
     "eth_newFinalizedHeaderFilter": 1,
     "eth_sendRawTransaction": 8,
+    "eth_sendRawTransactionConditional": 8,  # BSC's: a raw transaction and its conditions
+    "eth_sendPrivateTransaction": 8,  # a raw transaction for the private route only
     # Bundles (offered only with private_tx endpoints): not in the table;
     # twice eth_sendRawTransaction (several transactions for every builder).
     "eth_sendBundle": 16,

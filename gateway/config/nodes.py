@@ -181,6 +181,10 @@ def network_raw(network: NetworkConfig, raw: dict[str, Any]) -> None:
     """
     raw.pop("nodes", None)
     raw.pop("routes", None)
+    raw.pop("builders", None)  # the private_tx tables (config/txconfig.py)
+    raw["private_tx"] = [
+        {k: v for k, v in dataclasses.asdict(b).items() if v} for b in network.builders
+    ]
     raw["upstreams"] = [
         {**dataclasses.asdict(node), "groups": list(node.groups)} for node in node_table(network)
     ]

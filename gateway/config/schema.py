@@ -103,6 +103,21 @@ class RedisConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class BuilderConfig:
+    """One endpoint of a network's private route, in its own dialect (config/txconfig.py).
+
+    Secrets are never here: ``auth_header_env`` / ``sign_key_env`` name
+    environment variables read when the gateway starts.
+    """
+
+    url: str
+    name: str  # shown on the dashboard, in logs and as a metric label
+    dialect: str = "plain"  # "plain" | "48club" | "blockrazor" | "bloxroute"
+    auth_header_env: str = ""  # the Authorization header's value (bloXroute's key)
+    sign_key_env: str = ""  # 48 Club: the SoulPoint member's private key (hex)
+
+
+@dataclass(frozen=True, slots=True)
 class NetworkConfig:
     name: str
     prefix: str
@@ -121,6 +136,14 @@ class NetworkConfig:
     tx_per_sender_rate: float = 5.0  # per second per sender, all processes; 0 = none
     tx_per_sender_burst: int = 20
     tx_timeout_s: float = 5.0  # one send to a node or a private endpoint
+    tx_max_bytes: int = 128 * 1024  # one raw transaction (geth's limit), blobs aside
+    tx_bundle_max: int = 50  # transactions in one eth_sendBundle
+    # The private route's endpoints with their dialects (private_tx's entries).
+    builders: tuple[BuilderConfig, ...] = ()
+    # A private transaction is followed until included, replaced or this many
+    # blocks after it was sent (or its bundle's maxBlockNumber).
+    tx_track_blocks: int = 200
+    tx_track_interval_s: float = 1.0  # one receipt check of the transactions followed
     # The network's block interval in seconds: a node whose head runs faster
     # than this allows is taken out of rotation as inconsistent (0 = no check).
     block_time_s: float = 0.0

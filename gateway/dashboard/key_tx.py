@@ -5,7 +5,10 @@ The choice is written through ``gateway.store.keytx`` (the same call as
 once; the form carries the CSRF token like every other form. The log shows
 each raw transaction's hash, the route it took and who accepted it, never
 its bytes. The key is looked up with the logged-in account's id, so
-another account's key id answers 404.
+another account's key id answers 404. The same form carries the key's
+bundle options (``noMerge``, ``positionFirst`` for BlockRazor,
+``mev_builders`` for bloXroute), saved with ``gateway.store.keytx`` as
+``gateway keys update --no-merge / --position-first / --mev-builders`` does.
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from gateway.dashboard import keyform
 from gateway.dashboard.session import store_of
 from gateway.dashboard.views import config_of
 from gateway.store.accounts import Account, KeyRecord
-from gateway.store.keytx import recent_transactions, set_private_tx
+from gateway.store.keytx import (
+    bundle_options,
+    recent_transactions,
+    set_bundle_options,
+    set_private_tx,
+)
 
 CHOICES = (
     ("off", "Off: the plan's route"),
@@ -41,15 +49,24 @@ async def _context(
         "choices": CHOICES,
         "private_networks": [n.name for n in cfg.networks if n.private_tx],
         "entries": await recent_transactions(store_of(request), account.id, record.id),
+        "bundle": await bundle_options(store_of(request), account.id, record.id),
     }
 
 
 async def _write(
     request: web.Request, account: Account, record: KeyRecord, form: dict[str, str]
 ) -> None:
-    await set_private_tx(store_of(request), account.id, record.id, form["private_tx"])
+    store = store_of(request)
+    await set_private_tx(store, account.id, record.id, form["private_tx"])
+    await set_bundle_options(
+        store,
+        account.id,
+        record.id,
+        no_merge=form["no_merge"] == "on",
+        position_first=form["position_first"] == "on",
+        mev_builders=form["mev_builders"].split(","),
+    )
 
 
-tx_page, save_tx = keyform.views(
-    "key_tx.html", _context, {"private_tx": 16}, _write, "transactions"
-)
+FIELDS = {"private_tx": 16, "no_merge": 4, "position_first": 4, "mev_builders": 600}
+tx_page, save_tx = keyform.views("key_tx.html", _context, FIELDS, _write, "transactions")

@@ -8,6 +8,15 @@ error in a node's words. Transactions are read with the gateway's own
 decoder (``tx.codec``), so a builder never accepts bytes a node would
 refuse. With ``land`` set (the demo), each accepted transaction is handed
 on, as a builder includes it in its next block.
+
+``dialect`` makes it one of BSC's builders as their docs give the request
+shapes (``gateway/tx/dialects.py`` speaks them): ``"48club"`` checks a
+bundle's ``48spSign`` against the SoulPoint address it is given
+(``soulpoint``); ``"blockrazor"`` takes ``noMerge`` / ``positionFirst`` as
+booleans only; ``"bloxroute"`` answers only ``bsc_private_tx`` and
+``blxr_submit_bundle`` with their object params (hex without 0x,
+``mev_builders``), and only with its ``Authorization`` header. A request
+of the wrong shape is refused in words, as the real ones do.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from eth_hash.auto import keccak
+from eth_keys.main import KeyAPI
 
 from gateway.demo import wallet
 from gateway.demo.mockws import Chain
@@ -30,9 +40,20 @@ Land = Callable[[str], Any]  # raw transaction hex -> None or an awaitable; rais
 class MockBuilder:
     """One builder endpoint on a free port; ``url`` once started."""
 
-    def __init__(self, chain_id: int, land: Land | None = None) -> None:
+    def __init__(
+        self,
+        chain_id: int,
+        land: Land | None = None,
+        dialect: str = "plain",
+        auth: str = "",
+        soulpoint: str = "",
+    ) -> None:
         self.chain_id = chain_id
         self.land = land
+        self.dialect = dialect
+        self.auth = auth  # bloxroute: the Authorization header it takes
+        self.soulpoint = soulpoint.lower()  # 48club: the address 48spSign must recover to
+        self.bundles: list[dict[str, Any]] = []  # the bundles accepted, as received
         self.received: list[tuple[str, Any]] = []
         self.taken: set[str] = set()  # hashes accepted (a resend answers the hash again)
         self.down = False
@@ -72,6 +93,8 @@ class MockBuilder:
         cid = call.get("id")
         if self.reject is not None:
             return _json({"jsonrpc": "2.0", "id": cid, "error": _error(-32000, self.reject)})
+        if self.auth and request.headers.get("Authorization") != self.auth:
+            return web.Response(status=401, text="missing or wrong Authorization header")
         try:
             result = await self._answer(str(method), call.get("params"))
         except (TxError, TypeError, ValueError, IndexError) as exc:
@@ -79,11 +102,48 @@ class MockBuilder:
         return _json({"jsonrpc": "2.0", "id": cid, "result": result})
 
     async def _answer(self, method: str, params: Any) -> Any:
-        if method == "eth_sendRawTransaction":
+        if self.dialect == "bloxroute":
+            return await self._bloxroute(method, params)
+        if method in ("eth_sendRawTransaction", "eth_sendRawTransactionConditional"):
             return await self._take(params[0])
         if method == "eth_sendBundle":
-            hashes = [await self._take(raw) for raw in params[0]["txs"]]
-            return "0x" + keccak(b"".join(bytes.fromhex(h[2:]) for h in hashes)).hex()
+            bundle = params[0]
+            self._check_bundle(bundle)
+            return await self._bundle(bundle["txs"], bundle)
+        raise ValueError(f"the method {method} does not exist/is not available")
+
+    def _check_bundle(self, bundle: dict[str, Any]) -> None:
+        if self.dialect == "48club" and self.soulpoint:
+            sign = bundle.get("48spSign")
+            if not isinstance(sign, str) or _signer(bundle["txs"], sign) != self.soulpoint:
+                raise ValueError("invalid 48spSign")
+        if self.dialect == "blockrazor":
+            for name in ("noMerge", "positionFirst"):
+                if name in bundle and not isinstance(bundle[name], bool):
+                    raise ValueError(f"invalid {name}: expected a boolean")
+
+    async def _bundle(self, raws: list[Any], bundle: dict[str, Any]) -> str:
+        hashes = [await self._take(raw) for raw in raws]
+        self.bundles.append(bundle)
+        return "0x" + keccak(b"".join(bytes.fromhex(h[2:]) for h in hashes)).hex()
+
+    async def _bloxroute(self, method: str, params: Any) -> Any:
+        if not isinstance(params, dict) or not isinstance(params.get("mev_builders"), list):
+            raise ValueError("params must be an object with mev_builders")
+        if method == "bsc_private_tx":
+            raw = params.get("transaction")
+            if not isinstance(raw, str) or raw.startswith("0x"):
+                raise ValueError("transaction: expected hex without 0x")
+            return {"txHash": (await self._take("0x" + raw))[2:]}
+        if method == "blxr_submit_bundle":
+            raws = params.get("transaction")
+            if not isinstance(raws, list) or any(
+                not isinstance(r, str) or r.startswith("0x") for r in raws
+            ):
+                raise ValueError("transaction: expected a list of hex without 0x")
+            if "block_number" not in params:
+                raise ValueError("block_number is required")
+            return {"bundleHash": await self._bundle(["0x" + r for r in raws], params)}
         raise ValueError(f"the method {method} does not exist/is not available")
 
     async def _take(self, raw: Any) -> str:
@@ -98,6 +158,18 @@ class MockBuilder:
         return tx.hash
 
 
+def _signer(raws: list[Any], sign: str) -> str:
+    """The address that signed a bundle's 48spSign (keccak256 of its hashes), or ""."""
+    try:
+        hashes = b"".join(keccak(parse_hex(raw)) for raw in raws)
+        sig = bytes.fromhex(sign.removeprefix("0x"))
+        vrs = (sig[64] - 27, int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:64], "big"))
+        public = KeyAPI().Signature(vrs=vrs).recover_public_key_from_msg_hash(keccak(hashes))
+    except Exception:  # any malformed signature recovers no one
+        return ""
+    return public.to_checksum_address().lower()
+
+
 def _error(code: int, message: str) -> dict[str, Any]:
     return {"code": code, "message": message}
 
@@ -106,9 +178,11 @@ def _json(obj: Any) -> web.Response:
     return web.Response(body=orjson.dumps(obj), content_type="application/json")
 
 
-async def start_mock_builder(chain_id: int, land: Land | None = None) -> MockBuilder:
-    """A started builder for ``chain_id``."""
-    return await MockBuilder(chain_id, land).start()
+async def start_mock_builder(
+    chain_id: int, land: Land | None = None, dialect: str = "plain", **kw: str
+) -> MockBuilder:
+    """A started builder for ``chain_id`` (``kw``: ``auth``, ``soulpoint``)."""
+    return await MockBuilder(chain_id, land, dialect, **kw).start()
 
 
 def lands_on(chain: Chain) -> Land:

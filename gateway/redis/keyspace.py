@@ -15,6 +15,8 @@ path stays on one Cluster slot):
     p:{H}:q:tx           the key's transaction log (stream: hash, route, who accepted)
     p:{H}:bu             the key's eth_sendBundle token bucket (fields t, ts)
     p:x:{<net>:<sender>} one sender's raw-transaction token bucket on a network
+    p:{H}:q:pend         the key's private transactions not yet included (hash -> JSON)
+    p:tt:{<net>:<hash>}  who follows a private transaction until it lands (a claim)
 
 Per account, email, key id (``{<acct>}`` tags an account's keys together):
 
@@ -170,6 +172,16 @@ def tx_log(prefix: str, khash: str) -> str:
 def bundle_bucket(prefix: str, khash: str) -> str:
     """A key's ``eth_sendBundle`` token bucket (the plan's ``bundle_rate``)."""
     return f"{prefix}:{{{khash}}}:bu"
+
+
+def pending_txs(prefix: str, khash: str) -> str:
+    """A key's private transactions not yet included: hash -> the transaction as JSON."""
+    return f"{prefix}:{{{khash}}}:q:pend"
+
+
+def tx_claim(prefix: str, network: str, tx_hash: str) -> str:
+    """The claim of the one process that follows a private transaction until it lands."""
+    return f"{prefix}:tt:{{{network}:{tx_hash}}}"
 
 
 def sender_bucket(prefix: str, network: str, sender: str) -> str:

@@ -39,6 +39,7 @@ def record_answer(
         elapsed * 1000,
         caller.ip if failed else "",
         answer.not_offered,
+        answer.note,
     )
 
 
@@ -57,4 +58,5 @@ def _record_calls(
             elapsed * 1000,
             ip if failed else "",
             call.method if call.error is rpc.METHOD_NOT_FOUND else "",
+            call.note,
         )

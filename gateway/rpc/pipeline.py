@@ -134,6 +134,8 @@ class Pipeline:
         answer.method = method
         if req.is_batch:
             answer.calls = req.calls
+        elif req.calls:
+            answer.note = req.calls[0].note
         answer.headers.update(served_headers(req))  # X-Gateway-Cache / X-Gateway-Node
         if method == "-" and req.calls:
             answer.not_offered = R.not_offered(req)

@@ -97,6 +97,9 @@ class Call:
     # The JSON-RPC error code its answer carries (0: a result), set where a batch's
     # answer is made; request insight reads it (``call_code``) instead of the bytes.
     code: int = 0
+    # What the key's request log shows beside a failed call (a transaction's hash
+    # and route, set by gateway/tx); never params or keys.
+    note: str = ""
 
     @property
     def answered(self) -> bool:

@@ -60,6 +60,7 @@ class Answer:
         "known_key",
         "method",
         "not_offered",
+        "note",
         "relay",
         "status",
     )
@@ -77,6 +78,7 @@ class Answer:
         self.relay = relay
         self.method = "-"
         self.not_offered = ""
+        self.note = ""  # the one call's note for the key's request log (rpc.Call.note)
         self.key_id = ""
         self.known_key = False
         self.is_error = False

@@ -34,4 +34,5 @@ class CallInsight(Protocol):
         latency_ms: float,
         client_ip: str,
         not_offered: str = "",
+        note: str = "",
     ) -> None: ...

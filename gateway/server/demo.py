@@ -16,7 +16,7 @@ from aiohttp import web
 
 from gateway import typedefs as T
 from gateway.app import create_app
-from gateway.config import Config, NetworkConfig
+from gateway.config import BuilderConfig, Config, NetworkConfig
 from gateway.demo.mockbuilder import lands_on, start_mock_builder
 from gateway.demo.mockws import Chain, start_ws_node
 from gateway.redis.embedded import RedisProcess
@@ -50,6 +50,7 @@ def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
                 upstreams=(n.url,),
                 ws_upstreams=(n.ws_url,),
                 private_tx=(b.url,),
+                builders=(BuilderConfig(b.url, "demo-builder"),),
                 block_time_s=0.0,
             )
             for net, n, b in zip(cfg.networks, nodes, builders, strict=True)

@@ -17,7 +17,8 @@ code, ``b|<method>|<bucket>`` latency histogram. Buckets are fixed and
 logarithmic (four per doubling, about 9 % wide), so histograms from any
 number of workers, slots and hours add up field by field and p50/p99 are
 read from the sum. Stream entries hold time, method, code, status,
-latency_ms and the client's network (/24 or /48): never a key or params.
+latency_ms, the client's network (/24 or /48) and, for a transaction no
+endpoint took, its hash and route (``note``): never a key or params.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class _Sums:
 
 
 # (ms since epoch, method, JSON-RPC code, HTTP status, latency ms, client IP)
-_Entry = tuple[int, str, int, int, float, str]
+_Entry = tuple[int, str, int, int, float, str, str]
 
 # The per-method sums count every call to a method that is not offered under
 # this one name: what a client calls is unbounded, a key's insight hashes are
@@ -149,6 +150,7 @@ class InsightSink:
         latency_ms: float,
         client_ip: str,
         not_offered: str = "",
+        note: str = "",
     ) -> None:
         """Count one answered call (``code`` 0 = success); memory only, no I/O.
 
@@ -182,7 +184,7 @@ class InsightSink:
             if calls is None:
                 calls = self._logs[khash] = deque(maxlen=self._log_cap)
             calls.append(
-                (int(time.time() * 1000), logged, code, http_status, latency_ms, client_ip)
+                (int(time.time() * 1000), logged, code, http_status, latency_ms, client_ip, note)
             )
 
     async def flush(self, now_ms: int | None = None) -> None:
@@ -223,8 +225,8 @@ class InsightSink:
 
     def _write_log(self, pipe: Any, khash: str, entries: Iterable[_Entry]) -> None:
         key = ks.insight_log(self._prefix, khash)
-        for at, method, code, status, latency, ip in entries:
-            fields = {
+        for at, method, code, status, latency, ip, note in entries:
+            fields: dict[str, Any] = {
                 "time": at,
                 "method": method,
                 "code": code,
@@ -232,6 +234,8 @@ class InsightSink:
                 "latency_ms": f"{latency:.1f}",
                 "ip": mask_ip(ip),
             }
+            if note:
+                fields["note"] = note[:200]
             pipe.xadd(key, fields, maxlen=self._log_cap, approximate=True)
         pipe.pexpire(key, self._log_ttl_ms)
 

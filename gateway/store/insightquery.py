@@ -60,6 +60,7 @@ class LoggedCall:
     status: int
     latency_ms: float
     ip: str
+    note: str = ""  # a transaction's hash and route (gateway/tx), else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,7 @@ class InsightStore(PlanView):
                     status=int(f.get("status", 0)),
                     latency_ms=float(f.get("latency_ms", 0)),
                     ip=f.get("ip", ""),
+                    note=f.get("note", ""),
                 )
             except (KeyError, ValueError):
                 continue

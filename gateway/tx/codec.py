@@ -75,6 +75,7 @@ class DecodedTx:
     r: int = 0
     s: int = 0
     blobs: int = 0  # blobs carried (type 3 network form)
+    size: int = 0  # bytes of the transaction without its blobs (what geth's size limit reads)
 
 
 def parse_hex(text: object) -> bytes:
@@ -161,6 +162,7 @@ def decode_raw_tx(raw: bytes, chain_id: int | None = None) -> DecodedTx:
         r=r,
         s=s,
         blobs=blobs,
+        size=1 + len(body_bytes),
     )
 
 
@@ -196,6 +198,7 @@ def _legacy(raw: bytes, chain_id: int | None) -> DecodedTx:
         v=v,
         r=r,
         s=s,
+        size=len(raw),
     )
 
 

@@ -16,7 +16,10 @@ promises privacy keeps it, and an owner may ask for more.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Final
+
+import orjson
 
 from gateway.redis.keyspace import record_key
 
@@ -28,8 +31,13 @@ def stricter(plan_mode: str, key_mode: str) -> str:
     return key_mode if _RANK.get(key_mode, 0) > _RANK.get(plan_mode, 0) else plan_mode
 
 
+_NONE: Mapping[str, Any] = {}
+
+
 class KeyModes:
-    """khash -> the owner's ``ptx`` choice ("" = none), cached with a TTL and invalidated."""
+    """khash -> the owner's ``ptx`` choice ("" = none) and bundle options (field ``bopt``,
+    JSON: ``noMerge``, ``positionFirst``, ``mev_builders``), cached with a TTL and
+    invalidated."""
 
     def __init__(
         self, redis: Any, prefix: str, ttl_s: float = 5.0, max_keys: int = 100_000
@@ -38,19 +46,24 @@ class KeyModes:
         self._prefix = prefix
         self._ttl_s = ttl_s
         self._max = max_keys
-        self._cache: dict[str, tuple[str, float]] = {}
+        self._cache: dict[str, tuple[str, Mapping[str, Any], float]] = {}
 
     async def mode(self, khash: str) -> str:
+        return (await self.settings(khash))[0]
+
+    async def settings(self, khash: str) -> tuple[str, Mapping[str, Any]]:
+        """The key's route choice and its bundle options (one Redis read per TTL)."""
         hit = self._cache.get(khash)
         now = time.monotonic()
-        if hit is not None and hit[1] > now:
-            return hit[0]
-        raw = await self._redis.hget(record_key(self._prefix, khash), "ptx")
-        value = raw.decode() if isinstance(raw, bytes) else (raw or "")
+        if hit is not None and hit[2] > now:
+            return hit[0], hit[1]
+        ptx, bopt = await self._redis.hmget(record_key(self._prefix, khash), ["ptx", "bopt"])
+        value = ptx.decode() if isinstance(ptx, bytes) else (ptx or "")
+        options = _options(bopt)
         if len(self._cache) >= self._max:
             self._cache.clear()
-        self._cache[khash] = (value, now + self._ttl_s)
-        return value
+        self._cache[khash] = (value, options, now + self._ttl_s)
+        return value, options
 
     def invalidate(self, khash: str | None) -> None:
         """A key record changed (None: any may have): forget it (a ``KeyEvents`` listener)."""
@@ -58,3 +71,14 @@ class KeyModes:
             self._cache.clear()
         else:
             self._cache.pop(khash, None)
+
+
+def _options(raw: Any) -> Mapping[str, Any]:
+    """The stored bundle options; anything unreadable is none (they are a preference)."""
+    if not raw:
+        return _NONE
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _NONE
+    return value if isinstance(value, dict) else _NONE

@@ -1,52 +1,67 @@
-"""``eth_sendRawTransaction`` and ``eth_sendBundle`` as local methods of a network's pipeline.
+"""The methods that carry a raw transaction, as local methods of a network's pipeline.
 
-The pipeline has validated the call and admitted it against the key's plan
-(at the method's weight) before it gets here. Then, before any node or
-endpoint sees a byte:
+``eth_sendRawTransaction``, BSC's ``eth_sendRawTransactionConditional``,
+``eth_sendPrivateTransaction`` and ``eth_sendBundle`` all take this path;
+none of them can reach a node or a builder any other way (config refuses
+them in ``extra_methods``). The pipeline has validated the call and
+admitted it against the key's plan (at the method's weight) before it
+gets here. Then, before any node or endpoint sees a byte:
 
-1. the transaction is decoded and its signature and chain checked
-   (``tx.codec``): a refusal answers -32000 in geth's words;
-2. its sender's bucket is taken (``tx_per_sender_rate``, shared by every
-   key and process): over it answers 429 naming the sender limit;
+1. each transaction is checked (``tx.checks``): its size (geth's 128 KiB),
+   then decoded, its signature and chain checked; a bundle's count
+   (``tx_bundle_max``), its transactions decoded one at a time with a yield
+   between two; a refusal answers -32000 in geth's words;
+2. its senders' buckets are taken (``tx_per_sender_rate``, shared by every
+   key and process), every transaction of a bundle counted as a raw send
+   is, all senders in one Redis call: over it answers 429 naming the
+   sender limit;
 3. the route is chosen: the stricter of the plan's ``private_tx`` and the
-   key's own choice (``tx.keymode``). ``off``: every public node in service
-   at once (``tx_broadcast = "all"``) or one like any call (``"one"``).
-   ``on`` / ``fallback``: every private endpoint of the network and no
-   public node; when none of them answers, ``on`` is 502 and ``fallback``
-   goes on to the public nodes.
+   key's own choice (``tx.keymode``); ``eth_sendPrivateTransaction`` and
+   bundles always go private. ``off``: every public node in service at once
+   (``tx_broadcast = "all"``) or one like any call (``"one"``). ``on`` /
+   ``fallback``: every private endpoint of the network and no public node;
+   when none of them answers, ``on`` is 502 and ``fallback`` goes on to the
+   public nodes.
 
 The first acceptance answers with the transaction's hash (``tx.routes``
 judges what counts); the sends still in flight finish in the background,
 and the transaction log entry (hash, route, who accepted) is written once
-all have. ``eth_sendBundle`` (registered only where private endpoints
-exist) checks every transaction the same way, takes the key's bundle
-bucket (the plan's ``bundle_rate``) and is fanned out to every endpoint.
+all have. A call no endpoint accepted carries its hash and route into the
+key's request log (``Call.note``). A transaction a private endpoint took is
+handed to the network's ``Tracker`` (``tx.tracking``), and until it lands
+the key's ``eth_getTransactionByHash`` answers it as pending.
+
+It stays whole because the handlers share each step (check, limit, route,
+follow) and the order of those steps is what the module promises.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
 
 from gateway.config import NetworkConfig, PlanConfig
-from gateway.limits.limiter import LimiterUnavailable
-from gateway.redis import keyspace as ks
-from gateway.rpc.localmethods import CallError, LocalContext, LocalMethods
+from gateway.rpc.localmethods import CallError, ForwardAs, LocalContext, LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
-from gateway.tx.bucket import Buckets
-from gateway.tx.checks import bundle_param, invalid, raw_param
+from gateway.tx import checks
+from gateway.tx.codec import DecodedTx
+from gateway.tx.dialects import answer_of
 from gateway.tx.keymode import KeyModes, stricter
-from gateway.tx.routes import Fanned, FanOut, Result, Target, Verdict
+from gateway.tx.routes import Fanned, FanOut, Message, Result, Target, Verdict
+from gateway.tx.senders import TxLimits, unavailable
 from gateway.tx.targets import PublicNodes
+from gateway.tx.tracking import Tracker
 from gateway.tx.txlog import TxLog
 
 SEND_RAW = "eth_sendRawTransaction"
+SEND_CONDITIONAL = "eth_sendRawTransactionConditional"
+SEND_PRIVATE = "eth_sendPrivateTransaction"
 SEND_BUNDLE = "eth_sendBundle"
+GET_BY_HASH = "eth_getTransactionByHash"
 PUBLIC, PRIVATE, FALLBACK = "public", "private", "private, then public"
 
 
@@ -59,10 +74,11 @@ class TxMethods:
         private: list[Target],
         public: PublicNodes,
         modes: KeyModes,
-        buckets: Buckets,
+        limits: TxLimits,
         txlog: TxLog,
         counter: Any,  # gateway_transactions_total
         fan: FanOut,
+        tracker: Tracker | None = None,
     ) -> None:
         self.pipeline = pipeline
         net: NetworkConfig = pipeline.network
@@ -72,82 +88,170 @@ class TxMethods:
         self.private = private
         self.public = public
         self.modes = modes
-        self.buckets = buckets
+        self.limits = limits
         self.txlog = txlog
         self.counter = counter
         self.fan = fan
-        self.prefix = pipeline.cfg.redis.prefix
+        self.tracker = tracker
+        self.sent_privately: set[str] = set()  # keys whose lookups may find a pending one
         self.fail_open = pipeline.cfg.redis.fail_open
 
     def register(self, local: LocalMethods, offered: Collection[str]) -> None:
         if SEND_RAW in offered:
             local.add(SEND_RAW, self.send_raw)
+        if SEND_CONDITIONAL in offered:
+            local.add(SEND_CONDITIONAL, self.send_conditional)
         if self.private:
             local.add(SEND_BUNDLE, self.send_bundle)
+            local.add(SEND_PRIVATE, self.send_private)
+            if GET_BY_HASH in offered:
+                local.add(GET_BY_HASH, self.get_by_hash)
 
-    # -- eth_sendRawTransaction ----------------------------------------------------
+    # -- one raw transaction ---------------------------------------------------------
     async def send_raw(self, call: Call, ctx: LocalContext) -> Any:
+        raw_hex, tx = self._checked(call, SEND_RAW, ctx, checks.raw_param)
+        return await self._send(call, ctx, SEND_RAW, [raw_hex], tx)
+
+    async def send_conditional(self, call: Call, ctx: LocalContext) -> Any:
+        """BSC's conditional send: the node judges the conditions; a builder gets it as sent."""
+        raw_hex, tx, opts = self._checked(call, SEND_CONDITIONAL, ctx, checks.conditional_param)
+        return await self._send(call, ctx, SEND_CONDITIONAL, [raw_hex, opts], tx)
+
+    async def send_private(self, call: Call, ctx: LocalContext) -> Any:
+        """Flashbots' private send: the method itself asks for the private route, so it never
+        goes public, whatever the key's choice (no fallback)."""
+        raw_hex, tx, _fields = self._checked(call, SEND_PRIVATE, ctx, checks.private_param)
+        return await self._send(call, ctx, SEND_RAW, [raw_hex], tx, forced="on", name=SEND_PRIVATE)
+
+    def _checked(self, call: Call, method: str, ctx: LocalContext, read: Any) -> Any:
+        try:
+            return read(call.params, self.chain_id, self.net.tx_max_bytes)
+        except CallError as exc:
+            self._count(method, "-", "invalid" if checks.invalid(exc) else "failed")
+            raise
+
+    async def _send(
+        self,
+        call: Call,
+        ctx: LocalContext,
+        method: str,
+        params: list[Any],
+        tx: DecodedTx,
+        forced: str = "",
+        name: str = "",
+    ) -> Any:
+        """Limit, route, fan out one transaction (sent as ``method``; ``name`` the client's)."""
+        name = name or method
         khash = ctx.caller.khash
         assert khash is not None  # only an admitted call reaches a local method
-        try:
-            raw_hex, tx = raw_param(call.params, self.chain_id)
-        except CallError as exc:
-            self._count(SEND_RAW, "-", "invalid" if invalid(exc) else "failed", khash)
-            raise
-        await self._sender_limit({tx.sender: 1}, khash, SEND_RAW)
-        mode = stricter(self._plan_mode(ctx.plan), await self._key_mode(khash))
-        body = self._body(SEND_RAW, [raw_hex])
+        await self._sender_limit([tx], name)
+        key_mode, options = await self._key_settings(khash)
+        mode = forced or stricter(self._plan_mode(ctx.plan), key_mode)
+        message = self._message(method, params, (params[0],), options)
         route = PUBLIC
         if mode != "off":
             route = PRIVATE
-            fanned = await self.fan.fan_out(self.private, body)
+            fanned = await self.fan.fan_out(self.private, message)
             if fanned.first is None and mode == "fallback" and _all_failed(fanned.results):
                 route = FALLBACK
-                fanned = await self.fan.fan_out(self.public.targets(), body)
+                fanned = await self.fan.fan_out(self.public.targets(), message)
         else:
-            fanned = await self.fan.fan_out(self.public.targets(), body)
+            fanned = await self.fan.fan_out(self.public.targets(), message)
         if fanned.first is None and route != PRIVATE:
             await self._nonce_low_check(fanned, tx.hash)
-        self._log_when_settled(fanned, khash, SEND_RAW, tx.hash, tx.sender, route)
+        self._log_when_settled(fanned, khash, name, tx.hash, tx.sender, route)
         if fanned.first is not None:
-            self._count(SEND_RAW, route, "accepted", khash)
+            self._count(name, route, "accepted")
+            if route == PRIVATE:
+                await self._follow(khash, name, [tx], fanned.first.target, None)
             return tx.hash
-        return self._refusal(fanned.results, SEND_RAW, route, khash, private=route == PRIVATE)
+        call.note = f"{tx.hash} via {route}: not accepted"
+        return self._refusal(fanned.results, name, route, khash, private=route == PRIVATE)
 
     # -- eth_sendBundle -------------------------------------------------------------
     async def send_bundle(self, call: Call, ctx: LocalContext) -> Any:
         khash = ctx.caller.khash
         assert khash is not None
         try:
-            bundle, txs = bundle_param(call.params, self.chain_id)
+            bundle = checks.bundle_param(call.params, self.net.tx_bundle_max)
+            hexes, txs = await checks.decode_all(
+                bundle["txs"], self.chain_id, self.net.tx_max_bytes
+            )
         except CallError as exc:
-            self._count(SEND_BUNDLE, PRIVATE, "invalid" if invalid(exc) else "failed", khash)
+            self._count(SEND_BUNDLE, PRIVATE, "invalid" if checks.invalid(exc) else "failed")
             raise
+        bundle["txs"] = hexes
         plan = self._plan(ctx.plan)
         if plan is not None:
-            key = ks.bundle_bucket(self.prefix, khash)
-            wait = await self._take(key, plan.bundle_rate, plan.bundle_burst, 1)
-            if wait:
-                self._count(SEND_BUNDLE, PRIVATE, "limited", khash)
-                raise _limited(
-                    "the key's eth_sendBundle rate reached (its plan's bundle_rate)", wait
-                )
-        senders: dict[str, int] = {}
-        for tx in txs:
-            senders[tx.sender] = senders.get(tx.sender, 0) + 1
-        await self._sender_limit(senders, khash, SEND_BUNDLE)
-        fanned = await self.fan.fan_out(self.private, self._body(SEND_BUNDLE, [bundle]))
+            try:
+                await self.limits.bundles(khash, plan.bundle_rate, plan.bundle_burst)
+            except CallError as exc:
+                self._count(SEND_BUNDLE, PRIVATE, "limited" if exc.code == -32005 else "failed")
+                raise
+        await self._sender_limit(txs, SEND_BUNDLE)
+        _mode, options = await self._key_settings(khash)
+        message = self._message(SEND_BUNDLE, [bundle], tuple(hexes), options)
+        fanned = await self.fan.fan_out(self.private, message)
         hashes = ",".join(tx.hash for tx in txs)
         self._log_when_settled(fanned, khash, SEND_BUNDLE, hashes, txs[0].sender, PRIVATE)
         if fanned.first is not None:
-            self._count(SEND_BUNDLE, PRIVATE, "accepted", khash)
-            return fanned.first.answer
+            self._count(SEND_BUNDLE, PRIVATE, "accepted")
+            until = _block(bundle.get("maxBlockNumber"))
+            await self._follow(khash, SEND_BUNDLE, txs, fanned.first.target, until)
+            return answer_of(fanned.first.answer)
+        call.note = f"{_short(hashes)} via {PRIVATE}: not accepted"
         return self._refusal(fanned.results, SEND_BUNDLE, PRIVATE, khash, private=True)
 
+    # -- eth_getTransactionByHash: a pending private transaction ------------------------
+    async def get_by_hash(self, call: Call, ctx: LocalContext) -> Any:
+        """The key's own pending private transaction, else the nodes' answer as for any read.
+
+        Redis is asked only for a key that may have one: its route is private,
+        or it sent one through this process.
+        """
+        khash = ctx.caller.khash
+        params = call.params
+        if (
+            self.tracker is not None
+            and khash is not None
+            and isinstance(params, list)
+            and len(params) == 1
+            and isinstance(params[0], str)
+        ):
+            mode, _ = await self._key_settings(khash)
+            if khash in self.sent_privately or stricter(self._plan_mode(ctx.plan), mode) != "off":
+                try:
+                    found = await self.tracker.pending(khash, params[0])
+                except Exception:  # Redis could not say: the nodes answer
+                    found = None
+                if found is not None:
+                    return found
+        return ForwardAs(call.method, params if isinstance(params, list) else [])
+
+    async def _follow(
+        self, khash: str, method: str, txs: list[DecodedTx], builder: str, until: int | None
+    ) -> None:
+        if self.tracker is None:
+            return
+        if len(self.sent_privately) >= 100_000:
+            self.sent_privately.clear()
+        self.sent_privately.add(khash)
+        await self.tracker.follow(khash, method, txs, builder, until)
+
     # -- parts ----------------------------------------------------------------------
-    def _body(self, method: str, params: list[Any]) -> bytes:
+    def _message(
+        self,
+        method: str,
+        params: list[Any],
+        raws: tuple[str, ...],
+        options: Mapping[str, Any] | None = None,
+    ) -> Message:
         gid = self.pipeline.next_gids(1)
-        return orjson.dumps({"jsonrpc": "2.0", "id": gid, "method": method, "params": params})
+        body = orjson.dumps({"jsonrpc": "2.0", "id": gid, "method": method, "params": params})
+        return Message(method, params, body, raws, options or {}, gid)
+
+    def _body(self, method: str, params: list[Any]) -> bytes:
+        return self._message(method, params, ()).body
 
     def _plan(self, name: str) -> PlanConfig | None:
         for plan in self.pipeline.cfg.plans:
@@ -159,36 +263,13 @@ class TxMethods:
         plan = self._plan(name)
         return "off" if plan is None else str(plan.private_tx)
 
-    async def _key_mode(self, khash: str) -> str:
+    async def _key_settings(self, khash: str) -> tuple[str, Mapping[str, Any]]:
         try:
-            return await self.modes.mode(khash)
+            return await self.modes.settings(khash)
         except Exception as exc:  # Redis could not say: the failure policy decides
             if self.fail_open:
-                return ""
-            raise _unavailable() from exc
-
-    async def _take(self, key: str, rate: float, burst: int, cost: int) -> int:
-        try:
-            return await self.buckets.take(key, rate, burst, cost)
-        except LimiterUnavailable:
-            if self.fail_open:
-                return 0
-            raise _unavailable() from None
-
-    async def _sender_limit(self, senders: dict[str, int], khash: str, method: str) -> None:
-        rate, burst = self.net.tx_per_sender_rate, self.net.tx_per_sender_burst
-        if rate <= 0:
-            return
-        for sender, n in senders.items():
-            key = ks.sender_bucket(self.prefix, self.network, sender)
-            wait = await self._take(key, rate, burst, n)
-            if wait:
-                self._count(method, "-", "sender_limited", khash)
-                reason = (
-                    f"the sender's transaction rate reached (sender limit: {_fmt(rate)} "
-                    f"per second per sender, burst {burst}): {sender}"
-                )
-                raise _limited(reason, wait)
+                return "", {}
+            raise unavailable() from exc
 
     async def _nonce_low_check(self, fanned: Fanned, tx_hash: str) -> None:
         """ "nonce too low" counts as accepted once a node returns the transaction by hash."""
@@ -205,13 +286,13 @@ class TxMethods:
             for res in results:
                 if res.verdict is verdict and res.error is not None:
                     self.pipeline.errors.answered(khash)  # the node's answer, not a failure
-                    self._count(method, route, "rejected", khash)
+                    self._count(method, route, "rejected")
                     err = res.error
                     code = err.get("code")
                     code = code if isinstance(code, int) else -32000
                     raise CallError(code, str(err.get("message", "")), err.get("data"))
         self.pipeline.errors.add(khash)  # no node answered: an upstream failure
-        self._count(method, route, "failed", khash)
+        self._count(method, route, "failed")
         timeout = bool(results) and all(r.timeout for r in results)
         if private:
             reason = (
@@ -238,23 +319,34 @@ class TxMethods:
 
         fanned.settled.add_done_callback(write)
 
-    def _count(self, method: str, route: str, outcome: str, khash: str) -> None:
+    async def _sender_limit(self, txs: list[DecodedTx], method: str) -> None:
+        try:
+            await self.limits.senders(txs)
+        except CallError as exc:
+            self._count(method, "-", "sender_limited" if exc.code == -32005 else "failed")
+            raise
+
+    def _count(self, method: str, route: str, outcome: str) -> None:
         self.counter.labels(self.network, method, route, outcome).inc()
+
+
+def _block(value: Any) -> int | None:
+    """A bundle's ``maxBlockNumber`` (a number or hex text) as an int, or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value, 16) if value.startswith(("0x", "0X")) else int(value)
+        except ValueError:
+            return None
+    return None
 
 
 def _all_failed(results: list[Result]) -> bool:
     return all(r.verdict is Verdict.FAILED for r in results)
 
 
-def _limited(reason: str, wait_ms: int) -> CallError:
-    data = {"reason": reason, "retry_after_ms": wait_ms}
-    headers = {"Retry-After": str(max(1, math.ceil(wait_ms / 1000)))}
-    return CallError(-32005, "Rate limit exceeded", data, status=429, headers=headers)
-
-
-def _unavailable() -> CallError:
-    return CallError(-32603, "Service unavailable", status=503)
-
-
-def _fmt(rate: float) -> str:
-    return str(int(rate)) if rate == int(rate) else repr(rate)
+def _short(hashes: str) -> str:
+    """A bundle's hashes for the request log: the first, and how many more."""
+    first, _, rest = hashes.partition(",")
+    return first + (f" (+{rest.count(',') + 1} more)" if rest else "")

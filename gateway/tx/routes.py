@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,27 @@ import orjson
 
 from gateway.upstream.pool import UpstreamError
 
-Send = Callable[[bytes], Awaitable[bytes]]
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What one call sends, built once: every target gets the same transactions.
+
+    ``method`` / ``params``: the call as checked and rebuilt (``tx.checks``);
+    ``body``: that call as a JSON-RPC request, the bytes a node (or a plain
+    builder) gets; ``raws``: the raw transactions it carries, for a builder
+    whose dialect words them otherwise (``tx.dialects``); ``options``: the
+    key's bundle options for those dialects.
+    """
+
+    method: str
+    params: list[Any]
+    body: bytes
+    raws: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    gid: int = 1  # the request id of ``body``, reused by a dialect's own request
+
+
+Send = Callable[[Message], Awaitable[bytes]]
 
 _KNOWN = (
     "already known",
@@ -95,9 +115,9 @@ def judge(target: str, payload: bytes) -> Result:
     return Result(target, Verdict.REJECTED, error=error)
 
 
-async def _one(target: Target, body: bytes) -> Result:
+async def _one(target: Target, message: Message) -> Result:
     try:
-        payload = await target.send(body)
+        payload = await target.send(message)
     except UpstreamError as exc:
         return Result(target.name, Verdict.FAILED, timeout=exc.timeout)
     except TimeoutError:
@@ -122,8 +142,9 @@ class FanOut:
     def __init__(self) -> None:
         self._running: set[asyncio.Task[Any]] = set()
 
-    async def fan_out(self, targets: Sequence[Target], body: bytes) -> Fanned:
-        """Send ``body`` to every target at once; return at the first acceptance or when all end."""
+    async def fan_out(self, targets: Sequence[Target], message: Message) -> Fanned:
+        """Send ``message`` to every target at once; return at the first acceptance or when
+        all end."""
         loop = asyncio.get_running_loop()
         settled: asyncio.Future[list[Result]] = loop.create_future()
         results: list[Result] = []
@@ -149,7 +170,7 @@ class FanOut:
                     settled.set_result(list(results))
 
         for target in targets:
-            task = asyncio.ensure_future(_one(target, body))
+            task = asyncio.ensure_future(_one(target, message))
             self._running.add(task)
             task.add_done_callback(done)
         winner = await asyncio.shield(first)

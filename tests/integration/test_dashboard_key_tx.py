@@ -71,3 +71,22 @@ async def test_private_transactions_choice_is_saved_followed_and_logged(
     await bob.signup()
     await bob.get("/dashboard/keys")
     assert (await bob.post(page, {"private_tx": "off"})).status == 404
+
+
+async def test_bundle_options_are_saved_from_the_page(
+    client: Client, aiohttp_client: AiohttpClient
+) -> None:
+    alice = User(await aiohttp_client(client.server), new_email())
+    await alice.signup()
+    _key, key_id = await alice.create_key(name="searcher")
+    page = f"/dashboard/keys/{key_id}/transactions"
+    doc = await alice.get(page)
+    assert "checked" not in doc.find(data_testid="no-merge").attrs
+    form = {"private_tx": "on", "no_merge": "on", "mev_builders": "bloxroute, 48club"}
+    resp = await alice.post(page, form)
+    assert resp.status == 303, resp.status
+    doc = await alice.get(page)
+    assert "checked" in doc.find(data_testid="no-merge").attrs
+    assert "checked" not in doc.find(data_testid="position-first").attrs
+    assert doc.find(data_testid="mev-builders").attrs["value"] == "bloxroute,48club"
+    assert (await alice.post(page, {"private_tx": "on", "mev_builders": "a b"})).status == 400

@@ -84,3 +84,33 @@ async def test_cli_keys_update_private_tx(cli: CLI, store: Store) -> None:
     with pytest.raises(SystemExit) as exc:  # argparse refuses it before any Redis call
         cli("keys", "update", key_id, "--private-tx", "yes")
     assert exc.value.code == 2
+
+
+async def test_cli_keys_update_bundle_options(cli: CLI, store: Store, redis: Redis) -> None:
+    _, key_id, key = await _key(store)
+    code, out, _ = await asyncio.to_thread(
+        cli,
+        "keys",
+        "update",
+        key_id,
+        "--no-merge",
+        "on",
+        "--mev-builders",
+        "bloxroute,48club",
+        "--json",
+    )
+    assert code == 0, out
+    options = {"noMerge": True, "positionFirst": False, "mev_builders": ["bloxroute", "48club"]}
+    assert orjson.loads(out) == {"id": key_id, "bundle": options}
+    code, out, _ = await asyncio.to_thread(
+        cli, "keys", "update", key_id, "--position-first", "on", "--json"
+    )
+    assert orjson.loads(out)["bundle"] == {**options, "positionFirst": True}  # the rest kept
+    modes = KeyModes(redis, store.prefix)
+    assert (await modes.settings(key_hash(key)))[1] == {**options, "positionFirst": True}
+    code, _, err = await asyncio.to_thread(
+        cli, "keys", "update", key_id, "--mev-builders", "not a name!"
+    )
+    assert code != 0 and "not a builder name" in err
+    code, _, err = await asyncio.to_thread(cli, "keys", "update", key_id)
+    assert code != 0 and "nothing to change" in err

@@ -40,7 +40,7 @@ def _sections(text: str) -> dict[str, set[str]]:
 # Fields the loader derives from other settings, not settings themselves:
 # weights' "prefix*" keys, the node table (from `upstreams` entries), the
 # method routes (from `extra_methods` tables).
-DERIVED = {"weight_patterns", "nodes", "routes"}
+DERIVED = {"weight_patterns", "nodes", "routes", "builders"}  # builders: from private_tx
 
 
 def test_every_setting_is_in_the_example() -> None:

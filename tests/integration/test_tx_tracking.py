@@ -1,0 +1,221 @@
+"""Every private transaction followed from send to receipt, on a real EVM (Hardhat).
+
+Hardhat is the network's public node; mock builders take the private
+route, and the one that includes what it accepts forwards it to Hardhat
+(which mines it in its next block), as a builder's block would land. The
+gateway follows each accepted transaction until included, replaced or
+given up: the key's Transactions log and the metrics say which. Real
+signed transactions (eth-account) from accounts funded on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+from redis.asyncio import Redis
+
+from gateway import typedefs as T
+from gateway.app import create_app
+from gateway.demo.mockbuilder import MockBuilder, start_mock_builder
+from gateway.redis import keyspace as ks
+from gateway.rpc.auth import key_hash
+from gateway.telemetry.metrics import METRICS
+from tests.helpers.config import MakeConfig
+from tests.helpers.evmstack import hardhat_node, hardhat_ready
+from tests.helpers.evmstack import rpc as node_rpc
+from tests.helpers.txapp import SEND, Client, rpc
+from tests.helpers.txs import sender_account, signed, tx_hash
+from tests.helpers.waiting import eventually
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not hardhat_ready(), reason="npm install --prefix tests/js has not run"),
+]
+SEEDS = range(600, 606)
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[str]:
+    async with hardhat_node(56) as url:
+        rich = (await node_rpc(url, "eth_accounts", []))[0]
+        for seed in SEEDS:
+            to = sender_account(seed).address
+            await node_rpc(
+                url, "eth_sendTransaction", [{"from": rich, "to": to, "value": hex(10**19)}]
+            )
+        yield url
+
+
+@pytest.fixture
+async def builders(node: str) -> AsyncIterator[dict[str, MockBuilder]]:
+    async def land(raw: str) -> None:
+        await node_rpc(node, "eth_sendRawTransaction", [raw])
+
+    started = {
+        "lands": await start_mock_builder(56, land),  # includes what it takes
+        "holds": await start_mock_builder(56),  # takes, and never includes
+    }
+    yield started
+    for builder in started.values():
+        await builder.close()
+
+
+AppOf = Callable[..., Any]
+
+
+@pytest.fixture
+def app_of(make_config: MakeConfig, aiohttp_client: Callable[..., Any], node: str) -> AppOf:
+    async def make(*names: str, builders: dict[str, MockBuilder]) -> Client:
+        entries = [{"url": builders[n].url, "name": n} for n in names]
+        cfg = make_config(
+            {
+                "plans": {"free": {"rate": 10_000, "burst": 10_000, "private_tx": "on"}},
+                "networks": {"bsc": {"private_tx": entries}},
+                # Hardhat's chain starts at block 0 beside the mock opBNB node's: the
+                # lag check is not what this is about
+                "upstream": {"max_lag_blocks": 10_000},
+            },
+            upstreams={"bsc": [node]},
+        )
+        client: Client = await aiohttp_client(TestServer(create_app(cfg)))
+        pool = client.app[T.POOLS]["bsc"]
+        await eventually(lambda: len(pool.in_service()) == 1, 15)
+        return client
+
+    return make
+
+
+async def outcomes(redis: Redis, prefix: str, key: str, tx: str) -> list[str]:
+    rows: Any = await redis.xrange(ks.tx_log(prefix, key_hash(key)))
+    return [e["outcome"] for _id, e in rows if e["hash"] == tx]
+
+
+def counted(client: Client, builder: str, outcome: str) -> float:
+    value = client.app[METRICS].registry.get_sample_value(
+        "gateway_private_tx_total", {"network": "bsc", "builder": builder, "outcome": outcome}
+    )
+    return value or 0.0
+
+
+async def test_included_with_its_block_and_the_time_it_took(
+    app_of: AppOf,
+    builders: dict[str, MockBuilder],
+    node: str,
+    redis: Redis,
+    prefix: str,
+    api_key: str,
+) -> None:
+    client = await app_of("lands", builders=builders)
+    raw = signed(sender_account(600))
+    started = time.monotonic()
+    status, answer, _ = await rpc(client, api_key, SEND, [raw])
+    assert status == 200 and answer["result"] == tx_hash(raw), answer
+    receipt = await node_rpc(node, "eth_getTransactionReceipt", [tx_hash(raw)])
+    block = int(receipt["blockNumber"], 16)
+
+    async def included() -> bool:
+        return f"included in block {block}" in await outcomes(redis, prefix, api_key, tx_hash(raw))
+
+    await eventually(included, 15, "the inclusion on the key's log")
+    took = time.monotonic() - started
+    assert counted(client, "lands", "included") == 1
+    registry = client.app[METRICS].registry
+    count = registry.get_sample_value(
+        "gateway_private_tx_inclusion_seconds_count", {"network": "bsc"}
+    )
+    assert count == 1 and took < 15
+    print(f"send to 'included' on the log: {took:.2f} s")
+
+
+async def test_a_pending_private_transaction_answers_by_hash_on_the_same_key(
+    app_of: AppOf, builders: dict[str, MockBuilder], node: str, api_key: str
+) -> None:
+    client = await app_of("holds", builders=builders)
+    raw = signed(sender_account(601))
+    await rpc(client, api_key, SEND, [raw])
+    _, answer, _ = await rpc(client, api_key, "eth_getTransactionByHash", [tx_hash(raw)])
+    got = answer["result"]
+    assert got is not None and got["hash"] == tx_hash(raw), answer
+    assert got["blockNumber"] is None and got["from"] == sender_account(601).address.lower()
+    assert got["nonce"] == "0x0" and got["value"] == "0x1"
+    assert await node_rpc(node, "eth_getTransactionByHash", [tx_hash(raw)]) is None
+    # another hash is the node's own answer
+    _, answer, _ = await rpc(client, api_key, "eth_getTransactionByHash", ["0x" + "ab" * 32])
+    assert answer["result"] is None, answer
+
+
+async def test_replaced_by_another_transaction_of_the_same_nonce(
+    app_of: AppOf,
+    builders: dict[str, MockBuilder],
+    node: str,
+    redis: Redis,
+    prefix: str,
+    api_key: str,
+) -> None:
+    client = await app_of("holds", builders=builders)
+    acct = sender_account(602)
+    held = signed(acct, nonce=0)
+    await rpc(client, api_key, SEND, [held])
+    await node_rpc(node, "eth_sendRawTransaction", [signed(acct, nonce=0, value=2)])
+
+    async def replaced() -> bool:
+        return "replaced" in await outcomes(redis, prefix, api_key, tx_hash(held))
+
+    await eventually(replaced, 15, "the replacement on the key's log")
+    assert counted(client, "holds", "replaced") == 1
+
+
+async def test_a_bundle_is_given_up_after_its_max_block(
+    app_of: AppOf,
+    builders: dict[str, MockBuilder],
+    node: str,
+    redis: Redis,
+    prefix: str,
+    api_key: str,
+) -> None:
+    client = await app_of("holds", builders=builders)
+    head = int(await node_rpc(node, "eth_blockNumber", []), 16)
+    txs = [signed(sender_account(603)), signed(sender_account(604))]
+    bundle = {"txs": txs, "maxBlockNumber": hex(head + 2)}
+    _, answer, _ = await rpc(client, api_key, "eth_sendBundle", [bundle])
+    assert "result" in answer, answer
+    for _ in range(3):
+        await node_rpc(node, "evm_mine", [])
+
+    async def given_up() -> bool:
+        shown = [await outcomes(redis, prefix, api_key, tx_hash(t)) for t in txs]
+        return all(any(o.startswith("given up") for o in s) for s in shown)
+
+    await eventually(given_up, 15, "both transactions given up")
+    assert counted(client, "holds", "given_up") == 2
+
+
+async def test_two_gateways_follow_one_transaction_once(
+    app_of: AppOf,
+    builders: dict[str, MockBuilder],
+    node: str,
+    redis: Redis,
+    prefix: str,
+    api_key: str,
+) -> None:
+    first = await app_of("lands", builders=builders)
+    second = await app_of("lands", builders=builders)
+    raw = signed(sender_account(605))
+    for client in (first, second):  # the client sends it through both
+        _, answer, _ = await rpc(client, api_key, SEND, [raw])
+        assert answer["result"] == tx_hash(raw), answer
+
+    async def included() -> bool:
+        shown = await outcomes(redis, prefix, api_key, tx_hash(raw))
+        return any(o.startswith("included") for o in shown)
+
+    await eventually(included, 15, "the inclusion")
+    await asyncio.sleep(2.5)  # two more rounds of both trackers: nothing more is counted
+    assert counted(first, "lands", "included") + counted(second, "lands", "included") == 1
+    shown = await outcomes(redis, prefix, api_key, tx_hash(raw))
+    assert sum(o.startswith("included") for o in shown) == 1, shown
