@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import functools
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 from aiohttp import WSMsgType, web
+from eth_hash.auto import keccak
 
 from gateway.demo import wallet
 from gateway.demo.nodewire import canned_block
@@ -42,13 +43,22 @@ from gateway.demo.nodewire import canned_block
 __all__ = ["Chain", "MockWsNode", "log_matches", "start_ws_node"]
 
 _ADDRESSES = tuple("0x" + f"{i:02x}" * 20 for i in range(1, 4))
-TRANSFER_TOPIC = "0x" + hashlib.sha256(b"Transfer(address,address,uint256)").hexdigest()
+# An ERC-20 Transfer's first topic is the Keccak hash of its signature, so a
+# dapp's ``contract.on("Transfer")`` (ethers, viem, web3.py) matches the logs.
+TRANSFER_TOPIC = "0x" + keccak(b"Transfer(address,address,uint256)").hex()
+# BSC's finality API (BSC nodes only: opBNB's op-geth answers "method not found"),
+# on the chains whose nodes offer it, and BSC's active validator set.
+_FINALITY = ("eth_getFinalizedHeader", "eth_getFinalizedBlock")
+_BSC_CHAINS = frozenset({56, 97})
+_VALIDATORS = 21
 # Fields of a block answer that a newHeads header does not carry (geth's shape).
 _BLOCK_ONLY = ("transactions", "uncles", "size", "totalDifficulty", "withdrawals")
 
 
+@functools.lru_cache(maxsize=4096)
 def _h(*parts: object) -> str:
-    return "0x" + hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
+    """A 32-byte hash standing for what ``parts`` name, Keccak as the chain's own hashes."""
+    return "0x" + keccak(":".join(map(str, parts)).encode()).hex()
 
 
 def _topic(n: int) -> str:
@@ -90,8 +100,13 @@ class Chain:
         logs_per_block: int = 3,
         block_time_s: float = 0.0,
         stamp: bool = False,
+        finality_depth: int = 0,
     ) -> None:
         self.chain_id = chain_id
+        # How far the finalized (and safe) block trails the head: BSC's fast
+        # finality settles a block about 1.1 s after it is made (two or three
+        # blocks); 0 keeps every tag at the head, as tests of a bare chain expect.
+        self.finality_depth = finality_depth
         # bench: newHeads carry "emittedAt" (time.time()) so a client in another
         # process measures node-emit-to-receive latency. Not a real node field.
         self.stamp = stamp
@@ -141,8 +156,14 @@ class Chain:
             out.extend(log for log in self.logs(n) if log_matches(log, flt))
         return out
 
+    @property
+    def finalized(self) -> int:
+        return max(0, self.head - self.finality_depth)
+
     def _tag(self, tag: Any) -> int:
-        if tag in ("latest", "pending", "safe", "finalized", None):
+        if tag in ("safe", "finalized"):
+            return self.finalized
+        if tag in ("latest", "pending", None):
             return self.head
         if tag == "earliest":
             return 0
@@ -183,6 +204,15 @@ class Chain:
             node.publish("newHeads", header)
             node.publish_logs(logs)
             node.publish("newPendingTransactions", pending)
+
+    def include(self) -> None:
+        """After a transaction was put in block ``head + 1``: mine it now, unless the
+        block timer will. A chain with a block time (the demo's, as BSC) makes the
+        block when it is due, so a wallet waits for its receipt as on the real
+        network; one without (tests that drive the chain) mines it at once, as an
+        automining dev chain does."""
+        if self._timer is None and self.ledger.hashes_in(self.head + 1):
+            self.mine()
 
     def start(self) -> None:
         if self.block_time_s > 0 and self._timer is None:
@@ -376,7 +406,9 @@ class MockWsNode:
         if method == "eth_blockNumber":
             return hex(chain.head)
         if method == "eth_getBlockByNumber":
-            return chain.block(chain._tag(params[0]))
+            return self._block(chain._tag(params[0]), bool(params[1:2] and params[1]))
+        if method in _FINALITY and chain.chain_id in _BSC_CHAINS:
+            return self._finalized(method, params)
         if method == "eth_getLogs":
             return chain.get_logs(params[0] if params else {})
         if method == "eth_getBalance":
@@ -407,9 +439,38 @@ class MockWsNode:
             block_hash=chain.block_hash,
             include_at=chain.head + 1 if sending else None,
         )
-        if sending and chain.ledger.hashes_in(chain.head + 1):
-            chain.mine()
+        if sending:
+            chain.include()
         return result
+
+    def _block(self, number: int, full: bool) -> dict[str, Any] | None:
+        """A block, its transactions as hashes or (``full``) as objects."""
+        chain = self.chain
+        block = chain.block(number)
+        if block is None or not full:
+            return block
+        find = functools.partial(
+            wallet.answer,
+            "eth_getTransactionByHash",
+            ledger=chain.ledger,
+            head=chain.head,
+            block_hash=chain.block_hash,
+        )
+        return block | {"transactions": [find([h]) for h in block["transactions"]]}
+
+    def _finalized(self, method: str, params: Any) -> Any:
+        """BSC's finality API: the newest block enough validators have voted final.
+
+        ``verifiedValidatorNum`` is how many validators must have signed it (1 to
+        the validator count), or -1, -2, -3 for a half, two thirds, or all of them;
+        the mock's votes are unanimous, so every valid number names one block.
+        """
+        wanted = params[0] if isinstance(params, list) and params else None
+        if type(wanted) is not int or not (-3 <= wanted <= _VALIDATORS) or wanted == 0:
+            raise ValueError(f"{wanted} out of range [1,{_VALIDATORS}] (or -1, -2, -3)")
+        block = self._block(self.chain.finalized, bool(params[1:2] and params[1]))
+        assert block is not None
+        return header_of(block) if method == "eth_getFinalizedHeader" else block
 
 
 class _NotOffered(Exception):

@@ -1,7 +1,7 @@
 """The offline demo (``gateway serve --demo``): an embedded Redis, one mock node and
-one mock builder per network (HTTP and WebSocket, a block a second), a demo account
-and keys, and a banner that says how to call it. ``server.runner`` serves the app
-made here like any other.
+one mock builder per network (HTTP and WebSocket, blocks at the network's own pace:
+0.45 s on BSC, 0.25 s on opBNB), a demo account and keys, and a banner that says
+how to call it. ``server.runner`` serves the app made here like any other.
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ from gateway.demo.mockws import Chain, start_ws_node
 from gateway.redis.embedded import RedisProcess
 from gateway.redis.keyspace import record_key
 
+# The real networks' block times (BSC since Fermi, opBNB since Fourier): the
+# demo's nodes make blocks at that pace, never on demand, so a dapp meets the
+# timing it will meet on the chain (ethers' 250 ms request cache, receipts a
+# block later). Another chain id gets BSC's.
+DEMO_BLOCK_TIME_S = {56: 0.45, 97: 0.45, 204: 0.25, 5611: 0.25}
+# BSC's fast finality settles a block about 1.1 s after it is made.
+DEMO_FINALITY_DEPTH = 3
+
 DEMO_EMAIL = "demo@example.com"
 DEMO_PASSWORD = "demo-password"
 
@@ -34,23 +42,23 @@ def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
     url = redis_proc.start()
 
     async def build() -> web.Application:
-        # one HTTP + WebSocket mock node per network, a block a second, so
-        # eth_subscribe works in the demo too; and a mock builder (the private route)
+        # one HTTP + WebSocket mock node per network, making blocks at the
+        # network's own pace (so eth_subscribe works in the demo too, and a
+        # dapp waits for its receipt as on the real chain); and a mock builder
+        # (the private route)
         nodes, builders = [], []
         for net in cfg.networks:
-            chain = Chain(net.chain_id, block_time_s=1.0)
+            chain = Chain(
+                net.chain_id,
+                block_time_s=demo_block_time(net.chain_id),
+                finality_depth=DEMO_FINALITY_DEPTH,
+            )
             nodes.append(await start_ws_node(chain))
             builders.append(await start_mock_builder(net.chain_id, lands_on(chain)))
             chain.start()
         networks = tuple(
-            # the mock mines a block per transaction too, as a dev chain does:
-            # faster than a real network's block time, so no block-time check
             dataclasses.replace(
-                net,
-                upstreams=(n.url,),
-                ws_upstreams=(n.ws_url,),
-                private_tx=(b.url,),
-                block_time_s=0.0,
+                net, upstreams=(n.url,), ws_upstreams=(n.ws_url,), private_tx=(b.url,)
             )
             for net, n, b in zip(cfg.networks, nodes, builders, strict=True)
         )
@@ -84,6 +92,11 @@ def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
     finally:
         redis_proc.stop()
         tmp.cleanup()
+
+
+def demo_block_time(chain_id: int) -> float:
+    """How often the demo's node for ``chain_id`` makes a block (seconds)."""
+    return DEMO_BLOCK_TIME_S.get(chain_id, DEMO_BLOCK_TIME_S[56])
 
 
 async def _demo_key(app: web.Application) -> None:
