@@ -135,7 +135,7 @@ def lands_on(chain: Chain) -> Land:
             ledger=chain.ledger,
             head=chain.head,
             block_hash=chain.block_hash,
-            include_at=chain.head + 1,
+            include_at=chain.next_block(),
         )
         chain.include()
 

@@ -4,11 +4,8 @@ The HTTP-only ``gateway.demo.mocknode`` is a raw protocol built to cost nothing
 under load; subscriptions need a WebSocket server, so this one is a small
 aiohttp app instead: ``POST /`` answers calls, ``GET /`` with ``Upgrade``
 opens a socket that also answers ``eth_subscribe`` / ``eth_unsubscribe``.
-
 Several nodes may serve one ``Chain`` (the same blocks, as real nodes of one
-network do), which is what failover tests need: drop one node's sockets
-(``node.drop()``), mine while the gateway moves, and the other node has the
-same history for the gaps to be filled from.
+network do), which is what failover tests need.
 
 Switches: ``Chain.mine()`` (or a block timer, ``block_time_s``),
 ``Chain.reorg(depth)`` (replaces the newest blocks; logs of the orphaned ones
@@ -38,55 +35,34 @@ from aiohttp import WSMsgType, web
 from eth_hash.auto import keccak
 
 from gateway.demo import wallet
+from gateway.demo.blockviews import (
+    BSC_CHAINS,
+    FINALITY_METHODS,
+    TRANSFER_TOPIC,
+    block_view,
+    finalized_view,
+    header_of,
+    log_matches,
+    transfer_logs,
+)
 from gateway.demo.nodewire import canned_block
 
-__all__ = ["Chain", "MockWsNode", "log_matches", "start_ws_node"]
+__all__ = [
+    "TRANSFER_TOPIC",
+    "Chain",
+    "MockWsNode",
+    "header_of",
+    "log_matches",
+    "start_ws_node",
+]
 
-_ADDRESSES = tuple("0x" + f"{i:02x}" * 20 for i in range(1, 4))
-# An ERC-20 Transfer's first topic is the Keccak hash of its signature, so a
-# dapp's ``contract.on("Transfer")`` (ethers, viem, web3.py) matches the logs.
-TRANSFER_TOPIC = "0x" + keccak(b"Transfer(address,address,uint256)").hex()
-# BSC's finality API (BSC nodes only: opBNB's op-geth answers "method not found"),
-# on the chains whose nodes offer it, and BSC's active validator set.
-_FINALITY = ("eth_getFinalizedHeader", "eth_getFinalizedBlock")
-_BSC_CHAINS = frozenset({56, 97})
-_VALIDATORS = 21
-# Fields of a block answer that a newHeads header does not carry (geth's shape).
-_BLOCK_ONLY = ("transactions", "uncles", "size", "totalDifficulty", "withdrawals")
+_PROPAGATION_S = 0.25  # a sent transaction reaches the next block's proposer in this long
 
 
 @functools.lru_cache(maxsize=4096)
 def _h(*parts: object) -> str:
     """A 32-byte hash standing for what ``parts`` name, Keccak as the chain's own hashes."""
     return "0x" + keccak(":".join(map(str, parts)).encode()).hex()
-
-
-def _topic(n: int) -> str:
-    return "0x" + f"{n:064x}"
-
-
-def header_of(block: dict[str, Any]) -> dict[str, Any]:
-    """A block answer cut down to what a ``newHeads`` notification carries."""
-    return {k: v for k, v in block.items() if k not in _BLOCK_ONLY}
-
-
-def log_matches(log: dict[str, Any], flt: dict[str, Any]) -> bool:
-    """eth_getLogs / logs-subscription filter semantics (address and topics)."""
-    address = flt.get("address")
-    if address is not None:
-        wanted = [address] if isinstance(address, str) else list(address)
-        if wanted and log["address"].lower() not in {a.lower() for a in wanted}:
-            return False
-    topics = flt.get("topics") or []
-    for i, want in enumerate(topics):
-        if want is None:
-            continue
-        if i >= len(log["topics"]):
-            return False
-        options = [want] if isinstance(want, str) else list(want)
-        if options and log["topics"][i].lower() not in {t.lower() for t in options}:
-            return False
-    return True
 
 
 class Chain:
@@ -118,6 +94,7 @@ class Chain:
         self.ledger = wallet.Ledger(chain_id)  # transactions sent, shared by every node
         self._forks: dict[int, int] = {}
         self._timer: asyncio.Task[None] | None = None
+        self._next_due = 0.0  # time.monotonic() the timer's next block is due
 
     def block_hash(self, number: int) -> str:
         return _h(self.chain_id, number, self._forks.get(number, 0))
@@ -129,22 +106,9 @@ class Chain:
         return canned_block(number, self.block_hash(number), self.block_hash(number - 1), hashes)
 
     def logs(self, number: int, *, removed: bool = False) -> list[dict[str, Any]]:
-        bhash = self.block_hash(number)
         fork = self._forks.get(number, 0)
-        return [
-            {
-                "address": _ADDRESSES[(number + i) % len(_ADDRESSES)],
-                "topics": [TRANSFER_TOPIC, _topic(number), _topic(i)],
-                "data": _topic(fork),
-                "blockNumber": hex(number),
-                "blockHash": bhash,
-                "transactionHash": _h("tx", self.chain_id, number, fork, i),
-                "transactionIndex": hex(i),
-                "logIndex": hex(i),
-                "removed": removed,
-            }
-            for i in range(self.logs_per_block)
-        ]
+        txs = [_h("tx", self.chain_id, number, fork, i) for i in range(self.logs_per_block)]
+        return transfer_logs(number, self.block_hash(number), fork, txs, removed=removed)
 
     def get_logs(self, flt: dict[str, Any]) -> list[dict[str, Any]]:
         lo = self._tag(flt.get("fromBlock", "latest"))
@@ -205,12 +169,17 @@ class Chain:
             node.publish_logs(logs)
             node.publish("newPendingTransactions", pending)
 
+    def next_block(self) -> int:
+        """The block a transaction sent now goes in: the next one, or (on a timer) the one
+        after when the next is due within ``_PROPAGATION_S``, as on BSC, where a
+        transaction reaches the block's proposer in about that long. So no receipt
+        comes sooner after its send than that (ethers' 250 ms cache meets it too)."""
+        if self._timer is None or self._next_due - time.monotonic() >= _PROPAGATION_S:
+            return self.head + 1
+        return self.head + 2
+
     def include(self) -> None:
-        """After a transaction was put in block ``head + 1``: mine it now, unless the
-        block timer will. A chain with a block time (the demo's, as BSC) makes the
-        block when it is due, so a wallet waits for its receipt as on the real
-        network; one without (tests that drive the chain) mines it at once, as an
-        automining dev chain does."""
+        """Mine a sent transaction's block now, unless the timer will (as BSC's does)."""
         if self._timer is None and self.ledger.hashes_in(self.head + 1):
             self.mine()
 
@@ -219,11 +188,11 @@ class Chain:
             self._timer = asyncio.create_task(self._tick(), name="mock-chain-blocks")
 
     async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        due = loop.time()
+        due = time.monotonic()
         while True:  # a steady rate: sleep to the next due time, not a fixed gap
             due += self.block_time_s
-            await asyncio.sleep(max(0.0, due - loop.time()))
+            self._next_due = due
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
             self.mine()
 
     async def stop(self) -> None:
@@ -406,9 +375,9 @@ class MockWsNode:
         if method == "eth_blockNumber":
             return hex(chain.head)
         if method == "eth_getBlockByNumber":
-            return self._block(chain._tag(params[0]), bool(params[1:2] and params[1]))
-        if method in _FINALITY and chain.chain_id in _BSC_CHAINS:
-            return self._finalized(method, params)
+            return block_view(chain, chain._tag(params[0]), bool(params[1:2] and params[1]))
+        if method in FINALITY_METHODS and chain.chain_id in BSC_CHAINS:
+            return finalized_view(chain, method, params)
         if method == "eth_getLogs":
             return chain.get_logs(params[0] if params else {})
         if method == "eth_getBalance":
@@ -437,40 +406,11 @@ class MockWsNode:
             ledger=chain.ledger,
             head=chain.head,
             block_hash=chain.block_hash,
-            include_at=chain.head + 1 if sending else None,
+            include_at=chain.next_block() if sending else None,
         )
         if sending:
             chain.include()
         return result
-
-    def _block(self, number: int, full: bool) -> dict[str, Any] | None:
-        """A block, its transactions as hashes or (``full``) as objects."""
-        chain = self.chain
-        block = chain.block(number)
-        if block is None or not full:
-            return block
-        find = functools.partial(
-            wallet.answer,
-            "eth_getTransactionByHash",
-            ledger=chain.ledger,
-            head=chain.head,
-            block_hash=chain.block_hash,
-        )
-        return block | {"transactions": [find([h]) for h in block["transactions"]]}
-
-    def _finalized(self, method: str, params: Any) -> Any:
-        """BSC's finality API: the newest block enough validators have voted final.
-
-        ``verifiedValidatorNum`` is how many validators must have signed it (1 to
-        the validator count), or -1, -2, -3 for a half, two thirds, or all of them;
-        the mock's votes are unanimous, so every valid number names one block.
-        """
-        wanted = params[0] if isinstance(params, list) and params else None
-        if type(wanted) is not int or not (-3 <= wanted <= _VALIDATORS) or wanted == 0:
-            raise ValueError(f"{wanted} out of range [1,{_VALIDATORS}] (or -1, -2, -3)")
-        block = self._block(self.chain.finalized, bool(params[1:2] and params[1]))
-        assert block is not None
-        return header_of(block) if method == "eth_getFinalizedHeader" else block
 
 
 class _NotOffered(Exception):

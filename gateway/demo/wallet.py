@@ -209,9 +209,7 @@ def _send_raw(ctx: _Ctx, params: list[Any]) -> str:
     try:
         tx = decode_raw_tx(bytes.fromhex(raw[2:]))
     except ValueError:
-        # Not a signed transaction: the stand-in answer forwarding tests rely on
-        # (the Keccak hash of the bytes, as a node names the transactions it takes).
-        return "0x" + keccak(raw.encode()).hex()
+        return "0x" + keccak(raw.encode()).hex()  # not a transaction: a stand-in hash
     ctx.ledger.add(tx, ctx.head if ctx.include_at is None else ctx.include_at)
     return tx.hash
 

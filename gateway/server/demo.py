@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
+import shlex
+import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
@@ -112,9 +116,26 @@ async def _demo_key(app: web.Application) -> None:
     print(f"Demo API key with private transactions on (mock builder): {private}\n", flush=True)
 
 
+def _python() -> str:
+    """How to name this interpreter in a line to paste: ``python`` where that is the one
+    running now (a venv's), else its full path (the gateway's package is installed there)."""
+    found = shutil.which("python")
+    if found and Path(found).resolve() == Path(sys.executable).resolve():
+        return "python"
+    return shlex.quote(sys.executable)
+
+
 def _demo_banner(
-    base: str, key: str, networks: tuple[NetworkConfig, ...], redis_url: str = ""
+    base: str,
+    key: str,
+    networks: tuple[NetworkConfig, ...],
+    redis_url: str = "",
+    with_web3: bool | None = None,
 ) -> str:
+    """The lines a user pastes: each runs with what installing the package installed
+    (curl aside); the web3.py one only where web3 is importable."""
+    if with_web3 is None:
+        with_web3 = importlib.util.find_spec("web3") is not None
     body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
     lines = [
         "",
@@ -139,22 +160,26 @@ def _demo_banner(
     ws = "ws" + base[len("http") :]
     sub = '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'
     first = networks[0].prefix if networks else "/bsc"
+    python = _python()
     lines += [
         "",
-        "WebSocket (new blocks as they come):",
-        f"  websocat -n '{ws}{first}/'$RPC_KEY <<< '{sub}'",
-        "  python - <<'EOF'",
-        "import asyncio, os",
-        "from web3 import AsyncWeb3, WebSocketProvider",
-        "async def main():",
-        f"    url = '{ws}{first}/' + os.environ['RPC_KEY']",
-        "    async with AsyncWeb3(WebSocketProvider(url)) as w3:",
-        "        await w3.eth.subscribe('newHeads')",
-        "        async for msg in w3.socket.process_subscriptions():",
-        "            print(int(msg['result']['number']))",
-        "asyncio.run(main())",
-        "EOF",
+        "WebSocket (new blocks as they come; Ctrl-C stops it):",
+        f"  {python} -m gateway.demo.wscat \"{ws}{first}/$RPC_KEY\" '{sub}'",
     ]
+    if with_web3:  # web3.py is not a dependency: only where it is installed
+        lines += [
+            f"  {python} - <<'EOF'",
+            "import asyncio, os",
+            "from web3 import AsyncWeb3, WebSocketProvider",
+            "async def main():",
+            f"    url = '{ws}{first}/' + os.environ['RPC_KEY']",
+            "    async with AsyncWeb3(WebSocketProvider(url)) as w3:",
+            "        await w3.eth.subscribe('newHeads')",
+            "        async for msg in w3.socket.process_subscriptions():",
+            "            print(int(msg['result']['number']))",
+            "asyncio.run(main())",
+            "EOF",
+        ]
     if redis_url:  # the demo's Redis lives in a temp folder: the CLI needs its address
         lines += [
             "",

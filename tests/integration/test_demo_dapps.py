@@ -413,3 +413,44 @@ def test_ethers_defaults_approve_swap_and_transfer_events(demo: dict[str, str]) 
     assert seen["nonces"] == [0, 1, 2, 3] and seen["nonce"] == 4, seen
     assert seen["transfers"], seen
     assert all(int(t["block"]) > 0 for t in seen["transfers"])
+
+
+def test_the_banners_websocket_line_runs(demo: dict[str, str]) -> None:
+    """The banner's WebSocket line, pasted as printed (it named websocat, which nothing
+    installs), subscribes to new blocks with the package's own client."""
+    text = Path(demo["log"]).read_text(errors="replace")
+    assert "websocat" not in text
+    line = next(ln.strip() for ln in text.splitlines() if "-m gateway.demo.wscat" in ln)
+    key = demo["url"].rsplit("/", 1)[1]
+    result = subprocess.run(
+        ["bash", "-c", line + " --count 2"],
+        env=os.environ | {"RPC_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    answers = [json.loads(ln) for ln in result.stdout.splitlines()]
+    assert answers[0]["result"].startswith("0x"), answers
+    assert answers[1]["method"] == "eth_subscription", answers
+    assert int(answers[1]["params"]["result"]["number"], 16) > 0
+
+
+def test_a_receipt_comes_a_block_later_never_at_once(demo: dict[str, str]) -> None:
+    """A sent transaction goes in a block the node makes on its clock, reached a
+    quarter second or more after the send (the node made a block for it at once, so
+    ethers' 250 ms request cache handed the next transaction the same nonce)."""
+    _rested(demo["url"])
+    account = Account.from_key("0x" + "0c" * 31 + "0e")
+    fields = {"to": TO, "value": 1, "chainId": 56, "gas": 21_000, "gasPrice": 10**9}
+    waited = []
+    for nonce in range(3):
+        raw = account.sign_transaction(fields | {"nonce": nonce}).raw_transaction
+        sent = time.monotonic()
+        tx_hash = _rpc(demo["url"], "eth_sendRawTransaction", ["0x" + raw.hex()])["result"]
+        while _rpc(demo["url"], "eth_getTransactionReceipt", [tx_hash])["result"] is None:
+            assert time.monotonic() - sent < 10, tx_hash
+            time.sleep(0.05)  # 20 polls a second: within the free plan's rate
+        waited.append(time.monotonic() - sent)
+    assert min(waited) >= 0.24 and max(waited) < 3, waited
