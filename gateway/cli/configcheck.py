@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.config import Config, ConfigError, config_from_dict, read_toml
+from gateway.config.defaults import DEFAULT_NETWORKS
 
 _MAX_ROUNDS = 200  # far more settings than a config has; a guard against a loop
 # Environment variables the loader reads, by the config path they set.
@@ -39,22 +40,107 @@ def check(
         return None, [str(exc)]
     problems: list[str] = []
     seen: dict[str, int] = {}
+    gone = _Removed()
     first: Config | None = None
     for _ in range(_MAX_ROUNDS):
         try:
             cfg = config_from_dict(raw, env)
         except ConfigError as exc:
-            message = str(exc)
-            where = message.split(": ", 1)[0].split(" (", 1)[0]
-            if where not in seen:
+            message = gone.original(str(exc))
+            where = _where(message)
+            if where not in seen and not gone.emptied(where):
                 problems.append(message)
             seen[where] = seen.get(where, 0) + 1
+            if seen[where] == 1 and gone.take_entry(raw, _where(str(exc))):
+                continue
             if not _take_out(raw, env, _parts(where), seen[where] - 1):
                 break
             continue
         first = cfg if not problems else None
         break
     return first, problems
+
+
+def public_defaults(path: str | None, env: Mapping[str, str] | None = None) -> list[str]:
+    """A warning per network whose nodes are still the shipped public endpoints because
+    neither the file nor the environment names any: a config that sets only one
+    network leaves the other on a rate-limited public node without a word."""
+    env = dict(os.environ if env is None else env)
+    path = path or env.get("GATEWAY_CONFIG") or None
+    try:
+        raw = {} if path is None else read_toml(path)
+    except ConfigError:
+        return []
+    tables = raw.get("networks", {})
+    warnings = []
+    for name, shipped in DEFAULT_NETWORKS.items():
+        table = tables.get(name, {}) if isinstance(tables, dict) else {}
+        if not isinstance(table, dict) or "upstreams" in table:
+            continue
+        if env.get(f"GATEWAY_UPSTREAM_{name.upper()}"):
+            continue
+        urls = ", ".join(shipped["upstreams"])
+        warnings.append(
+            f"networks.{name}.upstreams: not set, so the public endpoint ({urls}) serves "
+            f"{name}: set your own nodes, or GATEWAY_UPSTREAM_{name.upper()}"
+        )
+    return warnings
+
+
+class _Removed:
+    """List entries taken out so far, so later messages name each by its place in the file.
+
+    A bad entry is taken out alone (the entries after it are still checked); the
+    loader then counts the list without it, so ``upstreams[0]`` may be the file's
+    ``upstreams[2]``: ``original`` writes the file's index back into the message.
+    """
+
+    def __init__(self) -> None:
+        self._gone: dict[str, list[int]] = {}  # list path -> file indices taken out
+
+    def _file_index(self, where: str, index: int) -> int:
+        gone = sorted(self._gone.get(where, ()))
+        for taken in gone:
+            if taken <= index:
+                index += 1
+        return index
+
+    def original(self, message: str) -> str:
+        found = _ENTRY.match(message)
+        if found is None or found["list"] not in self._gone:
+            return message
+        index = self._file_index(found["list"], int(found["index"]))
+        return f"{found['list']}[{index}]{message[found.end() :]}"
+
+    def emptied(self, where: str) -> bool:
+        """A complaint about a list whose bad entries were taken out (it is no news)."""
+        return where in self._gone
+
+    def take_entry(self, raw: dict[str, Any], where: str) -> bool:
+        """Take out the entry ``where`` (the loader's words, so its index counts the list
+        as it is now) names: ``a.b.list[2]`` or inside it; False if there is none."""
+        found = _ENTRY.match(where)
+        if found is None:
+            return False
+        table: Any = raw
+        for key in _parts(found["list"]):
+            table = table.get(key) if isinstance(table, dict) else None
+        index = self._file_index(found["list"], int(found["index"]))
+        current = int(found["index"])
+        if not isinstance(table, list) or current >= len(table):
+            return False
+        del table[current]
+        self._gone.setdefault(found["list"], []).append(index)
+        return True
+
+
+# "networks.bsc.upstreams[2]" (and what follows, ".url: ..."): the list and the index.
+_ENTRY = re.compile(r"(?P<list>[\w.-]+)\[(?P<index>\d+)\]")
+
+
+def _where(message: str) -> str:
+    """The config path a loader message starts with."""
+    return message.split(": ", 1)[0].split(" (", 1)[0]
 
 
 def _parts(where: str) -> list[str]:
