@@ -234,12 +234,24 @@ class TxMethods:
             if fanned.first is not None and fanned.first.target not in accepted:
                 accepted.append(fanned.first.target)
             outcome = "accepted" if accepted else "not accepted"
-            self.txlog.add(khash, method, tx_hash, sender, route, accepted, outcome)
+            reason = "" if accepted else _why_not(results)
+            self.txlog.add(khash, method, tx_hash, sender, route, accepted, outcome, reason)
 
         fanned.settled.add_done_callback(write)
 
     def _count(self, method: str, route: str, outcome: str, khash: str) -> None:
         self.counter.labels(self.network, method, route, outcome).inc()
+
+
+def _why_not(results: list[Result]) -> str:
+    """The key's log's reason for a transaction nobody took: a node's own words if one
+    refused it ("nonce too low"), else why none answered."""
+    for res in results:
+        if res.error is not None and res.error.get("message"):
+            return f"{res.target}: {str(res.error['message'])[:200]}"
+    if any(r.timeout for r in results):
+        return "no node answered in time"
+    return "no node answered" if results else "no node in service"
 
 
 def _all_failed(results: list[Result]) -> bool:

@@ -285,7 +285,7 @@ def test_private_route_end_to_end(demo: dict[str, str]) -> None:
         assert time.monotonic() < deadline, page[-3000:]
         time.sleep(0.5)
         page = _private_key_page(demo["base"])
-    row = page.split("0x" + bytes(sent).hex().removeprefix("0x"), 1)[1].split("</tr>", 1)[0]
+    row = page.split("0x" + bytes(sent).hex().removeprefix("0x"), 1)[1].split("</li>", 1)[0]
     assert ">private<" in row and "accepted" in row, row
 
 
