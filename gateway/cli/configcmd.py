@@ -3,7 +3,8 @@
 Exit 2 when the config has mistakes (each on stderr, ``gateway: config
 error: PATH: ...``), else 0 with a one-line summary; the Redis URL in it is
 shown without credentials. A network left on the shipped public endpoint is
-a warning (``gateway: config warning: PATH: ...``), not a mistake. The check itself lives in ``configcheck``.
+a warning (``gateway: config warning: PATH: ...``), not a mistake. The
+check itself lives in ``configcheck``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ at ``insight.log_cap`` entries, expiring ``insight.log_ttl_s`` after the
 last). An entry holds the time, the method, the transaction hash, the
 sender, the route (``public``, ``private``, ``private, then public``), who
 accepted it (node names or private endpoints, their URLs masked), the
-outcome and, when nobody accepted it, the reason (a node's own words). Never the raw bytes: they are the sender's business until mined.
+outcome and, when nobody accepted it, the reason (a node's own words).
+Never the raw bytes: they are the sender's business until mined.
 """
 
 from __future__ import annotations
