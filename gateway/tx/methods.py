@@ -29,6 +29,7 @@ import asyncio
 import math
 from collections.abc import Collection
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -111,6 +112,7 @@ class TxMethods:
         self._log_when_settled(fanned, khash, SEND_RAW, tx.hash, tx.sender, route)
         if fanned.first is not None:
             self._count(SEND_RAW, route, "accepted", khash)
+            _served_by(call, fanned.first.target)
             return tx.hash
         return self._refusal(fanned.results, SEND_RAW, route, khash, private=route == PRIVATE)
 
@@ -141,6 +143,7 @@ class TxMethods:
         self._log_when_settled(fanned, khash, SEND_BUNDLE, hashes, txs[0].sender, PRIVATE)
         if fanned.first is not None:
             self._count(SEND_BUNDLE, PRIVATE, "accepted", khash)
+            _served_by(call, fanned.first.target)
             return fanned.first.answer
         return self._refusal(fanned.results, SEND_BUNDLE, PRIVATE, khash, private=True)
 
@@ -241,6 +244,13 @@ class TxMethods:
 
     def _count(self, method: str, route: str, outcome: str, khash: str) -> None:
         self.counter.labels(self.network, method, route, outcome).inc()
+
+
+def _served_by(call: Call, target: str) -> None:
+    """``X-Gateway-Node`` names who took the send (not ``gateway``): a node's name, or a
+    private endpoint's host (its URL may carry a credential in its path; the host not)."""
+    name = (urlsplit(target).hostname or "private") if "://" in target else target
+    call.served, call.node = "miss", name
 
 
 def _why_not(results: list[Result]) -> str:

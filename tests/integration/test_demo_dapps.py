@@ -454,3 +454,23 @@ def test_a_receipt_comes_a_block_later_never_at_once(demo: dict[str, str]) -> No
             time.sleep(0.05)  # 20 polls a second: within the free plan's rate
         waited.append(time.monotonic() - sent)
     assert min(waited) >= 0.24 and max(waited) < 3, waited
+
+
+def test_a_sends_node_header_names_who_took_it(demo: dict[str, str]) -> None:
+    """``X-Gateway-Node`` on a send names the node (public route) or the builder's host
+    (private route) that accepted it; it said ``gateway`` for every send."""
+    account = Account.from_key("0x" + "0a" * 31 + "0e")
+    fields = {"to": TO, "value": 1, "chainId": 56, "gas": 21_000, "gasPrice": 10**9}
+    for nonce, (url, expected) in enumerate(
+        [(demo["url"], "bsc-0"), (demo["private_url"], "127.0.0.1")]
+    ):
+        _rested(url)
+        raw = account.sign_transaction(fields | {"nonce": nonce}).raw_transaction
+        call = {"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction"}
+        body = json.dumps(call | {"params": ["0x" + raw.hex()]}).encode()
+        req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            answer = json.loads(resp.read())
+            assert answer["result"].startswith("0x"), answer
+            assert resp.headers["X-Gateway-Node"] == expected, dict(resp.headers)
+            assert resp.headers["X-Gateway-Cache"] == "miss"
