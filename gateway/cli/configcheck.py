@@ -7,7 +7,10 @@ takes out the setting the message names (or, when the same path fails
 again, the table around it; environment overrides such as
 ``GATEWAY_REDIS_URL`` count as settings too) and loads again, until the
 file loads or nothing more can be taken out. No second validator exists,
-so the check can never disagree with ``gateway serve``. A mistake that only
+so the check can never disagree with ``gateway serve``. In a list, a bad
+entry is taken out alone (and the ones after it keep their place in the
+messages), and a bad field of an entry alone, so every entry of every list
+is checked field by field. A mistake that only
 shows once another is fixed (a value checked against one that was itself
 wrong) appears on the next run.
 """
@@ -51,7 +54,7 @@ def check(
             if where not in seen and not gone.emptied(where):
                 problems.append(message)
             seen[where] = seen.get(where, 0) + 1
-            if seen[where] == 1 and gone.take_entry(raw, _where(str(exc))):
+            if gone.take_entry(raw, _where(str(exc)), seen[where]):
                 continue
             if not _take_out(raw, env, _parts(where), seen[where] - 1):
                 break
@@ -116,24 +119,42 @@ class _Removed:
         """A complaint about a list whose bad entries were taken out (it is no news)."""
         return where in self._gone
 
-    def take_entry(self, raw: dict[str, Any], where: str) -> bool:
-        """Take out the entry ``where`` (the loader's words, so its index counts the list
-        as it is now) names: ``a.b.list[2]`` or inside it; False if there is none."""
+    def take_entry(self, raw: dict[str, Any], where: str, times: int) -> bool:
+        """Take out what ``where`` (the loader's words: its index counts the list as it
+        is now) names in a list entry; False if it names none.
+
+        ``a.list[2]`` takes out the entry. ``a.list[2].field`` takes out the field
+        alone, so the entry's other fields are still checked; when the loader then
+        misses it (a required field), a placeholder that passes stands in; failing
+        again, the entry goes.
+        """
         found = _ENTRY.match(where)
         if found is None:
             return False
-        table: Any = raw
+        entries: Any = raw
         for key in _parts(found["list"]):
-            table = table.get(key) if isinstance(table, dict) else None
-        index = self._file_index(found["list"], int(found["index"]))
+            entries = entries.get(key) if isinstance(entries, dict) else None
         current = int(found["index"])
-        if not isinstance(table, list) or current >= len(table):
+        if not isinstance(entries, list) or current >= len(entries):
             return False
-        del table[current]
-        self._gone.setdefault(found["list"], []).append(index)
+        rest = where[found.end() :]
+        field = rest[1:].split(".", 1)[0] if rest.startswith(".") else ""
+        entry = entries[current]
+        if field and isinstance(entry, dict):
+            if times == 1 and field in entry:
+                del entry[field]
+                return True
+            if times <= 2 and field not in entry and field in _PLACEHOLDERS:
+                entry[field] = _PLACEHOLDERS[field]
+                return True
+        del entries[current]
+        self._gone.setdefault(found["list"], []).append(self._file_index(found["list"], current))
         return True
 
 
+# Required fields of a list entry, and a value that passes, so the entry's other
+# fields are checked once its own value was reported.
+_PLACEHOLDERS: dict[str, Any] = {"url": "http://config-check.invalid"}
 # "networks.bsc.upstreams[2]" (and what follows, ".url: ..."): the list and the index.
 _ENTRY = re.compile(r"(?P<list>[\w.-]+)\[(?P<index>\d+)\]")
 

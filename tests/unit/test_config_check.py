@@ -86,3 +86,24 @@ def test_a_network_left_on_the_public_endpoint_is_a_warning(
     assert config_check_command(str(path), json_out=False) == 0  # a warning, not a mistake
     err = capsys.readouterr().err
     assert err.startswith("gateway: config warning: networks.opbnb.upstreams: not set"), err
+
+
+def test_every_mistake_of_each_node_table(tmp_path: Path) -> None:
+    """Each field of a node table is checked, not only its first mistake; a missing
+    url is named and the entry's other fields are still checked."""
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        "[networks.bsc]\n"
+        'upstreams = ["ftp://x", { url = "gopher://z", weight = -1, archive = "yes" },'
+        ' { name = "a b" }, "http://ok:1"]\n'
+    )
+    _, problems = check(str(path), {})
+    assert _paths(problems) == [
+        "networks.bsc.upstreams[0]",
+        "networks.bsc.upstreams[1].weight",
+        "networks.bsc.upstreams[1].url",
+        "networks.bsc.upstreams[1].archive",
+        "networks.bsc.upstreams[2].url",
+        "networks.bsc.upstreams[2].name",
+    ], problems
+    assert "missing" in problems[4]
