@@ -95,6 +95,7 @@ class Chain:
         self._forks: dict[int, int] = {}
         self._timer: asyncio.Task[None] | None = None
         self._next_due = 0.0  # time.monotonic() the timer's next block is due
+        self._started_at: tuple[int, float] | None = None  # (head, time.time()) at start()
 
     def block_hash(self, number: int) -> str:
         return _h(self.chain_id, number, self._forks.get(number, 0))
@@ -103,7 +104,11 @@ class Chain:
         if number > self.head or number < 0:
             return None
         hashes = self.ledger.hashes_in(number)
-        return canned_block(number, self.block_hash(number), self.block_hash(number - 1), hashes)
+        block = canned_block(number, self.block_hash(number), self.block_hash(number - 1), hashes)
+        if self._started_at:  # on a clock: when it was due (the same on every call)
+            made = self._started_at[1] + (number - self._started_at[0]) * self.block_time_s
+            block["timestamp"] = hex(int(made))
+        return block
 
     def logs(self, number: int, *, removed: bool = False) -> list[dict[str, Any]]:
         fork = self._forks.get(number, 0)
@@ -185,6 +190,7 @@ class Chain:
 
     def start(self) -> None:
         if self.block_time_s > 0 and self._timer is None:
+            self._started_at = (self.head, time.time())
             self._timer = asyncio.create_task(self._tick(), name="mock-chain-blocks")
 
     async def _tick(self) -> None:

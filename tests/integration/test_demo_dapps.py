@@ -325,7 +325,8 @@ def _opbnb(url: str) -> str:
 
 def test_blocks_come_at_the_networks_pace(demo: dict[str, str]) -> None:
     """BSC makes a block every 0.45 s and opBNB every 0.25 s, on their own clocks:
-    the demo's nodes do too (they made a block a second, and one per transaction)."""
+    the demo's nodes do too (they made a block a second, and one per transaction),
+    and their blocks' timestamps follow the clock."""
     _rested(demo["url"])
     urls = {"bsc": demo["url"], "opbnb": _opbnb(demo["url"])}
     first = {
@@ -339,6 +340,14 @@ def test_blocks_come_at_the_networks_pace(demo: dict[str, str]) -> None:
     bsc, opbnb = last["bsc"] - first["bsc"], last["opbnb"] - first["opbnb"]
     assert took / 0.45 - 3 <= bsc <= took / 0.45 + 2, (bsc, took)
     assert took / 0.25 - 4 <= opbnb <= took / 0.25 + 2, (opbnb, took)
+    # and their timestamps say so: now, 20 BSC blocks 9 s apart (they were 3 s a block)
+    head = last["bsc"]
+    stamps = [
+        int(_rpc(demo["url"], "eth_getBlockByNumber", [hex(n), False])["result"]["timestamp"], 16)
+        for n in (head - 20, head)
+    ]
+    assert 7 <= stamps[1] - stamps[0] <= 11, stamps
+    assert abs(stamps[1] - time.time()) < 5, stamps
 
 
 def test_logs_and_hashes_are_keccak(demo: dict[str, str]) -> None:
