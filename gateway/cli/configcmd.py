@@ -2,7 +2,9 @@
 
 Exit 2 when the config has mistakes (each on stderr, ``gateway: config
 error: PATH: ...``), else 0 with a one-line summary; the Redis URL in it is
-shown without credentials. The check itself lives in ``configcheck``.
+shown without credentials. A network left on the shipped public endpoint is
+a warning (``gateway: config warning: PATH: ...``), not a mistake. The
+check itself lives in ``configcheck``.
 """
 
 from __future__ import annotations
@@ -12,17 +14,21 @@ import sys
 
 import orjson
 
-from gateway.cli.configcheck import check
+from gateway.cli.configcheck import check, public_defaults
 from gateway.cli.storecall import safe_url
 
 
 def config_check_command(path: str | None, *, json_out: bool) -> int:
     name = path or os.environ.get("GATEWAY_CONFIG") or "(built-in defaults)"
     cfg, problems = check(path)
+    warnings = public_defaults(path)
     if json_out:
-        value = {"file": name, "ok": not problems, "errors": problems}
+        value = {"file": name, "ok": not problems, "errors": problems, "warnings": warnings}
         sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
-    elif problems:
+        return 2 if problems else 0
+    for warning in warnings:  # not mistakes: the exit status stays 0 for them alone
+        print(f"gateway: config warning: {warning}", file=sys.stderr)
+    if problems:
         for problem in problems:
             print(f"gateway: config error: {problem}", file=sys.stderr)
     else:

@@ -18,7 +18,7 @@ import types
 import typing
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
 from gateway.config.listening import FiltersConfig
@@ -124,6 +124,9 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     _floor("ws.recheck_interval_s", ws.recheck_interval_s, 0, above=True)
     _floor("ws.send_queue_bytes", ws.send_queue_bytes, 4096)
     _floor("ws.max_in_flight_per_socket", ws.max_in_flight_per_socket, 1)
+    if not 0 <= sections["server"].port <= 65535:
+        raise ConfigError("server.port: must be a TCP port, 0 to 65535")
+    _floor("server.workers", sections["server"].workers, 1)
     for i, cidr in enumerate(sections["server"].trusted_proxies):
         try:
             ipaddress.ip_network(cidr, strict=False)
@@ -327,10 +330,19 @@ def _url_list(urls: Any, where: str, scheme: str) -> list[str]:
         raise ConfigError(f"{where}: expected a non-empty list of URLs")
     for i, url in enumerate(urls):
         parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in (scheme, scheme + "s") or not parts.netloc:
+        if parts is None or parts.scheme not in (scheme, scheme + "s") or not _has_port(parts):
             article = "an" if scheme == "http" else "a"  # the messages' words as before
             raise ConfigError(f"{where}[{i}]: not {article} {scheme}(s) URL")
     return urls
+
+
+def _has_port(parts: SplitResult) -> bool:
+    """A host, and a port in 0-65535 if one is written (``urlsplit`` reads it lazily)."""
+    try:
+        parts.port  # noqa: B018 (raises ValueError on a port out of range)
+    except ValueError:
+        return False
+    return bool(parts.netloc)
 
 
 def ws_url_for(url: str) -> str:

@@ -33,6 +33,10 @@ def _is_url(value: Any, scheme: str) -> bool:
     if not isinstance(value, str):
         return False
     parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 (a port past 65535 raises ValueError)
+    except ValueError:
+        return False
     return parts.scheme in (scheme, scheme + "s") and bool(parts.netloc)
 
 

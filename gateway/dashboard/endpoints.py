@@ -15,7 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from gateway.config import NetworkConfig
-from gateway.dashboard.views import config_of, login_required, render
+from gateway.dashboard.plan import describe
+from gateway.dashboard.views import config_of, fmt_number, login_required, render
 from gateway.store.accounts import Account
 
 ENV_VAR = "RPC_KEY"
@@ -34,7 +35,17 @@ async def endpoints_page(request: web.Request, account: Account) -> web.StreamRe
     base = base_url(request)
     cfg = config_of(request)
     networks = [network_info(base, net, ws=cfg.ws.enabled) for net in cfg.networks]
-    context = {"networks": networks, "env_var": ENV_VAR, "ws": cfg.ws.enabled}
+    try:
+        plan: dict[str, Any] | None = describe(cfg.plan(account.plan))
+    except KeyError:  # a plan taken out of the config: the page still lists the URLs
+        plan = None
+    context = {
+        "networks": networks,
+        "env_var": ENV_VAR,
+        "ws": cfg.ws.enabled,
+        "plan": plan,
+        "max_batch": fmt_number(cfg.limits.max_batch),
+    }
     return render(request, "endpoints.html", context, account=account)
 
 

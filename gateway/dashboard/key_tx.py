@@ -3,10 +3,13 @@
 The choice is written through ``gateway.store.keytx`` (the same call as
 ``gateway keys update --private-tx``), which tells every gateway process at
 once; the form carries the CSRF token like every other form. The log shows
-each raw transaction's hash, the route it took and who accepted it, never
-its bytes. The key is looked up with the logged-in account's id, so
-another account's key id answers 404. The same form carries the key's
-bundle options (``noMerge``, ``positionFirst`` for BlockRazor,
+each raw transaction's hash, the route it took, who accepted it, its outcome
+(followed until it lands for a private one: included in a block, replaced,
+given up) and (when nobody took it) the reason, never its bytes: one entry a
+block of label and value, so it fits a phone and a laptop alike and a new
+field is a line of ``LOG_FIELDS``. The key is looked up with the logged-in
+account's id, so another account's key id answers 404. The same form carries
+the key's bundle options (``noMerge``, ``positionFirst`` for BlockRazor,
 ``mev_builders`` for bloXroute), saved with ``gateway.store.keytx`` as
 ``gateway keys update --no-merge / --position-first / --mev-builders`` does.
 """
@@ -26,6 +29,19 @@ from gateway.store.keytx import (
     recent_transactions,
     set_bundle_options,
     set_private_tx,
+)
+
+# The log's fields, in the order shown: (the txlog entry's field, its label, how it is
+# shown: "time", "code" or "text"). A field the log gains is one line here; an entry
+# without it (written before) shows the rest.
+LOG_FIELDS = (
+    ("time", "Time", "time"),
+    ("method", "Method", "text"),
+    ("hash", "Hash", "code"),
+    ("route", "Route", "text"),
+    ("accepted_by", "Accepted by", "text"),
+    ("outcome", "Outcome", "text"),
+    ("reason", "Reason", "text"),
 )
 
 CHOICES = (
@@ -48,9 +64,20 @@ async def _context(
         "choice": record.private_tx or "off",  # a refused post changes nothing to show
         "choices": CHOICES,
         "private_networks": [n.name for n in cfg.networks if n.private_tx],
-        "entries": await recent_transactions(store_of(request), account.id, record.id),
+        "entries": _shown(await recent_transactions(store_of(request), account.id, record.id)),
         "bundle": await bundle_options(store_of(request), account.id, record.id),
     }
+
+
+def _shown(entries: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Each entry as the page lists it: its outcome, and (field, label, kind, value)
+    for every field it has; nobody having accepted it reads "none"."""
+    shown = []
+    for entry in entries:
+        values = entry | {"accepted_by": entry.get("accepted_by") or "none"}
+        fields = [(n, label, kind, values[n]) for n, label, kind in LOG_FIELDS if values.get(n)]
+        shown.append({"outcome": entry.get("outcome", ""), "fields": fields})
+    return shown
 
 
 async def _write(

@@ -20,9 +20,15 @@ from gateway.store.insightquery import fmt_money
 
 @login_required
 async def plan_page(request: web.Request, account: Account) -> web.StreamResponse:
-    plans = [describe(p) for p in config_of(request).plans]
+    cfg = config_of(request)
+    plans = [describe(p) for p in cfg.plans]
     keys = await store_of(request).list_keys(account.id)
-    return render(request, "plan.html", {"plans": plans, "key_count": len(keys)}, account=account)
+    context = {
+        "plans": plans,
+        "key_count": len(keys),
+        "first": describe(cfg.plan(cfg.default_plan)),
+    }
+    return render(request, "plan.html", context, account=account)
 
 
 @login_required
@@ -37,14 +43,27 @@ async def switch_plan(request: web.Request, account: Account) -> web.StreamRespo
     return redirect("/dashboard/plan?msg=plan")
 
 
+# What a dapp sends most: its weight says how many sends a second a plan allows.
+SEND = "eth_sendRawTransaction"
+
+
+def sends_per_second(plan: PlanConfig) -> str:
+    """About how many raw transactions a second the plan's rate pays for ("about 3")."""
+    weight = plan.weights.get(SEND, 1) or 1
+    return fmt_number(int(plan.rate // weight) if plan.rate >= weight else plan.rate / weight)
+
+
 def describe(plan: PlanConfig) -> dict[str, Any]:
-    """A plan as the page lists it: ceilings in words users compare across providers."""
+    """A plan as the page lists it: ceilings in units (what a call costs), with what
+    they buy in plain calls and in sends, so "25" is not read as 25 transactions."""
     weights = sorted((m, w) for m, w in plan.weights.items() if w != 1)
     return {
         "name": plan.name,
         "title": plan.title,
         "rate": fmt_number(plan.rate),
         "burst": fmt_number(plan.burst),
+        "send_weight": fmt_number(plan.weights.get(SEND, 1)),
+        "sends": sends_per_second(plan),
         "quota": fmt_number(plan.daily_quota) if plan.daily_quota else None,
         "weights": [(m, fmt_number(w)) for m, w in weights],
         "price": fmt_money(plan.price_per_million_cu) if plan.price_per_million_cu else None,

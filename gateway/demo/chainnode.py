@@ -20,8 +20,9 @@ view of the chain ``lag`` blocks behind), and only tests import it.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Final
+
+from eth_hash.auto import keccak
 
 from gateway.demo import wallet
 from gateway.demo.mocknode import MockNode, MockNodeOptions, listen
@@ -72,7 +73,7 @@ class Chain:
 
     def _digest(self, kind: str, number: int, gen: int) -> str:
         raw = f"{kind}:{self.chain_id}:{number}:{gen}".encode()
-        return hashlib.sha256(raw).hexdigest()[:40]
+        return keccak(raw).hex()[:40]
 
     def block_hash(self, number: int) -> str:
         gen = self.generation(number)

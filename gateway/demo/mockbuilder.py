@@ -4,10 +4,13 @@ It takes ``eth_sendRawTransaction`` and ``eth_sendBundle`` as the BSC
 builders do (48 Club, BlockRazor, BlockSec: a transaction's hash, a
 bundle's hash), records every call it got (``received``), and can be
 made to fail: ``down`` answers HTTP 503, ``reject`` answers a JSON-RPC
-error in a node's words. Transactions are read with the gateway's own
-decoder (``tx.codec``), so a builder never accepts bytes a node would
-refuse. With ``land`` set (the demo), each accepted transaction is handed
-on, as a builder includes it in its next block.
+error in a node's words. A transaction the chain refuses (a nonce already
+used, one too high) is answered as a builder does, with the node's words
+(``nonce too low``) in a JSON-RPC error, never an HTTP error.
+Transactions are read with the gateway's own decoder (``tx.codec``), so a
+builder never accepts bytes a node would refuse. With ``land`` set (the
+demo), each accepted transaction is handed on, as a builder includes it in
+its next block.
 
 ``dialect`` makes it one of BSC's builders as their docs give the request
 shapes (``gateway/tx/dialects.py`` speaks them): ``"48club"`` checks a
@@ -86,8 +89,12 @@ class MockBuilder:
             call = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
             return _json({"jsonrpc": "2.0", "id": None, "error": _error(-32700, "parse error")})
-        method = call.get("method") if isinstance(call, dict) else None
-        self.received.append((str(method), call.get("params") if isinstance(call, dict) else None))
+        if not isinstance(call, dict):  # builders take one call a request
+            self.received.append(("None", None))
+            error = _error(-32600, "invalid request: one JSON-RPC call object expected")
+            return _json({"jsonrpc": "2.0", "id": None, "error": error})
+        method = call.get("method")
+        self.received.append((str(method), call.get("params")))
         if self.down:
             return web.Response(status=503, text="builder unavailable")
         cid = call.get("id")
@@ -97,7 +104,9 @@ class MockBuilder:
             return web.Response(status=401, text="missing or wrong Authorization header")
         try:
             result = await self._answer(str(method), call.get("params"))
-        except (TxError, TypeError, ValueError, IndexError) as exc:
+        except wallet.NodeError as exc:  # the chain refused it ("nonce too low"): its words
+            return _json({"jsonrpc": "2.0", "id": cid, "error": _error(exc.code, str(exc))})
+        except (TxError, TypeError, ValueError, IndexError, KeyError) as exc:
             return _json({"jsonrpc": "2.0", "id": cid, "error": _error(-32000, str(exc))})
         return _json({"jsonrpc": "2.0", "id": cid, "result": result})
 
@@ -186,10 +195,11 @@ async def start_mock_builder(
 
 
 def lands_on(chain: Chain) -> Land:
-    """What the demo's builder does with a transaction: mine it on ``chain`` at once.
+    """What the demo's builder does with a transaction: put it in ``chain``'s next block.
 
-    As the chain's own nodes do with a sent transaction (a block of its own),
-    so a wallet on the private route sees its receipt as quickly.
+    As the chain's own nodes do with a sent transaction (mined when the block
+    is due, or at once on a chain without a block timer), so a wallet on the
+    private route sees its receipt as quickly as on the public one.
     """
 
     def land(raw: str) -> None:
@@ -199,9 +209,8 @@ def lands_on(chain: Chain) -> Land:
             ledger=chain.ledger,
             head=chain.head,
             block_hash=chain.block_hash,
-            include_at=chain.head + 1,
+            include_at=chain.next_block(),
         )
-        if chain.ledger.hashes_in(chain.head + 1):
-            chain.mine()
+        chain.include()
 
     return land

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
+import functools
 import random
 import time
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
 import orjson
+from eth_hash.auto import keccak
 
 from gateway.demo import wallet
 from gateway.demo.framing import RequestFramer
@@ -71,8 +72,10 @@ class _Reparse(Exception):
     """A float id was read by orjson; re-read with the literal-keeping parser."""
 
 
+@functools.lru_cache(maxsize=4096)
 def _hash32(*parts: object) -> str:
-    return "0x" + hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
+    """A block hash, Keccak as a real chain's; cached, as the head's is asked again and again."""
+    return "0x" + keccak(":".join(map(str, parts)).encode()).hex()
 
 
 def _first_param(params: Any) -> Any:

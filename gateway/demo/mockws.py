@@ -4,11 +4,8 @@ The HTTP-only ``gateway.demo.mocknode`` is a raw protocol built to cost nothing
 under load; subscriptions need a WebSocket server, so this one is a small
 aiohttp app instead: ``POST /`` answers calls, ``GET /`` with ``Upgrade``
 opens a socket that also answers ``eth_subscribe`` / ``eth_unsubscribe``.
-
 Several nodes may serve one ``Chain`` (the same blocks, as real nodes of one
-network do), which is what failover tests need: drop one node's sockets
-(``node.drop()``), mine while the gateway moves, and the other node has the
-same history for the gaps to be filled from.
+network do), which is what failover tests need.
 
 Switches: ``Chain.mine()`` (or a block timer, ``block_time_s``),
 ``Chain.reorg(depth)`` (replaces the newest blocks; logs of the orphaned ones
@@ -26,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import functools
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -35,48 +32,37 @@ from typing import Any
 
 import orjson
 from aiohttp import WSMsgType, web
+from eth_hash.auto import keccak
 
 from gateway.demo import wallet
+from gateway.demo.blockviews import (
+    BSC_CHAINS,
+    FINALITY_METHODS,
+    TRANSFER_TOPIC,
+    block_view,
+    finalized_view,
+    header_of,
+    log_matches,
+    transfer_logs,
+)
 from gateway.demo.nodewire import canned_block
 
-__all__ = ["Chain", "MockWsNode", "log_matches", "start_ws_node"]
+__all__ = [
+    "TRANSFER_TOPIC",
+    "Chain",
+    "MockWsNode",
+    "header_of",
+    "log_matches",
+    "start_ws_node",
+]
 
-_ADDRESSES = tuple("0x" + f"{i:02x}" * 20 for i in range(1, 4))
-TRANSFER_TOPIC = "0x" + hashlib.sha256(b"Transfer(address,address,uint256)").hexdigest()
-# Fields of a block answer that a newHeads header does not carry (geth's shape).
-_BLOCK_ONLY = ("transactions", "uncles", "size", "totalDifficulty", "withdrawals")
+_PROPAGATION_S = 0.25  # a sent transaction reaches the next block's proposer in this long
 
 
+@functools.lru_cache(maxsize=4096)
 def _h(*parts: object) -> str:
-    return "0x" + hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
-
-
-def _topic(n: int) -> str:
-    return "0x" + f"{n:064x}"
-
-
-def header_of(block: dict[str, Any]) -> dict[str, Any]:
-    """A block answer cut down to what a ``newHeads`` notification carries."""
-    return {k: v for k, v in block.items() if k not in _BLOCK_ONLY}
-
-
-def log_matches(log: dict[str, Any], flt: dict[str, Any]) -> bool:
-    """eth_getLogs / logs-subscription filter semantics (address and topics)."""
-    address = flt.get("address")
-    if address is not None:
-        wanted = [address] if isinstance(address, str) else list(address)
-        if wanted and log["address"].lower() not in {a.lower() for a in wanted}:
-            return False
-    topics = flt.get("topics") or []
-    for i, want in enumerate(topics):
-        if want is None:
-            continue
-        if i >= len(log["topics"]):
-            return False
-        options = [want] if isinstance(want, str) else list(want)
-        if options and log["topics"][i].lower() not in {t.lower() for t in options}:
-            return False
-    return True
+    """A 32-byte hash standing for what ``parts`` name, Keccak as the chain's own hashes."""
+    return "0x" + keccak(":".join(map(str, parts)).encode()).hex()
 
 
 class Chain:
@@ -90,8 +76,13 @@ class Chain:
         logs_per_block: int = 3,
         block_time_s: float = 0.0,
         stamp: bool = False,
+        finality_depth: int = 0,
     ) -> None:
         self.chain_id = chain_id
+        # How far the finalized (and safe) block trails the head: BSC's fast
+        # finality settles a block about 1.1 s after it is made (two or three
+        # blocks); 0 keeps every tag at the head, as tests of a bare chain expect.
+        self.finality_depth = finality_depth
         # bench: newHeads carry "emittedAt" (time.time()) so a client in another
         # process measures node-emit-to-receive latency. Not a real node field.
         self.stamp = stamp
@@ -103,6 +94,8 @@ class Chain:
         self.ledger = wallet.Ledger(chain_id)  # transactions sent, shared by every node
         self._forks: dict[int, int] = {}
         self._timer: asyncio.Task[None] | None = None
+        self._next_due = 0.0  # time.monotonic() the timer's next block is due
+        self._started_at: tuple[int, float] | None = None  # (head, time.time()) at start()
 
     def block_hash(self, number: int) -> str:
         return _h(self.chain_id, number, self._forks.get(number, 0))
@@ -111,25 +104,16 @@ class Chain:
         if number > self.head or number < 0:
             return None
         hashes = self.ledger.hashes_in(number)
-        return canned_block(number, self.block_hash(number), self.block_hash(number - 1), hashes)
+        block = canned_block(number, self.block_hash(number), self.block_hash(number - 1), hashes)
+        if self._started_at:  # on a clock: when it was due (the same on every call)
+            made = self._started_at[1] + (number - self._started_at[0]) * self.block_time_s
+            block["timestamp"] = hex(int(made))
+        return block
 
     def logs(self, number: int, *, removed: bool = False) -> list[dict[str, Any]]:
-        bhash = self.block_hash(number)
         fork = self._forks.get(number, 0)
-        return [
-            {
-                "address": _ADDRESSES[(number + i) % len(_ADDRESSES)],
-                "topics": [TRANSFER_TOPIC, _topic(number), _topic(i)],
-                "data": _topic(fork),
-                "blockNumber": hex(number),
-                "blockHash": bhash,
-                "transactionHash": _h("tx", self.chain_id, number, fork, i),
-                "transactionIndex": hex(i),
-                "logIndex": hex(i),
-                "removed": removed,
-            }
-            for i in range(self.logs_per_block)
-        ]
+        txs = [_h("tx", self.chain_id, number, fork, i) for i in range(self.logs_per_block)]
+        return transfer_logs(number, self.block_hash(number), fork, txs, removed=removed)
 
     def get_logs(self, flt: dict[str, Any]) -> list[dict[str, Any]]:
         lo = self._tag(flt.get("fromBlock", "latest"))
@@ -141,8 +125,14 @@ class Chain:
             out.extend(log for log in self.logs(n) if log_matches(log, flt))
         return out
 
+    @property
+    def finalized(self) -> int:
+        return max(0, self.head - self.finality_depth)
+
     def _tag(self, tag: Any) -> int:
-        if tag in ("latest", "pending", "safe", "finalized", None):
+        if tag in ("safe", "finalized"):
+            return self.finalized
+        if tag in ("latest", "pending", None):
             return self.head
         if tag == "earliest":
             return 0
@@ -184,16 +174,31 @@ class Chain:
             node.publish_logs(logs)
             node.publish("newPendingTransactions", pending)
 
+    def next_block(self) -> int:
+        """The block a transaction sent now goes in: the next one, or (on a timer) the one
+        after when the next is due within ``_PROPAGATION_S``, as on BSC, where a
+        transaction reaches the block's proposer in about that long. So no receipt
+        comes sooner after its send than that (ethers' 250 ms cache meets it too)."""
+        if self._timer is None or self._next_due - time.monotonic() >= _PROPAGATION_S:
+            return self.head + 1
+        return self.head + 2
+
+    def include(self) -> None:
+        """Mine a sent transaction's block now, unless the timer will (as BSC's does)."""
+        if self._timer is None and self.ledger.hashes_in(self.head + 1):
+            self.mine()
+
     def start(self) -> None:
         if self.block_time_s > 0 and self._timer is None:
+            self._started_at = (self.head, time.time())
             self._timer = asyncio.create_task(self._tick(), name="mock-chain-blocks")
 
     async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        due = loop.time()
+        due = time.monotonic()
         while True:  # a steady rate: sleep to the next due time, not a fixed gap
             due += self.block_time_s
-            await asyncio.sleep(max(0.0, due - loop.time()))
+            self._next_due = due
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
             self.mine()
 
     async def stop(self) -> None:
@@ -376,7 +381,9 @@ class MockWsNode:
         if method == "eth_blockNumber":
             return hex(chain.head)
         if method == "eth_getBlockByNumber":
-            return chain.block(chain._tag(params[0]))
+            return block_view(chain, chain._tag(params[0]), bool(params[1:2] and params[1]))
+        if method in FINALITY_METHODS and chain.chain_id in BSC_CHAINS:
+            return finalized_view(chain, method, params)
         if method == "eth_getLogs":
             return chain.get_logs(params[0] if params else {})
         if method == "eth_getBalance":
@@ -405,10 +412,10 @@ class MockWsNode:
             ledger=chain.ledger,
             head=chain.head,
             block_hash=chain.block_hash,
-            include_at=chain.head + 1 if sending else None,
+            include_at=chain.next_block() if sending else None,
         )
-        if sending and chain.ledger.hashes_in(chain.head + 1):
-            chain.mine()
+        if sending:
+            chain.include()
         return result
 
 

@@ -21,10 +21,11 @@ touch the ledger.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
+
+from eth_hash.auto import keccak
 
 from gateway.tx.codec import DecodedTx, contract_address, decode_raw_tx
 
@@ -208,8 +209,7 @@ def _send_raw(ctx: _Ctx, params: list[Any]) -> str:
     try:
         tx = decode_raw_tx(bytes.fromhex(raw[2:]))
     except ValueError:
-        # Not a signed transaction: the stand-in answer forwarding tests rely on.
-        return "0x" + hashlib.sha256(raw.encode()).hexdigest()
+        return "0x" + keccak(raw.encode()).hex()  # not a transaction: a stand-in hash
     ctx.ledger.add(tx, ctx.head if ctx.include_at is None else ctx.include_at)
     return tx.hash
 

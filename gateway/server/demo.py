@@ -1,13 +1,17 @@
 """The offline demo (``gateway serve --demo``): an embedded Redis, one mock node and
-one mock builder per network (HTTP and WebSocket, a block a second), a demo account
-and keys, and a banner that says how to call it. ``server.runner`` serves the app
-made here like any other.
+one mock builder per network (HTTP and WebSocket, blocks at the network's own pace:
+0.45 s on BSC, 0.25 s on opBNB), a demo account and keys, and a banner that says
+how to call it. ``server.runner`` serves the app made here like any other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
+import shlex
+import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
@@ -22,6 +26,14 @@ from gateway.demo.mockws import Chain, start_ws_node
 from gateway.redis.embedded import RedisProcess
 from gateway.redis.keyspace import record_key
 
+# The real networks' block times (BSC since Fermi, opBNB since Fourier): the
+# demo's nodes make blocks at that pace, never on demand, so a dapp meets the
+# timing it will meet on the chain (ethers' 250 ms request cache, receipts a
+# block later). Another chain id gets BSC's.
+DEMO_BLOCK_TIME_S = {56: 0.45, 97: 0.45, 204: 0.25, 5611: 0.25}
+# BSC's fast finality settles a block about 1.1 s after it is made.
+DEMO_FINALITY_DEPTH = 3
+
 DEMO_EMAIL = "demo@example.com"
 DEMO_PASSWORD = "demo-password"
 
@@ -34,24 +46,27 @@ def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
     url = redis_proc.start()
 
     async def build() -> web.Application:
-        # one HTTP + WebSocket mock node per network, a block a second, so
-        # eth_subscribe works in the demo too; and a mock builder (the private route)
+        # one HTTP + WebSocket mock node per network, making blocks at the
+        # network's own pace (so eth_subscribe works in the demo too, and a
+        # dapp waits for its receipt as on the real chain); and a mock builder
+        # (the private route)
         nodes, builders = [], []
         for net in cfg.networks:
-            chain = Chain(net.chain_id, block_time_s=1.0)
+            chain = Chain(
+                net.chain_id,
+                block_time_s=demo_block_time(net.chain_id),
+                finality_depth=DEMO_FINALITY_DEPTH,
+            )
             nodes.append(await start_ws_node(chain))
             builders.append(await start_mock_builder(net.chain_id, lands_on(chain)))
             chain.start()
         networks = tuple(
-            # the mock mines a block per transaction too, as a dev chain does:
-            # faster than a real network's block time, so no block-time check
             dataclasses.replace(
                 net,
                 upstreams=(n.url,),
                 ws_upstreams=(n.ws_url,),
                 private_tx=(b.url,),
                 builders=(BuilderConfig(b.url, "demo-builder"),),
-                block_time_s=0.0,
             )
             for net, n, b in zip(cfg.networks, nodes, builders, strict=True)
         )
@@ -87,6 +102,11 @@ def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
         tmp.cleanup()
 
 
+def demo_block_time(chain_id: int) -> float:
+    """How often the demo's node for ``chain_id`` makes a block (seconds)."""
+    return DEMO_BLOCK_TIME_S.get(chain_id, DEMO_BLOCK_TIME_S[56])
+
+
 async def _demo_key(app: web.Application) -> None:
     cfg = app[T.CONFIG]
     store = app[T.STORE]
@@ -100,9 +120,26 @@ async def _demo_key(app: web.Application) -> None:
     print(f"Demo API key with private transactions on (mock builder): {private}\n", flush=True)
 
 
+def _python() -> str:
+    """How to name this interpreter in a line to paste: ``python`` where that is the one
+    running now (a venv's), else its full path (the gateway's package is installed there)."""
+    found = shutil.which("python")
+    if found and Path(found).resolve() == Path(sys.executable).resolve():
+        return "python"
+    return shlex.quote(sys.executable)
+
+
 def _demo_banner(
-    base: str, key: str, networks: tuple[NetworkConfig, ...], redis_url: str = ""
+    base: str,
+    key: str,
+    networks: tuple[NetworkConfig, ...],
+    redis_url: str = "",
+    with_web3: bool | None = None,
 ) -> str:
+    """The lines a user pastes: each runs with what installing the package installed
+    (curl aside); the web3.py one only where web3 is importable."""
+    if with_web3 is None:
+        with_web3 = importlib.util.find_spec("web3") is not None
     body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
     lines = [
         "",
@@ -127,22 +164,26 @@ def _demo_banner(
     ws = "ws" + base[len("http") :]
     sub = '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}'
     first = networks[0].prefix if networks else "/bsc"
+    python = _python()
     lines += [
         "",
-        "WebSocket (new blocks as they come):",
-        f"  websocat -n '{ws}{first}/'$RPC_KEY <<< '{sub}'",
-        "  python - <<'EOF'",
-        "import asyncio, os",
-        "from web3 import AsyncWeb3, WebSocketProvider",
-        "async def main():",
-        f"    url = '{ws}{first}/' + os.environ['RPC_KEY']",
-        "    async with AsyncWeb3(WebSocketProvider(url)) as w3:",
-        "        await w3.eth.subscribe('newHeads')",
-        "        async for msg in w3.socket.process_subscriptions():",
-        "            print(int(msg['result']['number']))",
-        "asyncio.run(main())",
-        "EOF",
+        "WebSocket (new blocks as they come; Ctrl-C stops it):",
+        f"  {python} -m gateway.demo.wscat \"{ws}{first}/$RPC_KEY\" '{sub}'",
     ]
+    if with_web3:  # web3.py is not a dependency: only where it is installed
+        lines += [
+            f"  {python} - <<'EOF'",
+            "import asyncio, os",
+            "from web3 import AsyncWeb3, WebSocketProvider",
+            "async def main():",
+            f"    url = '{ws}{first}/' + os.environ['RPC_KEY']",
+            "    async with AsyncWeb3(WebSocketProvider(url)) as w3:",
+            "        await w3.eth.subscribe('newHeads')",
+            "        async for msg in w3.socket.process_subscriptions():",
+            "            print(int(msg['result']['number']))",
+            "asyncio.run(main())",
+            "EOF",
+        ]
     if redis_url:  # the demo's Redis lives in a temp folder: the CLI needs its address
         lines += [
             "",

@@ -40,10 +40,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from gateway.config import NetworkConfig, PlanConfig
+from gateway.rpc.errors import UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE
 from gateway.rpc.localmethods import CallError, ForwardAs, LocalContext, LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.rpc.protocol import Call
@@ -162,6 +164,7 @@ class TxMethods:
         self._log_when_settled(fanned, khash, name, tx.hash, tx.sender, route)
         if fanned.first is not None:
             self._count(name, route, "accepted")
+            _served_by(call, fanned.first.target)
             if route == PRIVATE:
                 await self._follow(khash, name, [tx], fanned.first.target, None)
             return tx.hash
@@ -196,6 +199,7 @@ class TxMethods:
         self._log_when_settled(fanned, khash, SEND_BUNDLE, hashes, txs[0].sender, PRIVATE)
         if fanned.first is not None:
             self._count(SEND_BUNDLE, PRIVATE, "accepted")
+            _served_by(call, fanned.first.target)
             until = _block(bundle.get("maxBlockNumber"))
             await self._follow(khash, SEND_BUNDLE, txs, fanned.first.target, until)
             return answer_of(fanned.first.answer)
@@ -303,8 +307,8 @@ class TxMethods:
         else:
             reason = "no upstream node answered" if results else "no upstream node in service"
         if timeout:
-            raise CallError(-32603, "Upstream timeout", {"reason": reason}, status=504)
-        raise CallError(-32603, "Upstream unavailable", {"reason": reason}, status=502)
+            raise CallError.of(UPSTREAM_TIMEOUT, {"reason": reason})
+        raise CallError.of(UPSTREAM_UNAVAILABLE, {"reason": reason})
 
     def _log_when_settled(
         self, fanned: Fanned, khash: str, method: str, tx_hash: str, sender: str, route: str
@@ -315,7 +319,8 @@ class TxMethods:
             if fanned.first is not None and fanned.first.target not in accepted:
                 accepted.append(fanned.first.target)
             outcome = "accepted" if accepted else "not accepted"
-            self.txlog.add(khash, method, tx_hash, sender, route, accepted, outcome)
+            reason = "" if accepted else _why_not(results)
+            self.txlog.add(khash, method, tx_hash, sender, route, accepted, outcome, reason)
 
         fanned.settled.add_done_callback(write)
 
@@ -340,6 +345,25 @@ def _block(value: Any) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def _served_by(call: Call, target: str) -> None:
+    """``X-Gateway-Node`` names who took the send (not ``gateway``): a node's or a builder's
+    configured name, or for a bare URL its host (the URL may carry a credential in its
+    path; the host not)."""
+    name = (urlsplit(target).hostname or "private") if "://" in target else target
+    call.served, call.node = "miss", name
+
+
+def _why_not(results: list[Result]) -> str:
+    """The key's log's reason for a transaction nobody took: a node's own words if one
+    refused it ("nonce too low"), else why none answered."""
+    for res in results:
+        if res.error is not None and res.error.get("message"):
+            return f"{res.target}: {str(res.error['message'])[:200]}"
+    if any(r.timeout for r in results):
+        return "no node answered in time"
+    return "no node answered" if results else "no node in service"
 
 
 def _all_failed(results: list[Result]) -> bool:

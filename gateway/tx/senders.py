@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from gateway.config import NetworkConfig
 from gateway.limits.limiter import LimiterUnavailable
 from gateway.redis import keyspace as ks
+from gateway.rpc.errors import RATE_LIMITED, SERVICE_UNAVAILABLE
 from gateway.rpc.localmethods import CallError
 from gateway.tx.bucket import Buckets
 from gateway.tx.codec import DecodedTx
@@ -74,12 +75,12 @@ def limited(reason: str, wait_ms: int) -> CallError:
     """429 with ``Retry-After`` (whole seconds) and the wait in ms in ``error.data``."""
     data = {"reason": reason, "retry_after_ms": wait_ms}
     headers = {"Retry-After": str(max(1, math.ceil(wait_ms / 1000)))}
-    return CallError(-32005, "Rate limit exceeded", data, status=429, headers=headers)
+    return CallError.of(RATE_LIMITED, data, headers)
 
 
 def unavailable() -> CallError:
     """Redis could not say, and the failure policy is closed."""
-    return CallError(-32603, "Service unavailable", status=503)
+    return CallError.of(SERVICE_UNAVAILABLE)
 
 
 def _fmt(rate: float) -> str:

@@ -5,8 +5,9 @@ Entries are kept in memory and written once per interval in one pipeline
 at ``insight.log_cap`` entries, expiring ``insight.log_ttl_s`` after the
 last). An entry holds the time, the method, the transaction hash, the
 sender, the route (``public``, ``private``, ``private, then public``), who
-accepted it (node names or private endpoints, their URLs masked) and the
-outcome. Never the raw bytes: they are the sender's business until mined.
+accepted it (node names or private endpoints, their URLs masked), the
+outcome and, when nobody accepted it, the reason (a node's own words).
+Never the raw bytes: they are the sender's business until mined.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class TxLog:
         route: str,
         accepted_by: list[str],
         outcome: str,
+        reason: str = "",
     ) -> None:
         entries = self._pending.get(khash)
         if entries is None:
@@ -66,6 +68,7 @@ class TxLog:
                 "route": route,
                 "accepted_by": ",".join(accepted_by),
                 "outcome": outcome,
+                "reason": reason,  # why it was not accepted ("" when it was)
             }
         )
 

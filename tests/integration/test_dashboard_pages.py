@@ -99,8 +99,8 @@ async def test_plan_switch_applies_from_the_next_request(
     assert plans["free"].find_all(data_testid="current-plan")
     assert "Free" in plans["free"].tags("h2")[0].text
     assert "Pay as you go" in plans["payg"].tags("h2")[0].text
-    assert plans["free"].testid("plan-rate") == "25 requests per second"
-    assert plans["payg"].testid("plan-burst") == "600 requests"
+    assert plans["free"].testid("plan-rate") == "25 units per second"
+    assert plans["payg"].testid("plan-burst") == "600 units"
     resp = await user.post("/dashboard/plan", {"plan": "payg"})
     assert resp.headers["Location"] == "/dashboard/plan?msg=plan"
     assert (await call(client, key)).headers["RateLimit-Policy"].startswith("600;")

@@ -285,8 +285,8 @@ def test_private_route_end_to_end(demo: dict[str, str]) -> None:
         assert time.monotonic() < deadline, page[-3000:]
         time.sleep(0.5)
         page = _private_key_page(demo["base"])
-    row = page.split("0x" + bytes(sent).hex().removeprefix("0x"), 1)[1].split("</tr>", 1)[0]
-    # the newest row: "accepted", or once followed to its receipt "included in block N"
+    row = page.split("0x" + bytes(sent).hex().removeprefix("0x"), 1)[1].split("</li>", 1)[0]
+    # the newest entry: "accepted", or once followed to its receipt "included in block N"
     assert ">private<" in row and ("accepted" in row or "included in block" in row), row
 
 
@@ -309,3 +309,178 @@ def _private_key_page(base: str) -> str:
     return str(
         opener.open(f"{base}/dashboard/keys/{key_id}/transactions", timeout=20).read().decode()
     )
+
+
+def _rpc(url: str, method: str, params: list[Any]) -> dict[str, Any]:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+    req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        assert resp.status == 200
+        answer: dict[str, Any] = json.loads(resp.read())
+    return answer
+
+
+def _opbnb(url: str) -> str:
+    return url.replace("/bsc/", "/opbnb/")
+
+
+def test_blocks_come_at_the_networks_pace(demo: dict[str, str]) -> None:
+    """BSC makes a block every 0.45 s and opBNB every 0.25 s, on their own clocks:
+    the demo's nodes do too (they made a block a second, and one per transaction),
+    and their blocks' timestamps follow the clock."""
+    _rested(demo["url"])
+    urls = {"bsc": demo["url"], "opbnb": _opbnb(demo["url"])}
+    first = {
+        name: int(_rpc(url, "eth_blockNumber", [])["result"], 16) for name, url in urls.items()
+    }
+    started = time.monotonic()
+    time.sleep(4.5)
+    last = {name: int(_rpc(url, "eth_blockNumber", [])["result"], 16) for name, url in urls.items()}
+    took = time.monotonic() - started
+    # allow a block of head-following lag at either end, and a loaded box
+    bsc, opbnb = last["bsc"] - first["bsc"], last["opbnb"] - first["opbnb"]
+    assert took / 0.45 - 3 <= bsc <= took / 0.45 + 2, (bsc, took)
+    assert took / 0.25 - 4 <= opbnb <= took / 0.25 + 2, (opbnb, took)
+    # and their timestamps say so: now, 20 BSC blocks 9 s apart (they were 3 s a block)
+    head = last["bsc"]
+    stamps = [
+        int(_rpc(demo["url"], "eth_getBlockByNumber", [hex(n), False])["result"]["timestamp"], 16)
+        for n in (head - 20, head)
+    ]
+    assert 7 <= stamps[1] - stamps[0] <= 11, stamps
+    assert abs(stamps[1] - time.time()) < 5, stamps
+
+
+def test_logs_and_hashes_are_keccak(demo: dict[str, str]) -> None:
+    """An ERC-20 Transfer's topic is the Keccak hash of its signature (a dapp filters on
+    it); block hashes are 32-byte Keccak digests, not SHA-256 ones."""
+    _rested(demo["url"])
+    w3 = Web3(Web3.HTTPProvider(demo["url"], request_kwargs={"timeout": 20}))
+    head = w3.eth.block_number
+    logs = w3.eth.get_logs({"fromBlock": head - 2, "toBlock": head})
+    transfer = Web3.keccak(text="Transfer(address,address,uint256)")
+    assert logs and all(log["topics"][0] == transfer for log in logs), logs[:2]
+    # the same filter by topic, as ethers' contract.on does, finds them all
+    assert w3.eth.get_logs({"fromBlock": head - 2, "toBlock": head, "topics": [transfer]}) == logs
+    block = w3.eth.get_block(head)
+    assert len(block["hash"]) == 32 and block["parentHash"] == w3.eth.get_block(head - 1)["hash"]
+
+
+def test_bsc_finality_methods(demo: dict[str, str]) -> None:
+    """``eth_getFinalizedHeader`` / ``eth_getFinalizedBlock`` (BSC's fast finality) answer
+    on BSC, a few blocks under the head; opBNB's nodes do not offer them, as op-geth."""
+    _rested(demo["url"])
+    head = int(_rpc(demo["url"], "eth_blockNumber", [])["result"], 16)
+    header = _rpc(demo["url"], "eth_getFinalizedHeader", [-2])["result"]
+    block = _rpc(demo["url"], "eth_getFinalizedBlock", [-2, False])["result"]
+    assert head - 10 <= int(header["number"], 16) < head + 2, (head, header)
+    assert "transactions" not in header and isinstance(block["transactions"], list)
+    finalized = _rpc(demo["url"], "eth_getBlockByNumber", ["finalized", False])["result"]
+    assert int(finalized["number"], 16) <= int(
+        _rpc(demo["url"], "eth_blockNumber", [])["result"], 16
+    )
+    refused = _rpc(demo["url"], "eth_getFinalizedHeader", [0])["error"]
+    assert refused["code"] == -32602 and "out of range" in refused["message"], refused
+    missing = _rpc(_opbnb(demo["url"]), "eth_getFinalizedHeader", [-2])["error"]
+    assert missing["code"] == -32601 and "does not exist" in missing["message"], missing
+
+
+def test_private_route_nonce_mistake_in_words(demo: dict[str, str]) -> None:
+    """A nonce already used, sent on the private route, is answered as the public route
+    answers it (``nonce too low``), not HTTP 502 "every private endpoint failed": the
+    demo's builder answers in words (it answered HTTP 500 with a traceback)."""
+    _rested(demo["private_url"])
+    account = Account.from_key("0x" + "0e" * 32)
+    fields = {"to": TO, "nonce": 0, "chainId": 56, "gas": 21_000}
+    fees = {"maxFeePerGas": 2 * 10**9, "maxPriorityFeePerGas": 10**9}
+    signed = [account.sign_transaction(fields | fees | {"value": v}) for v in (1, 2)]
+    raws = ["0x" + s.raw_transaction.hex().removeprefix("0x") for s in signed]
+    first = _rpc(demo["private_url"], "eth_sendRawTransaction", [raws[0]])
+    assert first["result"] == "0x" + signed[0].hash.hex().removeprefix("0x"), first
+    again = _rpc(demo["private_url"], "eth_sendRawTransaction", [raws[1]])
+    assert "nonce too low" in again["error"]["message"], again
+
+
+@pytest.mark.skipif(not _node_ready(), reason="npm ci --prefix tests/js has not run")
+def test_ethers_defaults_approve_swap_and_transfer_events(demo: dict[str, str]) -> None:
+    """ethers v6 with every default (its 250 ms request cache, 4 s polling): two
+    approve-then-swap pairs each take the nonce after the last (the demo mined a block
+    per transaction at once, so the cached nonce came back: NONCE_EXPIRED), and
+    ``contract.on("Transfer")`` sees the token's transfers (its topic was SHA-256)."""
+    _rested(demo["url"])
+    token = "0x" + "01" * 20  # the demo chain's first token: transfers in every block
+    key = "0x" + "0b" * 31 + "0e"
+    result = subprocess.run(
+        ["node", str(JS / "demo_defaults.mjs"), demo["url"], key, token, "2"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + Path(demo["log"]).read_text()[-2000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["pairs"] == 2 and seen["receipts"] == 4, seen
+    assert seen["nonces"] == [0, 1, 2, 3] and seen["nonce"] == 4, seen
+    assert seen["transfers"], seen
+    assert all(int(t["block"]) > 0 for t in seen["transfers"])
+
+
+def test_the_banners_websocket_line_runs(demo: dict[str, str]) -> None:
+    """The banner's WebSocket line, pasted as printed (it named websocat, which nothing
+    installs), subscribes to new blocks with the package's own client."""
+    text = Path(demo["log"]).read_text(errors="replace")
+    assert "websocat" not in text
+    line = next(ln.strip() for ln in text.splitlines() if "-m gateway.demo.wscat" in ln)
+    key = demo["url"].rsplit("/", 1)[1]
+    result = subprocess.run(
+        ["bash", "-c", line + " --count 2"],
+        env=os.environ | {"RPC_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    answers = [json.loads(ln) for ln in result.stdout.splitlines()]
+    assert answers[0]["result"].startswith("0x"), answers
+    assert answers[1]["method"] == "eth_subscription", answers
+    assert int(answers[1]["params"]["result"]["number"], 16) > 0
+
+
+def test_a_receipt_comes_a_block_later_never_at_once(demo: dict[str, str]) -> None:
+    """A sent transaction goes in a block the node makes on its clock, reached a
+    quarter second or more after the send (the node made a block for it at once, so
+    ethers' 250 ms request cache handed the next transaction the same nonce)."""
+    _rested(demo["url"])
+    account = Account.from_key("0x" + "0c" * 31 + "0e")
+    fields = {"to": TO, "value": 1, "chainId": 56, "gas": 21_000, "gasPrice": 10**9}
+    waited = []
+    for nonce in range(3):
+        raw = account.sign_transaction(fields | {"nonce": nonce}).raw_transaction
+        sent = time.monotonic()
+        tx_hash = _rpc(demo["url"], "eth_sendRawTransaction", ["0x" + raw.hex()])["result"]
+        while _rpc(demo["url"], "eth_getTransactionReceipt", [tx_hash])["result"] is None:
+            assert time.monotonic() - sent < 10, tx_hash
+            time.sleep(0.05)  # 20 polls a second: within the free plan's rate
+        waited.append(time.monotonic() - sent)
+    assert min(waited) >= 0.24 and max(waited) < 3, waited
+
+
+def test_a_sends_node_header_names_who_took_it(demo: dict[str, str]) -> None:
+    """``X-Gateway-Node`` on a send names the node (public route) or the builder (private
+    route, its configured name) that accepted it; it said ``gateway`` for every send."""
+    account = Account.from_key("0x" + "0a" * 31 + "0e")
+    fields = {"to": TO, "value": 1, "chainId": 56, "gas": 21_000, "gasPrice": 10**9}
+    for nonce, (url, expected) in enumerate(
+        [(demo["url"], "bsc-0"), (demo["private_url"], "demo-builder")]
+    ):
+        _rested(url)
+        raw = account.sign_transaction(fields | {"nonce": nonce}).raw_transaction
+        call = {"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction"}
+        body = json.dumps(call | {"params": ["0x" + raw.hex()]}).encode()
+        req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            answer = json.loads(resp.read())
+            assert answer["result"].startswith("0x"), answer
+            assert resp.headers["X-Gateway-Node"] == expected, dict(resp.headers)
+            assert resp.headers["X-Gateway-Cache"] == "miss"

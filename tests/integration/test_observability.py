@@ -44,6 +44,7 @@ BOARD_MUST_SHOW = {
     "gateway_ws_notifications_dropped_total": "dropped notifications",
     "gateway_upstream_head_lag_blocks": "head lag per node",
     "gateway_upstream_latency_seconds_bucket": "upstream latency per node",
+    "gateway_transactions_total": "transactions by outcome, route and the private route",
 }
 ALERTS = {
     "GatewayNetworkAllUpstreamsDown",
@@ -51,6 +52,8 @@ ALERTS = {
     "GatewayRedisErrors",
     "GatewayHigh5xxRatio",
     "GatewayLimiterFailOpen",
+    "GatewayTransactionsNotAnswered",
+    "GatewayPrivateRouteFailing",
 }
 
 
@@ -237,6 +240,10 @@ QUIET_PANELS: dict[str, tuple[str, list[dict[str, Any]]]] = {
     "WebSocket notifications / s: delivered and dropped": (
         "B",
         [{"labels": '{reason="none"}', "value": 0}],
+    ),
+    "Private route: sends no builder took / s": (
+        "B",
+        [{"labels": '{network="bsc"}', "value": 0}, {"labels": '{network="opbnb"}', "value": 0}],
     ),
 }
 

@@ -2,8 +2,8 @@
 
 A dapp's approve-then-swap (ethers v6, two transactions back to back, each
 waited for) through the gateway, in front of Hardhat and in front of the
-demo's mock node (which mines a block per transaction, as a dev chain does,
-and whose newHeads stall here, as a node's subscription sometimes does):
+demo's mock node (which makes a block on its own clock, as BSC does, and
+whose newHeads stall here, as a node's subscription sometimes does):
 after each receipt, ``eth_blockNumber`` is asked at once and must not be
 below the receipt's block, and the second transaction of every pair goes
 through with the nonce after the first's.

@@ -5,9 +5,11 @@
 // exits non-zero on the first failure (a "nonce too low" on the second transaction).
 //
 // ethers shares identical requests made within 250 ms (cacheTimeout) in the client:
-// on a chain that mines a transaction at once (Hardhat, the demo) the swap would take
-// the approve's nonce from that client-side cache and fail against any endpoint, the
-// node itself included. So the cache is off here and every nonce is the gateway's.
+// on a chain that mines a transaction at once (Hardhat's automining) the swap would
+// take the approve's nonce from that client-side cache and fail against any endpoint,
+// the node itself included. So the cache is off here and every nonce is the gateway's.
+// The demo makes blocks on its own clock as BSC does and needs no such change:
+// demo_defaults.mjs runs the same pairs with ethers' defaults.
 import { JsonRpcProvider, Wallet, parseEther } from "ethers";
 
 const [url, privateKey, pairs] = process.argv.slice(2);
