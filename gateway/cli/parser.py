@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         usage, "--since", "window (default 24h; minutes kept 48h, days 90d)", default=86_400_000
     )
     _json(usage)
+    usage.add_argument(
+        "--csv",
+        action="store_true",
+        help="print the usage per day and method as CSV (day,key_id,method,calls,units,"
+        "rate_limited,errors; method '*' is the day's totals), for billing",
+    )
     _config_on_every_command(parser)
     return parser
 

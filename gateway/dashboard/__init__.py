@@ -72,6 +72,7 @@ def setup_dashboard(app: web.Application, cfg: Config) -> None:
     r.add_get("/keys/{key_id}/rotate", keys.confirm_rotate)
     r.add_post("/keys/{key_id}/rotate", keys.rotate_key)
     r.add_get("/usage", usage.usage_page)
+    r.add_get("/usage/export", usage.usage_export)
     r.add_get("/plan", plan.plan_page)
     r.add_post("/plan", plan.switch_plan)
     r.add_get("/endpoints", endpoints.endpoints_page)

@@ -20,6 +20,7 @@ from gateway.dashboard.session import store_of
 from gateway.dashboard.views import config_of, fmt_number, login_required, render
 from gateway.store.accounts import DAY_MS, HOUR_MS, MINUTE_MS, Account, KeyRecord, NotFound, Usage
 from gateway.store.insightquery import InsightStore, fmt_money
+from gateway.store.usageexport import export_usage, to_csv, to_json
 
 SUMMARY_LIMIT = 50  # keys listed in the overview table (newest first)
 
@@ -92,6 +93,31 @@ async def usage_page(request: web.Request, account: Account) -> web.StreamRespon
         }
     )
     return render(request, "usage.html", context, account=account)
+
+
+@login_required
+async def usage_export(request: web.Request, account: Account) -> web.StreamResponse:
+    """One key's usage per day and method (``store.usageexport``), as CSV or JSON.
+
+    ``key`` must be the account's (404 otherwise), ``window`` one of the page's
+    (days are whole UTC days), ``format`` ``csv`` (the default) or ``json``.
+    """
+    window = {w.name: w for w in WINDOWS}.get(request.query.get("window", ""), _window("30d"))
+    key_id = request.query.get("key", "")
+    try:
+        rows = await export_usage(
+            store_of(request), config_of(request), key_id, window.span_ms, account.id
+        )
+    except NotFound:
+        raise web.HTTPNotFound() from None
+    name = f"usage-{key_id}-{window.name}"
+    if request.query.get("format") == "json":
+        return web.Response(body=to_json(rows), content_type="application/json")
+    return web.Response(
+        text=to_csv(rows),
+        content_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}.csv"'},
+    )
 
 
 async def _month(

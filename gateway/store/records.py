@@ -96,6 +96,8 @@ class Usage:
     per_minute: list[tuple[int, int]]  # (minute start ms, requests), oldest first
     per_day: list[tuple[int, dict[str, int]]]  # (day start ms, totals), oldest first
     methods: dict[str, int] = field(default_factory=dict)
+    # (day start ms, {method: calls}), as per_day: what a usage export lists per day
+    day_methods: list[tuple[int, dict[str, int]]] = field(default_factory=list)
     total: int = 0
     limited: int = 0
     denied: int = 0

@@ -50,6 +50,7 @@ class UsageReading(StoreCore):
                 if first_minute <= t // MINUTE_MS <= now // MINUTE_MS:
                     per_minute.append((t, int(data.get(str(minute), 0))))
         per_day: list[tuple[int, dict[str, int]]] = []
+        day_methods: list[tuple[int, dict[str, int]]] = []
         methods: dict[str, int] = {}
         sums = {"req": 0, "lim": 0, "den": 0, "err": 0, "ans": 0, "cu": 0}
         for day, data in zip(days, replies[len(hours) :], strict=True):
@@ -57,9 +58,12 @@ class UsageReading(StoreCore):
             per_day.append((day * DAY_MS, totals))
             for k in sums:
                 sums[k] += totals[k]
+            of_day: dict[str, int] = {}
             for field_name, count in data.items():
                 if field_name.startswith("m:"):
+                    of_day[field_name[2:]] = int(count)
                     methods[field_name[2:]] = methods.get(field_name[2:], 0) + int(count)
+            day_methods.append((day * DAY_MS, of_day))
         total = sum(n for _, n in per_minute) if since_ms <= 48 * HOUR_MS else sums["req"]
         return Usage(
             key_id=key_id,
@@ -74,6 +78,7 @@ class UsageReading(StoreCore):
             errors=sums["err"],
             error_answers=sums["ans"],
             compute_units=sums["cu"],
+            day_methods=day_methods,
         )
 
     async def add_errors(
