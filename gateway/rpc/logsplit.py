@@ -14,8 +14,15 @@ that a node just refused, is split here:
   the pool like any read (routed to a node that takes it and has its
   blocks, hedged, coalesced with identical chunks in flight), at most
   ``upstream.logs_split_concurrency`` at a time;
-- a chunk a node refuses is halved again (down to one block, whose refusal
-  is then the answer: nothing narrower can be asked);
+- a chunk a node refuses is split again to the limit its refusal taught
+  (or in halves when it named none; down to one block, whose refusal is
+  then the answer: nothing narrower can be asked), and a chunk not yet sent
+  is split to the learnt limit before it is sent, so the call that teaches
+  a limit is answered like any other;
+- one client call makes at most ``upstream.logs_max_chunks`` node calls: a
+  range that would need more answers -32602 before any node call, naming
+  the widest range the nodes take, and a call whose re-splits would pass
+  the bound answers the same -32602 when it gets there;
 - each chunk's answer is cached on its own (a final chunk for good), so the
   next wide call over the same old blocks costs no node call;
 - the chunks' logs are merged in block order into one answer, equal to what
@@ -93,6 +100,29 @@ class _Answered(Exception):
         self.node = node
 
 
+class _TooMany(Exception):
+    """The call would need more node calls than ``upstream.logs_max_chunks``."""
+
+
+class _Budget:
+    """The node calls one client call may still make."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def need(self, calls: int) -> None:
+        """Raise ``_TooMany`` unless ``calls`` more node calls fit."""
+        if calls > self.left:
+            raise _TooMany
+
+    def take(self) -> None:
+        """Count one node call."""
+        self.need(1)
+        self.left -= 1
+
+
 class LogSplitter:
     """One network's log splitting; bound to its pool like ``Reads``."""
 
@@ -104,12 +134,14 @@ class LogSplitter:
         concurrency: int,
         timeout_s: float,
         max_bytes: int,
+        max_chunks: int = 64,
     ) -> None:
         self.pool = pool
         self.next_gids = next_gids
         self.concurrency = max(1, concurrency)
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self.max_chunks = max(1, max_chunks)
 
     def limit(self) -> int:
         """The widest range a node in service takes (0: one takes any range).
@@ -157,11 +189,17 @@ class LogSplitter:
             if not refused or size == 1:
                 return None
             limit = -(-size // 2)
+        # The whole call a node refused was one node call of the bound already.
+        budget = _Budget(self.max_chunks - 1 if refused else self.max_chunks)
+        if -(-size // limit) > budget.left:
+            return self._too_many(call, size), True
         spec = dict(param(call.params, 0))
         served: list[str] = []  # the node of each chunk a node answered
         try:
             async with asyncio.timeout(self.timeout_s):
-                parts = await self._fetch(spec, low, high, limit, served)
+                parts = await self._fetch(spec, low, high, limit, served, budget)
+        except _TooMany:
+            return self._too_many(call, size), True
         except TimeoutError:
             raise UpstreamError(
                 f"{self.pool.network.name}: deadline reached", timeout=True
@@ -178,12 +216,55 @@ class LogSplitter:
             )
         return answer(orjson.dumps(call.id), merged), False
 
+    def _too_many(self, call: rpc.Call, size: int) -> bytes:
+        """The -32602 answer for a range that needs more node calls than the bound."""
+        limit = max(1, self.limit())
+        calls = -(-size // limit)
+        widest = limit * self.max_chunks
+        unit = "block" if limit == 1 else "blocks"
+        reason = (
+            f"eth_getLogs over {size} blocks needs {calls} node calls, the nodes take at most "
+            f"{limit} {unit} per call; ask for at most {widest} blocks"
+        )
+        error = {
+            "code": rpc.INVALID_PARAMS.code,
+            "message": f"{rpc.INVALID_PARAMS.message}: {reason}",
+            "data": {
+                "reason": reason,
+                "node_logs_range": limit,
+                "max_logs_range": widest,
+                "requested_range": size,
+                "logs_max_chunks": self.max_chunks,
+            },
+        }
+        call.served, call.node = "local", ""
+        return orjson.dumps({"jsonrpc": "2.0", "id": call.id, "error": error})
+
     async def _fetch(
-        self, spec: dict[str, Any], low: int, high: int, size: int, served: list[str]
+        self,
+        spec: dict[str, Any],
+        low: int,
+        high: int,
+        size: int,
+        served: list[str],
+        budget: _Budget,
     ) -> list[bytes]:
         gate = asyncio.Semaphore(self.concurrency)
+        return await self._split(spec, low, high, size, gate, served, budget)
+
+    async def _split(
+        self,
+        spec: dict[str, Any],
+        low: int,
+        high: int,
+        size: int,
+        gate: asyncio.Semaphore,
+        served: list[str],
+        budget: _Budget,
+    ) -> list[bytes]:
+        """``low..high`` in chunks of ``size`` blocks, in order."""
         bounds = [(lo, min(high, lo + size - 1)) for lo in range(low, high + 1, size)]
-        return await _gather([self._chunk(spec, lo, hi, gate, served) for lo, hi in bounds])
+        return await _gather([self._chunk(spec, lo, hi, gate, served, budget) for lo, hi in bounds])
 
     async def _chunk(
         self,
@@ -192,8 +273,9 @@ class LogSplitter:
         high: int,
         gate: asyncio.Semaphore,
         served: list[str],
+        budget: _Budget,
     ) -> list[bytes]:
-        """One chunk's result bytes (a JSON list), from the cache or a node; halved if refused."""
+        """One chunk's result bytes (a JSON list), from the cache or a node; split if refused."""
         params = [{**spec, "fromBlock": hex(low), "toBlock": hex(high)}]
         intel = self.pool.intel
         head = intel.heads.head
@@ -204,22 +286,31 @@ class LogSplitter:
             hit = cache.get(METHOD, key, policy, head)
             if hit is not None:
                 return [hit]
+        span = high - low + 1
         async with gate:
-            reply, gid, node = await self._ask(params, key, high, head.tag)
+            # A limit learnt while this chunk waited (another chunk's refusal):
+            # no node may take it any more, so it is split before it is sent.
+            limit = self.limit()
+            if 0 < limit < span:
+                budget.need(-(-span // limit))
+                wider = True
+            else:
+                budget.take()
+                wider = False
+                reply, gid, node = await self._ask(params, key, high, head.tag)
+        if wider:
+            return await self._split(spec, low, high, limit, gate, served, budget)
         served.append(node.name)
         result = result_bytes(reply)
         if result is None:
             text = refusal_text(reply)
             if text is None or high == low:
                 raise _Answered(reply, gid, node.name)
-            learn(node, high - low + 1, text)
-            mid = (low + high) // 2
-            return await _gather(
-                [
-                    self._chunk(spec, low, mid, gate, served),
-                    self._chunk(spec, mid + 1, high, gate, served),
-                ]
-            )
+            learn(node, span, text)
+            limit = self.limit()
+            size = limit if 0 < limit < span else -(-span // 2)
+            budget.need(-(-span // size))
+            return await self._split(spec, low, high, size, gate, served, budget)
         if cache is not None:
             cache.put(key, policy, head, result, node_head=intel.heads.node_head(node.name))
         self._note_blocks(result)

@@ -75,6 +75,7 @@ class Reads:
             concurrency=pool.cfg.logs_split_concurrency,
             timeout_s=pool.total_timeout_s,
             max_bytes=buffer_limit,
+            max_chunks=pool.cfg.logs_max_chunks,
         )
 
     async def lookup(self, calls: list[rpc.Call], head: NetworkHead) -> Plans:
