@@ -98,6 +98,8 @@ class Chain:
         self.head = start_block
         self.logs_per_block = logs_per_block
         self.block_time_s = block_time_s
+        # "safe" and "finalized" are this many blocks below the head (0: the head).
+        self.finality = 0
         self.nodes: list[MockWsNode] = []
         self.emitted_at: dict[int, float] = {}  # block number -> time.time() of its newHeads
         self.ledger = wallet.Ledger(chain_id)  # transactions sent, shared by every node
@@ -142,7 +144,9 @@ class Chain:
         return out
 
     def _tag(self, tag: Any) -> int:
-        if tag in ("latest", "pending", "safe", "finalized", None):
+        if tag in ("safe", "finalized"):
+            return self.head - self.finality
+        if tag in ("latest", "pending", None):
             return self.head
         if tag == "earliest":
             return 0

@@ -50,6 +50,8 @@ from gateway.rpc import protocol as rpc
 from gateway.upstream.pool import Node, NodePool, UpstreamError
 
 METHOD: Final = "eth_getLogs"
+# Reads of a split's blocks above the finalized one until they are one chain.
+_SETTLE_TRIES: Final = 3
 # A node's words for "this range (or its result) is too big for me".
 _REFUSAL: Final = re.compile(
     r"exceeds? (?:the )?max(?:imum)? block range|block range (?:is )?too (?:large|wide|big)"
@@ -250,7 +252,70 @@ class LogSplitter:
         budget: _Budget,
     ) -> list[bytes]:
         gate = asyncio.Semaphore(self.concurrency)
-        return await self._split(spec, low, high, size, gate, served, budget)
+        parts = await self._split(spec, low, high, size, gate, served, budget)
+        return await self._settle(spec, low, high, size, parts, gate, served, budget)
+
+    async def _settle(
+        self,
+        spec: dict[str, Any],
+        low: int,
+        high: int,
+        size: int,
+        parts: list[bytes],
+        gate: asyncio.Semaphore,
+        served: list[str],
+        budget: _Budget,
+    ) -> list[bytes]:
+        """``parts`` made one chain: the logs above the finalized block checked against
+        the canonical hashes now, and the blocks from the first stale one read again.
+
+        Chunks read at different moments may straddle a re-org (old fork below,
+        new fork above): an answer no node ever had. Final blocks cannot
+        re-org, so only the tail is checked, with one batch of block reads.
+        """
+        for _ in range(_SETTLE_TRIES):
+            final = self.pool.intel.heads.resolve("finalized")
+            final = low - 1 if final is None else final
+            if high <= final:
+                return parts
+            named = _named_above(parts, final)
+            if not named:
+                return parts
+            canonical = await self._canonical(sorted(named))
+            stale = [n for n, digest in named.items() if canonical.get(n) != digest]
+            if not stale:
+                return parts
+            first = min(stale)
+            budget.need(-(-(high - first + 1) // size))
+            kept = _before(parts, first)
+            # read from the nodes, not the cache: it may hold the old fork's chunk
+            parts = kept + await self._split(
+                spec, first, high, size, gate, served, budget, fresh=True
+            )
+        raise UpstreamError(
+            f"{self.pool.network.name}: eth_getLogs: the chain re-organised during every read"
+        )
+
+    async def _canonical(self, numbers: list[int]) -> dict[int, str]:
+        """The hash of each block in ``numbers`` on the chain the nodes have now."""
+        calls = [
+            rpc.Call(method="eth_getBlockByNumber", params=[hex(n), False], id=n, has_id=True)
+            for n in numbers
+        ]
+        first = self.next_gids(len(calls))
+        body = rpc.encode_batch(calls, first)
+        reply, _node = await self.pool.forward_from(body, min_block=numbers[-1])
+        assert isinstance(reply, bytes)
+        hashes: dict[int, str] = {}
+        try:
+            answers = orjson.loads(reply)
+        except orjson.JSONDecodeError:
+            return hashes
+        for item in answers if type(answers) is list else ():
+            block = item.get("result") if type(item) is dict else None
+            if type(block) is dict and type(block.get("number")) is str:
+                hashes[int(block["number"], 16)] = str(block.get("hash"))
+        return hashes
 
     async def _split(
         self,
@@ -261,10 +326,14 @@ class LogSplitter:
         gate: asyncio.Semaphore,
         served: list[str],
         budget: _Budget,
+        *,
+        fresh: bool = False,
     ) -> list[bytes]:
-        """``low..high`` in chunks of ``size`` blocks, in order."""
+        """``low..high`` in chunks of ``size`` blocks, in order (``fresh``: not from the cache)."""
         bounds = [(lo, min(high, lo + size - 1)) for lo in range(low, high + 1, size)]
-        return await _gather([self._chunk(spec, lo, hi, gate, served, budget) for lo, hi in bounds])
+        return await _gather(
+            [self._chunk(spec, lo, hi, gate, served, budget, fresh) for lo, hi in bounds]
+        )
 
     async def _chunk(
         self,
@@ -274,6 +343,7 @@ class LogSplitter:
         gate: asyncio.Semaphore,
         served: list[str],
         budget: _Budget,
+        fresh: bool = False,
     ) -> list[bytes]:
         """One chunk's result bytes (a JSON list), from the cache or a node; split if refused."""
         params = [{**spec, "fromBlock": hex(low), "toBlock": hex(high)}]
@@ -282,7 +352,7 @@ class LogSplitter:
         policy = classify(METHOD, params, head)
         key = call_key(METHOD, params)
         cache = intel.cache
-        if cache is not None:
+        if cache is not None and not fresh:
             hit = cache.get(METHOD, key, policy, head)
             if hit is not None:
                 return [hit]
@@ -299,7 +369,7 @@ class LogSplitter:
                 wider = False
                 reply, gid, node = await self._ask(params, key, high, head.tag)
         if wider:
-            return await self._split(spec, low, high, limit, gate, served, budget)
+            return await self._split(spec, low, high, limit, gate, served, budget, fresh=fresh)
         served.append(node.name)
         result = result_bytes(reply)
         if result is None:
@@ -310,7 +380,7 @@ class LogSplitter:
             limit = self.limit()
             size = limit if 0 < limit < span else -(-span // 2)
             budget.need(-(-span // size))
-            return await self._split(spec, low, high, size, gate, served, budget)
+            return await self._split(spec, low, high, size, gate, served, budget, fresh=fresh)
         if cache is not None:
             cache.put(key, policy, head, result, node_head=intel.heads.node_head(node.name))
         self._note_blocks(result)
@@ -362,6 +432,43 @@ async def _gather(chunks: list[Coroutine[Any, Any, list[bytes]]]) -> list[bytes]
             first = first.exceptions[0]
         raise first from None
     return [part for task in tasks for part in task.result()]
+
+
+def _named_above(parts: list[bytes], final: int) -> dict[int, str]:
+    """Block number to hash of the logs above block ``final`` (only the tail is parsed)."""
+    named: dict[int, str] = {}
+    for part in reversed(parts):
+        logs = orjson.loads(part) if len(part) > 2 else []
+        if not logs:
+            continue
+        for log in logs:
+            number = log.get("blockNumber") if type(log) is dict else None
+            if type(number) is str and int(number, 16) > final:
+                named[int(number, 16)] = str(log.get("blockHash"))
+        first = logs[0].get("blockNumber") if type(logs[0]) is dict else None
+        if type(first) is str and int(first, 16) <= final:
+            break
+    return named
+
+
+def _before(parts: list[bytes], first: int) -> list[bytes]:
+    """``parts`` without the logs of block ``first`` and later."""
+    kept: list[bytes] = []
+    for part in parts:
+        logs = orjson.loads(part) if len(part) > 2 else []
+        early = [
+            log
+            for log in logs
+            if type(log) is dict
+            and type(log.get("blockNumber")) is str
+            and int(log["blockNumber"], 16) < first
+        ]
+        if len(early) == len(logs):
+            kept.append(part)
+        else:
+            kept.append(orjson.dumps(early))
+            break
+    return kept
 
 
 def _merge(parts: list[bytes]) -> bytes:

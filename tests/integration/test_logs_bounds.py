@@ -8,6 +8,7 @@ receives, so the tests can say how many node calls one client call cost.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -80,3 +81,52 @@ async def test_the_call_that_teaches_a_limit_is_answered(
         answer, second = await _logs_calls(gw, relay, spec)
         assert answer.get("result") == wanted
         print(f"{words!r}: node calls first {first}, then {second}")
+
+
+class _ReorgRelay(NodeRelay):
+    """Once armed: answers the first eth_getLogs, then re-orgs the chain's newest
+    ``depth`` blocks; the call's other chunks reach the node after the re-org."""
+
+    def __init__(self, url: str, chain: Chain, depth: int, **kw: Any) -> None:
+        super().__init__(url, **kw)
+        self.chain, self.depth = chain, depth
+        self.armed = False
+        self.reorged = asyncio.Event()
+
+    async def _one(self, call: dict[str, Any]) -> dict[str, Any]:
+        if call.get("method") != "eth_getLogs" or not self.armed:
+            return await super()._one(call)
+        if self.reorged.is_set() or self.depth < 0:
+            await self.reorged.wait()
+            return await super()._one(call)
+        depth, self.depth = self.depth, -1
+        answer = await super()._one(call)  # read on the old fork
+        self.chain.reorg(depth)
+        self.reorged.set()
+        return answer
+
+
+async def test_a_reorg_during_a_split_never_merges_two_forks(
+    gw: HeadGateway, chains: dict[str, Chain]
+) -> None:
+    """A 6-block range at the head in 3 chunks, the chain re-orging all 6
+    blocks while the chunks are read: the answer is the new fork's logs, one chain."""
+    chain = chains["bsc"]
+    chain.finality = 15  # the 6 blocks stay above the finalized one: they may re-org
+    chain.mine(20)
+    node = await start_ws_node(chain)
+    opbnb = await start_ws_node(chains["opbnb"])
+    async with _ReorgRelay(node.url, chain, 6, max_logs_range=2) as relay:
+        await gw.start({}, {"bsc": [relay.url], "opbnb": [opbnb.url]})
+        high = chain.head
+        spec = {"fromBlock": hex(high - 5), "toBlock": hex(high)}
+        await gw.result("eth_getLogs", [spec])  # teaches the node's limit of 2
+        chain.mine(1)
+        high = chain.head
+        spec = {"fromBlock": hex(high - 5), "toBlock": hex(high)}
+        relay.armed = True  # the first chunk is read, then all 6 blocks re-org
+        got = await gw.result("eth_getLogs", [spec])
+        assert relay.reorged.is_set()
+        wanted = chain.get_logs(spec)
+        assert len({log["blockNumber"] for log in wanted}) >= 4
+        assert got == wanted
