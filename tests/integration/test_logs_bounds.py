@@ -43,6 +43,7 @@ async def test_a_range_of_one_block_per_call_costs_at_most_64_node_calls(
         for _ in range(2):  # before the limit is learnt, then after
             answer, calls = await _logs_calls(gw, relay, spec)
             assert calls <= 64, calls
+            print(f"range 1, 10,000 blocks: {calls} node calls")
             error = answer["error"]
             assert error["code"] == -32602, answer
             assert error["message"].startswith("Invalid params: eth_getLogs over 10000 blocks")
@@ -116,7 +117,8 @@ async def test_a_reorg_during_a_split_never_merges_two_forks(
     chain.mine(20)
     node = await start_ws_node(chain)
     opbnb = await start_ws_node(chains["opbnb"])
-    async with _ReorgRelay(node.url, chain, 6, max_logs_range=2) as relay:
+    async with _ReorgRelay(node.url, chain, 6, max_logs_range=2) as reorging:
+        relay: _ReorgRelay = reorging
         await gw.start({}, {"bsc": [relay.url], "opbnb": [opbnb.url]})
         high = chain.head
         spec = {"fromBlock": hex(high - 5), "toBlock": hex(high)}
