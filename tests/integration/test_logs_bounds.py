@@ -117,8 +117,8 @@ async def test_a_reorg_during_a_split_never_merges_two_forks(
     chain.mine(20)
     node = await start_ws_node(chain)
     opbnb = await start_ws_node(chains["opbnb"])
-    async with _ReorgRelay(node.url, chain, 6, max_logs_range=2) as reorging:
-        relay: _ReorgRelay = reorging
+    relay = _ReorgRelay(node.url, chain, 6, max_logs_range=2)
+    async with relay:
         await gw.start({}, {"bsc": [relay.url], "opbnb": [opbnb.url]})
         high = chain.head
         spec = {"fromBlock": hex(high - 5), "toBlock": hex(high)}
