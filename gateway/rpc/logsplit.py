@@ -25,6 +25,10 @@ that a node just refused, is split here:
   the bound answers the same -32602 when it gets there;
 - each chunk's answer is cached on its own (a final chunk for good), so the
   next wide call over the same old blocks costs no node call;
+- the answer is one chain: chunks are read at different moments, so the
+  logs above the finalized block are checked against the nodes' canonical
+  hashes once the chunks are in, and read again (from the nodes) from the
+  first stale block where a re-org landed;
 - the chunks' logs are merged in block order into one answer, equal to what
   a node without a limit answers; a node's other error is answered as is.
 
