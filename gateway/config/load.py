@@ -97,6 +97,10 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         raise ConfigError(
             "upstream.ws_reconnect_min_s: must be above 0 and at most ws_reconnect_max_s"
         )
+    if upstream.logs_max_chunks < 1:
+        raise ConfigError(
+            "upstream.logs_max_chunks: must be at least 1 (node calls per eth_getLogs)"
+        )
     if sections["server"].door not in ("app", "lean"):
         raise ConfigError('server.door: must be "app" or "lean"')
     if sections["upstream"].client not in ("lean", "aiohttp"):

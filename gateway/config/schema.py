@@ -206,6 +206,8 @@ class UpstreamConfig:
     # Upstream failure lines: at most one per node and kind per this many seconds.
     failure_log_interval_s: float = 30.0
     logs_split_concurrency: int = 4  # chunks of one split eth_getLogs at nodes at once
+    # Node calls one eth_getLogs may make (its chunks); a range needing more answers -32602.
+    logs_max_chunks: int = 64
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,21 @@ that a node just refused, is split here:
   the pool like any read (routed to a node that takes it and has its
   blocks, hedged, coalesced with identical chunks in flight), at most
   ``upstream.logs_split_concurrency`` at a time;
-- a chunk a node refuses is halved again (down to one block, whose refusal
-  is then the answer: nothing narrower can be asked);
+- a chunk a node refuses is split again to the limit its refusal taught
+  (or in halves when it named none; down to one block, whose refusal is
+  then the answer: nothing narrower can be asked), and a chunk not yet sent
+  is split to the learnt limit before it is sent, so the call that teaches
+  a limit is answered like any other;
+- one client call makes at most ``upstream.logs_max_chunks`` node calls: a
+  range that would need more answers -32602 before any node call, naming
+  the widest range the nodes take, and a call whose re-splits would pass
+  the bound answers the same -32602 when it gets there;
 - each chunk's answer is cached on its own (a final chunk for good), so the
   next wide call over the same old blocks costs no node call;
+- the answer is one chain: chunks are read at different moments, so the
+  logs above the finalized block are checked against the nodes' canonical
+  hashes once the chunks are in, and read again (from the nodes) from the
+  first stale block where a re-org landed;
 - the chunks' logs are merged in block order into one answer, equal to what
   a node without a limit answers; a node's other error is answered as is.
 
@@ -25,12 +36,15 @@ The whole call has one deadline (``limits.upstream_timeout_s``) and was
 admitted (charged) once, before any chunk. The merged answer is held whole,
 so it is bounded by ``limits.max_buffered_answer_bytes`` (502 above it).
 Filter polls read through ``Reads.single`` and so split the same way.
+
+It stays whole because its steps (the bound, the chunks, their re-splits,
+settling into one chain) share one call's budget and deadline; what holds
+no state (reading a refusal, the answer's parts) is ``rpc.logsparts``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
@@ -40,47 +54,12 @@ from gateway.intel.cache import answer, call_key, result_bytes
 from gateway.intel.methods import block_ref, param
 from gateway.intel.policy import classify
 from gateway.rpc import protocol as rpc
+from gateway.rpc.logsparts import before, learn, merge, named_above, refusal_text
 from gateway.upstream.pool import Node, NodePool, UpstreamError
 
 METHOD: Final = "eth_getLogs"
-# A node's words for "this range (or its result) is too big for me".
-_REFUSAL: Final = re.compile(
-    r"exceeds? (?:the )?max(?:imum)? block range|block range (?:is )?too (?:large|wide|big)"
-    r"|range (?:is )?too (?:large|wide)|more than \d+ results|too many (?:blocks|logs|results)"
-    r"|response size (?:exceeded|too large)|max(?:imum)? results"
-    r"|limited to (?:a )?[\d,]+[ -](?:block )?range|block range greater than",
-    re.I,
-)
-# The limit a refusal names: "exceed maximum block range: 5000", "max block range 1000",
-# "limited to a 5 block range", "limited to a 10,000 range".
-_LIMIT: Final = re.compile(
-    r"block range[^0-9]{0,24}(\d[\d,]{0,12})|limited to (?:a )?(\d[\d,]{0,12})[ -]", re.I
-)
-
-
-def refusal_text(reply: bytes) -> str | None:
-    """The error message of a node's answer refusing a log range as too wide, else None."""
-    if len(reply) > 8192 or b'"error"' not in reply:
-        return None
-    try:
-        obj = orjson.loads(reply)
-    except orjson.JSONDecodeError:
-        return None
-    error = obj.get("error") if type(obj) is dict else None
-    if type(error) is not dict:
-        return None
-    text = " ".join(str(error.get(k, "")) for k in ("message", "data"))
-    return text if _REFUSAL.search(text) else None
-
-
-def learn(node: Node, span: int, text: str) -> None:
-    """Lower ``node``'s range limit after it refused ``span`` blocks with ``text``."""
-    named = _LIMIT.search(text)
-    limit = int((named.group(1) or named.group(2)).replace(",", "")) if named else 0
-    if not 0 < limit < span:
-        limit = max(1, span // 2)
-    if node.logs_limit <= 0 or limit < node.logs_limit:
-        node.logs_limit = limit
+# Reads of a split's blocks above the finalized one until they are one chain.
+_SETTLE_TRIES: Final = 3
 
 
 class _Answered(Exception):
@@ -91,6 +70,29 @@ class _Answered(Exception):
         self.reply = reply
         self.gid = gid
         self.node = node
+
+
+class _TooMany(Exception):
+    """The call would need more node calls than ``upstream.logs_max_chunks``."""
+
+
+class _Budget:
+    """The node calls one client call may still make."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def need(self, calls: int) -> None:
+        """Raise ``_TooMany`` unless ``calls`` more node calls fit."""
+        if calls > self.left:
+            raise _TooMany
+
+    def take(self) -> None:
+        """Count one node call."""
+        self.need(1)
+        self.left -= 1
 
 
 class LogSplitter:
@@ -104,12 +106,14 @@ class LogSplitter:
         concurrency: int,
         timeout_s: float,
         max_bytes: int,
+        max_chunks: int = 64,
     ) -> None:
         self.pool = pool
         self.next_gids = next_gids
         self.concurrency = max(1, concurrency)
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self.max_chunks = max(1, max_chunks)
 
     def limit(self) -> int:
         """The widest range a node in service takes (0: one takes any range).
@@ -157,11 +161,17 @@ class LogSplitter:
             if not refused or size == 1:
                 return None
             limit = -(-size // 2)
+        # The whole call a node refused was one node call of the bound already.
+        budget = _Budget(self.max_chunks - 1 if refused else self.max_chunks)
+        if -(-size // limit) > budget.left:
+            return self._too_many(call, size), True
         spec = dict(param(call.params, 0))
         served: list[str] = []  # the node of each chunk a node answered
         try:
             async with asyncio.timeout(self.timeout_s):
-                parts = await self._fetch(spec, low, high, limit, served)
+                parts = await self._fetch(spec, low, high, limit, served, budget)
+        except _TooMany:
+            return self._too_many(call, size), True
         except TimeoutError:
             raise UpstreamError(
                 f"{self.pool.network.name}: deadline reached", timeout=True
@@ -171,19 +181,129 @@ class LogSplitter:
             return rpc.restore_single(done.reply, done.gid, call.id)
         names = list(dict.fromkeys(served))  # each node once, in order
         call.served, call.node = ("miss", ",".join(names)) if names else ("hit", "cache")
-        merged = _merge(parts)
+        merged = merge(parts)
         if len(merged) > self.max_bytes:
             raise UpstreamError(
                 "eth_getLogs answer over limits.max_buffered_answer_bytes", too_large=True
             )
         return answer(orjson.dumps(call.id), merged), False
 
+    def _too_many(self, call: rpc.Call, size: int) -> bytes:
+        """The -32602 answer for a range that needs more node calls than the bound."""
+        limit = max(1, self.limit())
+        calls = -(-size // limit)
+        widest = limit * self.max_chunks
+        unit = "block" if limit == 1 else "blocks"
+        reason = (
+            f"eth_getLogs over {size} blocks needs {calls} node calls, the nodes take at most "
+            f"{limit} {unit} per call; ask for at most {widest} blocks"
+        )
+        error = {
+            "code": rpc.INVALID_PARAMS.code,
+            "message": f"{rpc.INVALID_PARAMS.message}: {reason}",
+            "data": {
+                "reason": reason,
+                "node_logs_range": limit,
+                "max_logs_range": widest,
+                "requested_range": size,
+                "logs_max_chunks": self.max_chunks,
+            },
+        }
+        call.served, call.node = "local", ""
+        return orjson.dumps({"jsonrpc": "2.0", "id": call.id, "error": error})
+
     async def _fetch(
-        self, spec: dict[str, Any], low: int, high: int, size: int, served: list[str]
+        self,
+        spec: dict[str, Any],
+        low: int,
+        high: int,
+        size: int,
+        served: list[str],
+        budget: _Budget,
     ) -> list[bytes]:
         gate = asyncio.Semaphore(self.concurrency)
+        parts = await self._split(spec, low, high, size, gate, served, budget)
+        return await self._settle(spec, low, high, size, parts, gate, served, budget)
+
+    async def _settle(
+        self,
+        spec: dict[str, Any],
+        low: int,
+        high: int,
+        size: int,
+        parts: list[bytes],
+        gate: asyncio.Semaphore,
+        served: list[str],
+        budget: _Budget,
+    ) -> list[bytes]:
+        """``parts`` made one chain: the logs above the finalized block checked against
+        the canonical hashes now, and the blocks from the first stale one read again.
+
+        Chunks read at different moments may straddle a re-org (old fork below,
+        new fork above): an answer no node ever had. Final blocks cannot
+        re-org, so only the tail is checked, with one batch of block reads.
+        """
+        for _ in range(_SETTLE_TRIES):
+            final = self.pool.intel.heads.resolve("finalized")
+            final = low - 1 if final is None else final
+            if high <= final:
+                return parts
+            named = named_above(parts, final)
+            if not named:
+                return parts
+            canonical = await self._canonical(sorted(named))
+            stale = [n for n, digest in named.items() if canonical.get(n) != digest]
+            if not stale:
+                return parts
+            first = min(stale)
+            budget.need(-(-(high - first + 1) // size))
+            kept = before(parts, first)
+            # read from the nodes, not the cache: it may hold the old fork's chunk
+            parts = kept + await self._split(
+                spec, first, high, size, gate, served, budget, fresh=True
+            )
+        raise UpstreamError(
+            f"{self.pool.network.name}: eth_getLogs: the chain re-organised during every read"
+        )
+
+    async def _canonical(self, numbers: list[int]) -> dict[int, str]:
+        """The hash of each block in ``numbers`` on the chain the nodes have now."""
+        calls = [
+            rpc.Call(method="eth_getBlockByNumber", params=[hex(n), False], id=n, has_id=True)
+            for n in numbers
+        ]
+        first = self.next_gids(len(calls))
+        body = rpc.encode_batch(calls, first)
+        reply, _node = await self.pool.forward_from(body, min_block=numbers[-1])
+        assert isinstance(reply, bytes)
+        hashes: dict[int, str] = {}
+        try:
+            answers = orjson.loads(reply)
+        except orjson.JSONDecodeError:
+            return hashes
+        for item in answers if type(answers) is list else ():
+            block = item.get("result") if type(item) is dict else None
+            if type(block) is dict and type(block.get("number")) is str:
+                hashes[int(block["number"], 16)] = str(block.get("hash"))
+        return hashes
+
+    async def _split(
+        self,
+        spec: dict[str, Any],
+        low: int,
+        high: int,
+        size: int,
+        gate: asyncio.Semaphore,
+        served: list[str],
+        budget: _Budget,
+        *,
+        fresh: bool = False,
+    ) -> list[bytes]:
+        """``low..high`` in chunks of ``size`` blocks, in order (``fresh``: not from the cache)."""
         bounds = [(lo, min(high, lo + size - 1)) for lo in range(low, high + 1, size)]
-        return await _gather([self._chunk(spec, lo, hi, gate, served) for lo, hi in bounds])
+        return await _gather(
+            [self._chunk(spec, lo, hi, gate, served, budget, fresh) for lo, hi in bounds]
+        )
 
     async def _chunk(
         self,
@@ -192,34 +312,45 @@ class LogSplitter:
         high: int,
         gate: asyncio.Semaphore,
         served: list[str],
+        budget: _Budget,
+        fresh: bool = False,
     ) -> list[bytes]:
-        """One chunk's result bytes (a JSON list), from the cache or a node; halved if refused."""
+        """One chunk's result bytes (a JSON list), from the cache or a node; split if refused."""
         params = [{**spec, "fromBlock": hex(low), "toBlock": hex(high)}]
         intel = self.pool.intel
         head = intel.heads.head
         policy = classify(METHOD, params, head)
         key = call_key(METHOD, params)
         cache = intel.cache
-        if cache is not None:
+        if cache is not None and not fresh:
             hit = cache.get(METHOD, key, policy, head)
             if hit is not None:
                 return [hit]
+        span = high - low + 1
         async with gate:
-            reply, gid, node = await self._ask(params, key, high, head.tag)
+            # A limit learnt while this chunk waited (another chunk's refusal):
+            # no node may take it any more, so it is split before it is sent.
+            limit = self.limit()
+            if 0 < limit < span:
+                budget.need(-(-span // limit))
+                wider = True
+            else:
+                budget.take()
+                wider = False
+                reply, gid, node = await self._ask(params, key, high, head.tag)
+        if wider:
+            return await self._split(spec, low, high, limit, gate, served, budget, fresh=fresh)
         served.append(node.name)
         result = result_bytes(reply)
         if result is None:
             text = refusal_text(reply)
             if text is None or high == low:
                 raise _Answered(reply, gid, node.name)
-            learn(node, high - low + 1, text)
-            mid = (low + high) // 2
-            return await _gather(
-                [
-                    self._chunk(spec, low, mid, gate, served),
-                    self._chunk(spec, mid + 1, high, gate, served),
-                ]
-            )
+            learn(node, span, text)
+            limit = self.limit()
+            size = limit if 0 < limit < span else -(-span // 2)
+            budget.need(-(-span // size))
+            return await self._split(spec, low, high, size, gate, served, budget, fresh=fresh)
         if cache is not None:
             cache.put(key, policy, head, result, node_head=intel.heads.node_head(node.name))
         self._note_blocks(result)
@@ -271,9 +402,3 @@ async def _gather(chunks: list[Coroutine[Any, Any, list[bytes]]]) -> list[bytes]
             first = first.exceptions[0]
         raise first from None
     return [part for task in tasks for part in task.result()]
-
-
-def _merge(parts: list[bytes]) -> bytes:
-    """JSON lists (each a chunk's logs, in block order) as one list, without re-encoding."""
-    inner = [p.strip()[1:-1].strip() for p in parts]
-    return b"[" + b",".join(i for i in inner if i) + b"]"

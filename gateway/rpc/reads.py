@@ -36,8 +36,9 @@ from gateway.intel.head import NetworkHead
 from gateway.intel.methods import READS
 from gateway.intel.policy import Kind, Policy, classify
 from gateway.rpc import protocol as rpc
+from gateway.rpc.logsparts import refusal_text
 from gateway.rpc.logsplit import METHOD as GETLOGS
-from gateway.rpc.logsplit import LogSplitter, refusal_text
+from gateway.rpc.logsplit import LogSplitter
 from gateway.rpc.relay import STREAM_OVER, Relay, read_bounded
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.nodeclient import NodeStream
@@ -75,6 +76,7 @@ class Reads:
             concurrency=pool.cfg.logs_split_concurrency,
             timeout_s=pool.total_timeout_s,
             max_bytes=buffer_limit,
+            max_chunks=pool.cfg.logs_max_chunks,
         )
 
     async def lookup(self, calls: list[rpc.Call], head: NetworkHead) -> Plans:

@@ -9,7 +9,7 @@ import pytest
 from gateway.cli.configcheck import check
 from gateway.config import ConfigError, MethodRoute, NodeConfig, config_from_dict, node_table
 from gateway.intel.head import HeadReport
-from gateway.rpc.logsplit import learn, refusal_text
+from gateway.rpc.logsparts import learn, refusal_text
 from gateway.upstream.eligible import Route, holds_state
 from gateway.upstream.pool import NodePool
 

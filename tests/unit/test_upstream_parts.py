@@ -130,6 +130,9 @@ def test_config_ready_requires_and_log_format_are_checked() -> None:
     assert cfg.log.format == "json" and cfg.server.ready_requires == ("any_network",)
     with pytest.raises(ConfigError, match="ws_reconnect_min_s"):
         config_from_dict({"upstream": {"ws_reconnect_min_s": 5.0, "ws_reconnect_max_s": 1.0}})
+    assert config_from_dict({}).upstream.logs_max_chunks == 64
+    with pytest.raises(ConfigError, match=r"upstream\.logs_max_chunks"):
+        config_from_dict({"upstream": {"logs_max_chunks": 0}})
 
 
 def test_workers_get_every_section_of_the_config() -> None:
