@@ -38,6 +38,9 @@ ZERO = "0x" + "00" * 20
 # clients against this Hardhat) cover them.
 NOT_GENERATED = {
     "eth_sendRawTransaction",
+    "eth_sendRawTransactionConditional",
+    "eth_sendPrivateTransaction",
+    "eth_sendBundle",
     "eth_newFilter",
     "eth_newBlockFilter",
     "eth_newFinalizedHeaderFilter",
