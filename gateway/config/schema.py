@@ -121,8 +121,9 @@ class NetworkConfig:
     tx_per_sender_rate: float = 5.0  # per second per sender, all processes; 0 = none
     tx_per_sender_burst: int = 20
     tx_timeout_s: float = 5.0  # one send to a node or a private endpoint
-    # The network's block interval in seconds: a node whose head runs faster
-    # than this allows is taken out of rotation as inconsistent (0 = no check).
+    # The network's block interval in seconds: without a live newHeads the
+    # probe runs twice per block (0 = probe_interval_s only). It never judges a
+    # node's speed: a node catching up runs fast and is right.
     block_time_s: float = 0.0
 
 

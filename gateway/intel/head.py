@@ -6,9 +6,8 @@ nothing; a block counts only once that node's HTTP answer for that number
 carries a hash (``vouch``: the probe's latest block, a confirmation fetch,
 a block, receipt or log a client read returned), and that hash matches
 any header the node pushed for the number. A node whose headers its own
-answers keep contradicting (``max_mismatches`` in a row), whose head is
-more than ``max_lead`` blocks ahead of every other node in service, or
-whose head runs faster than the network's ``block_time_s`` allows, is
+answers keep contradicting (``max_mismatches`` in a row), or whose head is
+more than ``max_lead`` blocks ahead of every other node in service, is
 *ejected*: ``on_eject`` takes it out of rotation and everything it said
 is forgotten at once. Whenever a node leaves, the network head is
 recomputed from the nodes still in service, so a spoofed number or hash
@@ -80,11 +79,13 @@ class NetworkHead:
 
 @dataclass(frozen=True, slots=True)
 class HeadRules:
-    """When a node's word takes it out of rotation (``[head]`` and ``block_time_s``)."""
+    """When a node's word takes it out of rotation (``[head]``).
+
+    No speed rule: a node catching up after a stall, or a dev chain mining a
+    burst, runs faster than any block time and is right.
+    """
 
     max_lead: int = 64
-    block_time_s: float = 0.0  # 0: no rate check
-    rate_slack_blocks: int = 4
     max_mismatches: int = 3
 
 
@@ -138,7 +139,6 @@ class _Node:
     """What one node in service has said: claims, its confirmed head, its marks."""
 
     __slots__ = (
-        "anchor",
         "at",
         "claimed",
         "claims",
@@ -158,9 +158,6 @@ class _Node:
         self.safe = -1
         self.finalized = -1
         self.strikes = 0  # headers contradicted by its own answers, in a row
-        # min over its confirmed heads of (number - time / block_time_s): its head
-        # may be at most anchor + now / block_time_s (+ slack) if it never ran fast
-        self.anchor: float | None = None
 
 
 class HeadTracker:
@@ -271,12 +268,7 @@ class HeadTracker:
         if why is not None:
             self._eject(node, why)
             return
-        now = self._clock()
-        seen.number, seen.hash, seen.at = number, digest, now
-        if self.rules.block_time_s > 0:
-            anchor = number - now / self.rules.block_time_s
-            if seen.anchor is None or anchor < seen.anchor:
-                seen.anchor = anchor
+        seen.number, seen.hash, seen.at = number, digest, self._clock()
         seen.safe = min(seen.safe, number)  # a node that went back takes its marks back
         seen.finalized = min(seen.finalized, number)
 
@@ -301,18 +293,6 @@ class HeadTracker:
                 f"head {number} is {number - max(others)} blocks ahead of every other node "
                 f"in service (head.max_lead {rules.max_lead})"
             )
-        # The rate: only a head that would move the network head is judged (a
-        # lagging node may catch up as fast as it likes), against the node's own
-        # history since it entered service.
-        seen = self._live.get(node)
-        anchor = None if seen is None else seen.anchor
-        if rules.block_time_s > 0 and anchor is not None and number > self.head.number:
-            allowed = int(anchor + self._clock() / rules.block_time_s) + rules.rate_slack_blocks
-            if number > allowed:
-                return (
-                    f"head {number} runs faster than block_time_s {rules.block_time_s} allows "
-                    f"(at most {allowed} now)"
-                )
         return None
 
     def _eject(self, node: str, reason: str) -> None:

@@ -44,14 +44,11 @@ class NetworkIntel:
         *,
         redis: Any = None,
         clock: Callable[[], float] | None = None,
-        block_time_s: float = 0.0,
     ) -> NetworkIntel:
         """The parts for one network; ``nodes`` are the pool's node names."""
         c, h, hd = cfg.cache, cfg.hedge, cfg.head
         rules = HeadRules(
             max_lead=hd.max_lead,
-            block_time_s=block_time_s,
-            rate_slack_blocks=hd.rate_slack_blocks,
             max_mismatches=hd.max_mismatches,
         )
         if clock is None:

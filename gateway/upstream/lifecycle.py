@@ -84,7 +84,6 @@ class PoolLifecycle:
             [n.name for n in self.nodes],
             redis=redis,
             clock=clock,
-            block_time_s=network.block_time_s,
         )
         self.head_cfg = whole.head
         self.intel.heads.on_eject = self._eject

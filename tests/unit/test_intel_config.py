@@ -58,3 +58,9 @@ def test_head_rules_and_block_times_load_and_are_checked() -> None:
     ):
         with pytest.raises(ConfigError, match=path):
             config_from_dict(raw)
+
+
+def test_the_removed_rate_slack_key_is_refused_naming_why() -> None:
+    """An old file's speed rule is refused, not silently read as meaning something."""
+    with pytest.raises(ConfigError, match=r"head\.rate_slack_blocks: removed"):
+        config_from_dict({"head": {"rate_slack_blocks": 4}})
