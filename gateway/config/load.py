@@ -110,8 +110,10 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         raise ConfigError("admission: max_slice and lease_horizon_s must not be negative")
     _check_intel(sections["cache"], sections["hedge"])
     head = sections["head"]
-    if head.max_lead < 1 or head.max_mismatches < 1:
-        raise ConfigError("head: max_lead and max_mismatches must be at least 1")
+    if head.max_mismatches < 1 or head.quorum < 0 or head.solo_lead < 0:
+        raise ConfigError("head: max_mismatches must be at least 1, quorum and solo_lead 0 or more")
+    _floor("head.stale_s", head.stale_s, 0)
+    _floor("head.clock_skew_s", head.clock_skew_s, 0)
     _floor("head.inconsistent_cooldown_s", head.inconsistent_cooldown_s, 0, above=True)
     _check_filters(sections["filters"])
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
@@ -224,6 +226,10 @@ _REMOVED = {
     "head.rate_slack_blocks": (
         "removed: no rule judges a node's speed any more (a node catching up runs "
         "fast and is right); delete the key"
+    ),
+    "head.max_lead": (
+        "removed: no lead takes a node out any more; head.solo_lead (default 1) "
+        "bounds how far one node may lead the block the nodes agree on"
     ),
 }
 

@@ -1,24 +1,37 @@
-"""One network's head, confirmed: no node moves the chain alone.
+"""One network's head, agreed: no node moves the chain alone.
 
 Every source feeds one object (``HeadTracker``) with one rule. A node's
 *claim* (a ``newHeads`` header, an ``eth_blockNumber`` answer) moves
 nothing; a block counts only once that node's HTTP answer for that number
 carries a hash (``vouch``: the probe's latest block, a confirmation fetch,
 a block, receipt or log a client read returned), and that hash matches
-any header the node pushed for the number. A node whose headers its own
-answers keep contradicting (``max_mismatches`` in a row), or whose head is
-more than ``max_lead`` blocks ahead of every other node in service, is
-*ejected*: ``on_eject`` takes it out of rotation and everything it said
-is forgotten at once. Whenever a node leaves, the network head is
-recomputed from the nodes still in service, so a spoofed number or hash
-never outlives its node (it can drop; ``served`` keeps the
-``eth_blockNumber`` answers monotonic).
+any header the node pushed for the number.
+
+The network head is agreed among the *current* nodes: those whose
+confirmed head's timestamp is within ``stale_s`` of the newest one among
+the nodes in service (a halted or idle chain leaves every node current). A
+node that is not current is behind: it takes no part in the head and gets
+no head-relative call, but stays in rotation. The head is the highest
+block ``quorum`` current nodes confirmed with the same hash, led by one
+node by at most ``solo_lead`` blocks along that block's chain. Where
+current nodes confirmed different hashes above the agreed block, the
+network is *split*: the head stays at the agreed block (``split`` says so,
+``on_split`` is told) until they agree again.
+
+Only a lie proven takes a node out (``on_eject``): headers its own answers
+keep contradicting (``max_mismatches`` in a row), or a block stamped more
+than ``clock_skew_s`` in the future (judged where another node is in
+service: a lone dev chain's ``hardhat_mine`` stamps blocks ahead and is
+all there is to follow). Speed, lead and lag take no node out. Whenever a
+node leaves, the head is recomputed from the nodes still in service;
+``served`` keeps the ``eth_blockNumber`` answers monotonic.
 
 Safe and finalized marks: a node's mark above its own confirmed head, or
 below its previous mark, is ignored; the network's mark is the highest one
-two nodes in service have both reached (with a single configured node, its
-own), and never goes back. So nothing is cached as final on one node's
-word.
+``quorum`` (at least two) nodes in service have reached; a network of one
+configured node takes its marks only at least two blocks below its head,
+so a short re-org never replaces a block served as final. Marks never go
+back.
 
 The head's *tag* ``(number, hash)`` keys head-dependent cache entries and
 coalesced calls: a reorg that replaces the tip changes the tag, and a hash
@@ -56,6 +69,8 @@ class HeadReport:
     hash: str | None = None
     safe: int | None = None
     finalized: int | None = None
+    stamp: int | None = None  # the latest block's timestamp (seconds)
+    parent: str | None = None  # the latest block's parentHash
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +94,17 @@ class NetworkHead:
 
 @dataclass(frozen=True, slots=True)
 class HeadRules:
-    """When a node's word takes it out of rotation (``[head]``).
+    """How the head is agreed and when a node's word takes it out (``[head]``).
 
-    No speed rule: a node catching up after a stall, or a dev chain mining a
-    burst, runs faster than any block time and is right.
+    No speed, lead or lag rule: a node catching up after a stall, or a dev
+    chain mining a burst, runs faster than any block time and is right; a
+    node behind is only left out of the head.
     """
 
-    max_lead: int = 64
+    stale_s: float = 0.0  # 0: every node with a confirmed head is current
+    quorum: int = 0  # 0: 2 where two or more nodes are current, else 1
+    solo_lead: int = 1
+    clock_skew_s: float = 2.0
     max_mismatches: int = 3
 
 
@@ -100,12 +119,15 @@ def parse_probe(reply: bytes) -> HeadReport | None:
     if type(answers) is not list:
         return None
     blocks: dict[Any, tuple[int, str | None]] = {}
+    top: Any = None
     for item in answers:
         if type(item) is not dict:
             continue
         block = block_mark(item.get("result"))
         if block is not None:
             blocks[item.get("id")] = block
+            if item.get("id") == 1:
+                top = item.get("result")
     latest = blocks.get(1)
     if latest is None:
         return None
@@ -115,6 +137,8 @@ def parse_probe(reply: bytes) -> HeadReport | None:
         hash=latest[1],
         safe=safe[0] if safe else None,
         finalized=final[0] if final else None,
+        stamp=block_stamp(top),
+        parent=block_parent(top),
     )
 
 
@@ -135,17 +159,37 @@ def block_mark(block: Any) -> tuple[int, str | None] | None:
     return value, digest.lower() if type(digest) is str else None
 
 
+def block_stamp(block: Any) -> int | None:
+    """A block object's ``timestamp`` in seconds, None where it has none."""
+    value = block.get("timestamp") if type(block) is dict else None
+    if type(value) is not str:
+        return None
+    try:
+        stamp = int(value, 16)
+    except ValueError:
+        return None
+    return stamp if 0 <= stamp < 1 << 63 else None
+
+
+def block_parent(block: Any) -> str | None:
+    """A block object's ``parentHash``, lower case, None where it has none."""
+    value = block.get("parentHash") if type(block) is dict else None
+    return value.lower() if type(value) is str else None
+
+
 class _Node:
-    """What one node in service has said: claims, its confirmed head, its marks."""
+    """What one node in service has said: claims, its confirmed chain, its marks."""
 
     __slots__ = (
         "at",
+        "chain",
         "claimed",
         "claims",
         "finalized",
         "hash",
         "number",
         "safe",
+        "stamp",
         "strikes",
     )
 
@@ -155,24 +199,40 @@ class _Node:
         self.number = -1  # confirmed head (-1: none yet)
         self.hash: str | None = None
         self.at = 0.0  # when it was confirmed
+        self.stamp: int | None = None  # its confirmed head's block timestamp
+        # Hashes it confirmed (and their parents), by number: what agreement reads.
+        self.chain: dict[int, str] = {}
         self.safe = -1
         self.finalized = -1
         self.strikes = 0  # headers contradicted by its own answers, in a row
 
+    def keep(self, number: int, digest: str) -> None:
+        self.chain[number] = digest
+        if len(self.chain) > _CLAIMS_KEPT:
+            del self.chain[min(self.chain)]
+
+    def says(self, number: int) -> str | None:
+        """The hash this node confirmed at ``number`` (None: it has not said)."""
+        return self.hash if number == self.number else self.chain.get(number)
+
 
 class HeadTracker:
-    """The heads of one network's nodes; ``head`` is the confirmed network head."""
+    """The heads of one network's nodes; ``head`` is the agreed network head."""
 
     __slots__ = (
         "_clock",
+        "_current",
         "_known",
         "_live",
+        "_wall",
         "head",
         "moves",
         "on_eject",
+        "on_split",
         "reorgs",
         "rules",
         "served",
+        "split",
     )
 
     def __init__(
@@ -180,17 +240,23 @@ class HeadTracker:
         nodes: Iterable[str],
         clock: Callable[[], float] = time.monotonic,
         rules: HeadRules | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._clock = clock
+        self._wall = wall  # the clock block timestamps are read against
         self.rules = rules or HeadRules()
         self._known = frozenset(nodes)
         self._live: dict[str, _Node] = {}  # nodes in service, by name
+        self._current: frozenset[str] = frozenset()  # as of the last recompute
         self.head = NetworkHead()
         self.served = 0  # the highest eth_blockNumber answered: answers never decrease
         self.moves = 0  # times the network head's tag changed
         self.reorgs = 0  # ... of which the number stayed and the hash changed
+        self.split = False  # current nodes confirmed different hashes above the head
         # Called with (node, reason) when a node's word takes it out of rotation.
         self.on_eject: Callable[[str, str], None] | None = None
+        # Called with (split, detail) when the network splits or agrees again.
+        self.on_split: Callable[[bool, str], None] | None = None
 
     # -- input ---------------------------------------------------------------
     def observe(self, node: str, report: HeadReport) -> bool:
@@ -204,7 +270,7 @@ class HeadTracker:
         if node not in self._live:
             self._live[node] = _Node()
         old = self.head.tag
-        self._vouch(node, report.number, report.hash, latest=True)
+        self._vouch(node, report.number, report.hash, report.stamp, report.parent, latest=True)
         seen = self._live.get(node)
         if seen is not None and seen.number >= 0:
             if report.safe is not None and seen.safe <= report.safe <= seen.number:
@@ -217,7 +283,7 @@ class HeadTracker:
     def claim(self, node: str, number: int, digest: str | None = None) -> bool:
         """A header pushed (or a number answered) by ``node``: True to ask it for the block.
 
-        Nothing moves until ``vouch``; a claim that breaks a rule ejects the node.
+        Nothing moves until ``vouch``.
         """
         seen = self._live.get(node)
         if seen is None:
@@ -226,26 +292,37 @@ class HeadTracker:
             seen.claims[number] = digest
             if len(seen.claims) > _CLAIMS_KEPT:
                 del seen.claims[min(seen.claims)]
-        if number <= seen.number and (digest is None or digest == self._hash_at(seen, number)):
-            return False
-        why = self._breaks_rule(node, number)
-        if why is not None:
-            self._eject(node, why)
-            self._recompute()
+        if number <= seen.number and (digest is None or digest == seen.says(number)):
             return False
         seen.claimed = max(seen.claimed, number)
         return True
 
-    def vouch(self, node: str, number: int, digest: str | None) -> bool:
+    def vouch(
+        self,
+        node: str,
+        number: int,
+        digest: str | None,
+        stamp: int | None = None,
+        parent: str | None = None,
+    ) -> bool:
         """``node``'s HTTP answer named block ``number``: ``digest``; True if the tag moved."""
         if node not in self._live or digest is None:
             return False
         old = self.head.tag
-        self._vouch(node, number, digest, latest=False)
+        self._vouch(node, number, digest, stamp, parent, latest=False)
         self._recompute()
         return self.head.tag != old
 
-    def _vouch(self, node: str, number: int, digest: str | None, *, latest: bool) -> None:
+    def _vouch(
+        self,
+        node: str,
+        number: int,
+        digest: str | None,
+        stamp: int | None,
+        parent: str | None,
+        *,
+        latest: bool,
+    ) -> None:
         seen = self._live[node]
         if digest is None and not latest:
             return  # only the probe's latest block may lack a hash (nothing to compare)
@@ -260,14 +337,24 @@ class HeadTracker:
             return
         if pushed is not None and digest is not None:
             seen.strikes = 0
+        skew = self.rules.clock_skew_s
+        if stamp is not None and len(self._live) > 1 and stamp > self._wall() + skew:
+            self._eject(
+                node,
+                f"block {number} is stamped {stamp - self._wall():.0f} s in the future "
+                f"(head.clock_skew_s {skew:g})",
+            )
+            return
+        if digest is not None:
+            seen.keep(number, digest)
+            if parent is not None and number > 0:
+                seen.keep(number - 1, parent)
         if number < seen.number and not latest:
             return  # an older block: says nothing about its head
         if number == seen.number and digest == seen.hash:
             return
-        why = self._breaks_rule(node, number)
-        if why is not None:
-            self._eject(node, why)
-            return
+        if number != seen.number or stamp is not None:
+            seen.stamp = stamp  # unknown stays unknown rather than borrowing an older one
         seen.number, seen.hash, seen.at = number, digest, self._clock()
         seen.safe = min(seen.safe, number)  # a node that went back takes its marks back
         seen.finalized = min(seen.finalized, number)
@@ -284,48 +371,83 @@ class HeadTracker:
             self._recompute()
 
     # -- the rule ------------------------------------------------------------
-    def _breaks_rule(self, node: str, number: int) -> str | None:
-        """Why ``node``'s head at ``number`` cannot be right, or None."""
-        rules = self.rules
-        others = [s.number for n, s in self._live.items() if n != node and s.number >= 0]
-        if others and number - max(others) > rules.max_lead:
-            return (
-                f"head {number} is {number - max(others)} blocks ahead of every other node "
-                f"in service (head.max_lead {rules.max_lead})"
-            )
-        return None
-
     def _eject(self, node: str, reason: str) -> None:
         if self._live.pop(node, None) is not None and self.on_eject is not None:
             self.on_eject(node, reason)
 
+    def _currents(self) -> dict[str, _Node]:
+        """The nodes in service whose confirmed head is fresh enough to take part."""
+        heads = {n: s for n, s in self._live.items() if s.number >= 0}
+        stale = self.rules.stale_s
+        stamps = [s.stamp for s in heads.values() if s.stamp is not None]
+        if stale <= 0 or not stamps:
+            return heads
+        floor = max(stamps) - stale
+        return {n: s for n, s in heads.items() if s.stamp is None or s.stamp >= floor}
+
+    def _quorum(self, current: int) -> int:
+        want = self.rules.quorum or 2
+        return max(1, min(want, current))
+
+    def _agreed(self, nodes: list[_Node], quorum: int) -> tuple[int, str | None, bool]:
+        """The highest (number, hash) ``quorum`` of ``nodes`` confirmed, and whether
+        two of them confirmed different hashes above it (a split).
+
+        A node whose head is above a number and that has not said its hash
+        there does not contradict it (it jumped past it), so it counts.
+        """
+        if quorum == 1 and len(nodes) == 1:
+            only = nodes[0]
+            return only.number, only.hash, False
+        wanted: set[tuple[int, str]] = set()
+        for seen in nodes:
+            wanted.update(seen.chain.items())
+            if seen.hash is not None:
+                wanted.add((seen.number, seen.hash))
+        split = False
+        for number, digest in sorted(wanted, key=lambda item: item[0], reverse=True):
+            votes = 0
+            for seen in nodes:
+                said = seen.says(number)
+                if said == digest or (said is None and seen.number > number):
+                    votes += 1
+                elif said is not None:
+                    split = True
+            if votes >= quorum:
+                return number, digest, split
+        return -1, None, split
+
     def _recompute(self) -> None:
-        """The network head from the nodes in service: leads judged, then number, hash, marks."""
+        """The network head from the current nodes: agreed block, solo lead, marks."""
         live = self._live
-        lead = self.rules.max_lead
-        heads = sorted((s.number for s in live.values() if s.number >= 0), reverse=True)
-        if len(heads) > 1 and heads[0] - heads[1] > lead:
-            top = next(n for n, s in live.items() if s.number == heads[0])
-            self._eject(
-                top,
-                f"head {heads[0]} is {heads[0] - heads[1]} blocks ahead of every "
-                f"other node in service (head.max_lead {lead})",
-            )
-            self._recompute()
-            return
+        current = self._currents()
+        self._current = frozenset(current)
         old = self.head
-        if not heads:
+        quorum = self._quorum(len(current))
+        nodes = list(current.values())
+        split = False
+        if not nodes:
             number, digest = old.number, old.hash  # nobody to ask: keep the last known
         else:
-            number = heads[0]
-            at_top = [s for s in live.values() if s.number == number]
-            if old.number == number and any(s.hash == old.hash for s in at_top):
-                digest = old.hash
-            else:
-                digest = max(at_top, key=_when).hash  # the newest word wins a rival tip
-        safe = max(old.safe, self._mark([s.safe for s in live.values()]))
-        final = max(old.finalized, self._mark([s.finalized for s in live.values()]))
+            number, digest, split = self._agreed(nodes, quorum)
+            if number < 0:
+                number, digest = old.number, old.hash  # no agreement: the last agreed block
+            elif not split and digest is not None:
+                number, digest = self._lead(nodes, number, digest, quorum)
+        # One configured node is all there is to follow; with more, one node's
+        # word (the first to answer, or the last left) makes nothing final.
+        single = len(self._known) == 1
+        marks_q = max(2, quorum) if not single else 1
+        safe = max(old.safe, self._mark([s.safe for s in live.values()], marks_q, single))
+        final = max(
+            old.finalized, self._mark([s.finalized for s in live.values()], marks_q, single)
+        )
+        if single and live:
+            only = next(iter(live.values()))
+            safe = min(safe, max(old.safe, only.number - 2))
+            final = min(final, max(old.finalized, only.number - 2))
         new = NetworkHead(number, digest, min(safe, number), min(final, number))
+        self._set_split(split, number)
         if new == old:
             return
         self.head = new
@@ -334,16 +456,37 @@ class HeadTracker:
             if number == old.number:
                 self.reorgs += 1
 
-    def _mark(self, marks: list[int]) -> int:
-        """The highest mark two nodes have reached (one configured node: its own)."""
-        marks = sorted((m for m in marks if m >= 0), reverse=True)
-        if len(self._known) == 1:
-            return marks[0] if marks else -1
-        return marks[1] if len(marks) > 1 else -1
+    def _lead(
+        self, nodes: list[_Node], number: int, digest: str, quorum: int
+    ) -> tuple[int, str | None]:
+        """The agreed block, led by the freshest node by at most ``solo_lead`` along it."""
+        best: tuple[int, str | None] = (number, digest)
+        if quorum < 2:
+            return best  # one current node: the agreed block is its head already
+        top = number + self.rules.solo_lead
+        for seen in sorted(nodes, key=_when):
+            if number < seen.number <= top and seen.says(number) == digest:
+                if seen.number >= best[0]:
+                    best = (seen.number, seen.hash)
+        return best
+
+    def _set_split(self, split: bool, number: int) -> None:
+        if split == self.split:
+            return
+        self.split = split
+        if self.on_split is not None:
+            heads = ", ".join(
+                f"{n}={s.number}:{(s.hash or '?')[:10]}" for n, s in sorted(self._live.items())
+            )
+            self.on_split(split, f"agreed block {number}; nodes {heads}")
 
     @staticmethod
-    def _hash_at(seen: _Node, number: int) -> str | None:
-        return seen.hash if number == seen.number else seen.claims.get(number)
+    def _mark(marks: list[int], quorum: int, single: bool) -> int:
+        """The highest mark ``quorum`` nodes have reached."""
+        marks = sorted((m for m in marks if m >= 0), reverse=True)
+        if single:
+            return marks[0] if marks else -1
+        return marks[quorum - 1] if len(marks) >= quorum else -1
 
     # -- queries -------------------------------------------------------------
     def node_head(self, node: str) -> int | None:
@@ -362,8 +505,22 @@ class HeadTracker:
         return number is not None and number >= block
 
     def nodes_with(self, block: int) -> list[str]:
-        """Nodes known to have ``block``, for routing a call that names it."""
-        return [n for n, s in self._live.items() if s.number >= block]
+        """Nodes known to have ``block`` on the agreed chain, for routing a call that names it.
+
+        A node that is behind (not current) or that confirmed another hash
+        at the head's number is left out: a head-relative call never reaches
+        a node whose answer is not the head's.
+        """
+        head = self.head
+        return [
+            n
+            for n, s in self._live.items()
+            if s.number >= block and n in self._current and s.says(head.number) in (None, head.hash)
+        ]
+
+    def current(self, node: str) -> bool:
+        """Whether ``node`` takes part in the head (its head is fresh enough)."""
+        return node in self._current
 
     def at_head(self, node: str) -> bool:
         """Whether ``node``'s confirmed head is the network head (its answers fit the tag)."""

@@ -21,7 +21,7 @@ from typing import Final
 
 import orjson
 
-from gateway.intel.head import block_mark
+from gateway.intel.head import block_mark, block_parent, block_stamp
 from gateway.intel.network import NetworkIntel
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.node import Node
@@ -87,10 +87,18 @@ class HeadConfirms:
             answer = orjson.loads(reply)
         except orjson.JSONDecodeError:
             return
-        mark = block_mark(answer.get("result") if type(answer) is dict else None)
+        block = answer.get("result") if type(answer) is dict else None
+        mark = block_mark(block)
         if mark is None or mark[0] != number or not node.in_service():
             return  # not (yet) served over HTTP: the claim confirms nothing
-        self.intel.vouch(node.name, number, mark[1], pushed=node.newheads)
+        self.intel.vouch(
+            node.name,
+            number,
+            mark[1],
+            pushed=node.newheads,
+            stamp=block_stamp(block),
+            parent=block_parent(block),
+        )
         confirmed = self.intel.heads.node_head(node.name)
         if confirmed is not None:
             node.head = confirmed
