@@ -465,9 +465,12 @@ class HeadTracker:
             return best  # one current node: the agreed block is its head already
         top = number + self.rules.solo_lead
         for seen in sorted(nodes, key=_when):
-            if number < seen.number <= top and seen.says(number) == digest:
-                if seen.number >= best[0]:
-                    best = (seen.number, seen.hash)
+            if (
+                number < seen.number <= top
+                and seen.says(number) == digest
+                and seen.number >= best[0]
+            ):
+                best = (seen.number, seen.hash)
         return best
 
     def _set_split(self, split: bool, number: int) -> None:
