@@ -510,15 +510,19 @@ class HeadTracker:
     def nodes_with(self, block: int) -> list[str]:
         """Nodes known to have ``block`` on the agreed chain, for routing a call that names it.
 
-        A node that is behind (not current) or that confirmed another hash
-        at the head's number is left out: a head-relative call never reaches
-        a node whose answer is not the head's.
+        A node that is behind (not current), ahead without having said the
+        head's hash at its number, or further ahead than one node may lead,
+        is left out: a head-relative call never reaches a node whose answer
+        may not be the head's.
         """
         head = self.head
+        top = max(block, head.number) + self.rules.solo_lead
         return [
             n
             for n, s in self._live.items()
-            if s.number >= block and n in self._current and s.says(head.number) in (None, head.hash)
+            if block <= s.number <= top
+            and n in self._current
+            and (s.number < head.number or s.says(head.number) == head.hash)
         ]
 
     def current(self, node: str) -> bool:
