@@ -393,8 +393,9 @@ class HeadTracker:
         """The highest (number, hash) ``quorum`` of ``nodes`` confirmed, and whether
         two of them confirmed different hashes above it (a split).
 
-        A node whose head is above a number and that has not said its hash
-        there does not contradict it (it jumped past it), so it counts.
+        Only a hash a node confirmed (or named as a confirmed block's parent)
+        is its vote: a node that jumped past a number has not said it, and
+        counting its silence would let a fork borrow its vote.
         """
         if quorum == 1 and len(nodes) == 1:
             only = nodes[0]
@@ -409,7 +410,7 @@ class HeadTracker:
             votes = 0
             for seen in nodes:
                 said = seen.says(number)
-                if said == digest or (said is None and seen.number > number):
+                if said == digest:
                     votes += 1
                 elif said is not None:
                     split = True
@@ -430,8 +431,20 @@ class HeadTracker:
             number, digest = old.number, old.hash  # nobody to ask: keep the last known
         else:
             number, digest, split = self._agreed(nodes, quorum)
+            # Nodes that moved on past what one node may lead, a quorum of them,
+            # without agreeing on any block up there: split as much as a hash
+            # they contradict each other with.
+            beyond = sum(1 for n in nodes if n.number > number + self.rules.solo_lead)
+            split = split or (quorum > 1 and beyond >= quorum)
             if number < 0:
-                number, digest = old.number, old.hash  # no agreement: the last agreed block
+                # No block two of them confirmed: the last agreed one, but never
+                # above every current node's head (what one node alone set, the
+                # first to answer, gives way to the lowest word).
+                low = min(nodes, key=lambda n: n.number)
+                if old.number > low.number or old.hash is None:
+                    number, digest = low.number, low.hash
+                else:
+                    number, digest = old.number, old.hash
             elif not split and digest is not None:
                 number, digest = self._lead(nodes, number, digest, quorum)
         # One configured node is all there is to follow; with more, one node's
@@ -463,14 +476,15 @@ class HeadTracker:
         best: tuple[int, str | None] = (number, digest)
         if quorum < 2:
             return best  # one current node: the agreed block is its head already
-        top = number + self.rules.solo_lead
+        lead = self.rules.solo_lead
         for seen in sorted(nodes, key=_when):
-            if (
-                number < seen.number <= top
-                and seen.says(number) == digest
-                and seen.number >= best[0]
-            ):
-                best = (seen.number, seen.hash)
+            if seen.number <= number or seen.says(number) != digest:
+                continue
+            for ahead in range(min(seen.number, number + lead), best[0], -1):
+                said = seen.says(ahead)
+                if said is not None:  # its block `ahead` above the agreed one
+                    best = (ahead, said)
+                    break
         return best
 
     def _set_split(self, split: bool, number: int) -> None:
@@ -517,13 +531,25 @@ class HeadTracker:
         """
         head = self.head
         top = max(block, head.number) + self.rules.solo_lead
-        return [
-            n
+        fits = {
+            n: s
             for n, s in self._live.items()
-            if block <= s.number <= top
+            if s.number >= block
             and n in self._current
             and (s.number < head.number or s.says(head.number) == head.hash)
-        ]
+        }
+        near = [n for n, s in fits.items() if s.number <= top]
+        if near or not fits:
+            return near
+        # Every node on the agreed chain moved on past one node's lead (the
+        # head is held): the one nearest the head, whose answer strays least.
+        low = min(s.number for s in fits.values())
+        return [n for n, s in fits.items() if s.number == low]
+
+    def knows(self, node: str, number: int) -> bool:
+        """Whether ``node`` confirmed a hash at ``number`` (what agreement can count)."""
+        seen = self._live.get(node)
+        return seen is not None and seen.says(number) is not None
 
     def current(self, node: str) -> bool:
         """Whether ``node`` takes part in the head (its head is fresh enough)."""

@@ -5,18 +5,22 @@ fork never sets the head beyond one node's solo lead."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
 
 from gateway import typedefs as T
 from gateway.demo.mockws import Chain, start_ws_node
+from gateway.telemetry.metrics import METRICS
 from tests.helpers.headnodes import (  # noqa: F401
     HeadGateway,
     WallChain,
     head_gateway,
     mock_chains,
 )
+from tests.helpers.readyz import readyz_details
+from tests.helpers.scrape import scrape
 from tests.helpers.waiting import eventually
 
 SPACING_S = 0.2  # the honest chains mine (and are stamped) this often
@@ -92,7 +96,47 @@ async def test_a_consistent_private_fork_never_sets_the_head(
             await asyncio.sleep(0.05)
         await miner
         assert served_by_liar == 0, "a latest state read reached the private fork"
-        assert pool.intel.heads.head.number >= honest.head - 2
+        heads = pool.intel.heads
+        if honest_nodes == 2:  # the two honest nodes agree: the head follows them
+            assert heads.head.number >= honest.head - 2
+        else:  # one honest word against one liar's: held, and said to be split
+            assert heads.head.number <= START + 1 and heads.split
     finally:
         for node in (*nodes, liar):
+            await node.close()
+
+
+async def test_two_nodes_on_two_forks_hold_the_head_and_say_split(
+    gw: HeadGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two current nodes, each on a fork of its own above block START: the head
+    stays at START (eth_blockNumber never takes a side), one log
+    line, gateway_network_split{network} and /readyz on the metrics listener
+    say the network is split."""
+    caplog.set_level(logging.INFO, "gateway.upstream")
+    t0 = time.time()
+    honest = WallChain(56, start_block=START, t0=t0, spacing_s=SPACING_S)
+    other = WallChain(56, start_block=START, t0=t0, spacing_s=SPACING_S, fork_from=START)
+    a, b = await start_ws_node(honest), await start_ws_node(other)
+    try:
+        client = await gw.start({}, {"bsc": [a.url, b.url]})
+        pool = client.app[T.POOLS]["bsc"]
+        await eventually(lambda: all(n.in_service() for n in pool.nodes), 5.0)
+        await _mine([honest, other], 5)
+        await eventually(lambda: pool.intel.heads.split, 5.0, "the split seen")
+        assert int(await gw.result("eth_blockNumber", []), 16) == START
+        block = await gw.result("eth_getBlockByNumber", [hex(START), False])
+        assert block["hash"] == honest.block_hash(START)  # the agreed block, as agreed
+        assert all(n.in_service() and not n.inconsistent for n in pool.nodes)
+        lines = [r.getMessage() for r in caplog.records if "network split" in r.getMessage()]
+        assert len(lines) == 1 and "network=bsc" in lines[0]
+        assert f"agreed block {START}" in lines[0]
+        _, body = await readyz_details(client.app)
+        assert body["networks"]["bsc"]["split"] is True
+        if pool.intel_metrics is not None:
+            pool.intel_metrics.sync(pool.intel)  # the probe does it too; not waiting for one
+        _, _, text = await scrape(client.app[METRICS])
+        assert 'gateway_network_split{network="bsc"} 1.0' in text
+    finally:
+        for node in (a, b):
             await node.close()
