@@ -20,11 +20,11 @@ network is *split*: the head stays at the agreed block (``split`` says so,
 
 Only a lie proven takes a node out (``on_eject``): headers its own answers
 keep contradicting (``max_mismatches`` in a row), or a block stamped more
-than ``clock_skew_s`` in the future (judged where another node is in
-service: a lone dev chain's ``hardhat_mine`` stamps blocks ahead and is
-all there is to follow). Speed, lead and lag take no node out. Whenever a
-node leaves, the head is recomputed from the nodes still in service;
-``served`` keeps the ``eth_blockNumber`` answers monotonic.
+than ``clock_skew_s`` in the future of both the clock and every other
+node's newest block (a dev chain's ``hardhat_mine`` stamps every node's
+blocks ahead alike, and a lone node has nobody to be ahead of). Speed,
+lead and lag take no node out. Whenever a node leaves, the head is
+recomputed from the nodes still in service; ``served`` keeps the ``eth_blockNumber`` answers monotonic.
 
 Safe and finalized marks: a node's mark above its own confirmed head, or
 below its previous mark, is ignored; the network's mark is the highest one
@@ -337,8 +337,8 @@ class HeadTracker:
             return
         if pushed is not None and digest is not None:
             seen.strikes = 0
-        skew = self.rules.clock_skew_s
-        if stamp is not None and len(self._live) > 1 and stamp > self._wall() + skew:
+        if stamp is not None and self._in_future(node, stamp):
+            skew = self.rules.clock_skew_s
             self._eject(
                 node,
                 f"block {number} is stamped {stamp - self._wall():.0f} s in the future "
@@ -358,6 +358,16 @@ class HeadTracker:
         seen.number, seen.hash, seen.at = number, digest, self._clock()
         seen.safe = min(seen.safe, number)  # a node that went back takes its marks back
         seen.finalized = min(seen.finalized, number)
+
+    def _in_future(self, node: str, stamp: int) -> bool:
+        """Whether ``stamp`` is more than the clock skew ahead of the clock and of
+        every other node's newest block: one node's future, not the whole chain's
+        (a dev chain's ``hardhat_mine`` stamps every node's blocks ahead alike)."""
+        skew = self.rules.clock_skew_s
+        if stamp <= self._wall() + skew:
+            return False
+        others = [s.stamp for n, s in self._live.items() if n != node and s.stamp is not None]
+        return bool(others) and stamp > max(others) + skew
 
     def block_number(self) -> int:
         """What ``eth_blockNumber`` answers now: the head, never below an earlier answer."""

@@ -200,8 +200,19 @@ def test_a_block_stamped_in_the_future_is_a_lie() -> None:
     t.observe("a", HeadReport(10, "0xa", stamp=1_000))
     t.observe("b", HeadReport(10, "0xa", stamp=1_002))  # within head.clock_skew_s
     assert not out
-    t.observe("b", HeadReport(11, "0xb", stamp=1_003))
+    t.observe("b", HeadReport(11, "0xb", stamp=1_050, parent="0xa"))  # b alone runs ahead
     assert out and "future" in out[0] and t.node_head("b") is None
+
+
+def test_a_dev_chain_stamped_ahead_on_every_node_is_no_lie() -> None:
+    """hardhat_mine stamps blocks a second apart: every node of that chain is ahead alike."""
+    t = HeadTracker(["a", "b"], clock=Clock(), wall=lambda: 1_000.0)
+    out: list[str] = []
+    t.on_eject = lambda node, why: out.append(why)
+    t.observe("a", HeadReport(50, "0x50", stamp=1_050))
+    t.observe("b", HeadReport(50, "0x50", stamp=1_050))
+    t.observe("a", HeadReport(51, "0x51", stamp=1_051, parent="0x50"))
+    assert not out and t.head.tag == (51, "0x51")
 
 
 def test_a_node_catching_up_fast_stays_in() -> None:
