@@ -24,7 +24,8 @@ than ``clock_skew_s`` in the future of both the clock and every other
 node's newest block (a dev chain's ``hardhat_mine`` stamps every node's
 blocks ahead alike, and a lone node has nobody to be ahead of). Speed,
 lead and lag take no node out. Whenever a node leaves, the head is
-recomputed from the nodes still in service; ``served`` keeps the ``eth_blockNumber`` answers monotonic.
+recomputed from the nodes still in service; ``served`` keeps the
+``eth_blockNumber`` answers monotonic.
 
 Safe and finalized marks: a node's mark above its own confirmed head, or
 below its previous mark, is ignored; the network's mark is the highest one
