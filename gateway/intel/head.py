@@ -47,174 +47,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Final
 
-import orjson
-
-# The probe: latest, safe and finalized heads in one round trip. A node that
-# does not know a tag answers an error for that call only.
-PROBE_BODY: Final = (
-    b'[{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",false]},'
-    b'{"jsonrpc":"2.0","id":2,"method":"eth_getBlockByNumber","params":["safe",false]},'
-    b'{"jsonrpc":"2.0","id":3,"method":"eth_getBlockByNumber","params":["finalized",false]}]'
+from gateway.intel.agreement import CLAIMS_KEPT, NodeRecord, agreed, when_confirmed
+from gateway.intel.headwire import (
+    PROBE_BODY,
+    HeadReport,
+    HeadRules,
+    NetworkHead,
+    block_mark,
+    block_parent,
+    block_stamp,
+    parse_probe,
 )
-_CLAIMS_KEPT: Final = 64  # pushed header hashes remembered per node
 
-
-@dataclass(frozen=True, slots=True)
-class HeadReport:
-    """What one node said about its chain; ``None`` = not reported."""
-
-    number: int
-    hash: str | None = None
-    safe: int | None = None
-    finalized: int | None = None
-    stamp: int | None = None  # the latest block's timestamp (seconds)
-    parent: str | None = None  # the latest block's parentHash
-
-
-@dataclass(frozen=True, slots=True)
-class NetworkHead:
-    """A snapshot of the network head; replaced, never mutated, when it moves."""
-
-    number: int = 0
-    hash: str | None = None
-    safe: int = -1  # -1: not known yet, so nothing counts as safe ...
-    finalized: int = -1  # ... or final
-
-    @property
-    def tag(self) -> tuple[int, str | None]:
-        """The key of everything that is only true at this head."""
-        return (self.number, self.hash)
-
-    @property
-    def known(self) -> bool:
-        return self.number > 0
-
-
-@dataclass(frozen=True, slots=True)
-class HeadRules:
-    """How the head is agreed and when a node's word takes it out (``[head]``).
-
-    No speed, lead or lag rule: a node catching up after a stall, or a dev
-    chain mining a burst, runs faster than any block time and is right; a
-    node behind is only left out of the head.
-    """
-
-    stale_s: float = 0.0  # 0: every node with a confirmed head is current
-    quorum: int = 0  # 0: 2 where two or more nodes are current, else 1
-    solo_lead: int = 1
-    clock_skew_s: float = 2.0
-    max_mismatches: int = 3
-
-
-def parse_probe(reply: bytes) -> HeadReport | None:
-    """The node's heads from its answer to ``PROBE_BODY``; None if it has no usable latest."""
-    try:
-        answers = orjson.loads(reply)
-    except orjson.JSONDecodeError:
-        return None
-    if type(answers) is dict:  # a node that refuses batches answers one error object
-        answers = [answers]
-    if type(answers) is not list:
-        return None
-    blocks: dict[Any, tuple[int, str | None]] = {}
-    top: Any = None
-    for item in answers:
-        if type(item) is not dict:
-            continue
-        block = block_mark(item.get("result"))
-        if block is not None:
-            blocks[item.get("id")] = block
-            if item.get("id") == 1:
-                top = item.get("result")
-    latest = blocks.get(1)
-    if latest is None:
-        return None
-    safe, final = blocks.get(2), blocks.get(3)
-    return HeadReport(
-        number=latest[0],
-        hash=latest[1],
-        safe=safe[0] if safe else None,
-        finalized=final[0] if final else None,
-        stamp=block_stamp(top),
-        parent=block_parent(top),
-    )
-
-
-def block_mark(block: Any) -> tuple[int, str | None] | None:
-    """(number, hash) of a block object (``number``/``hash``), None for anything else."""
-    if type(block) is not dict:
-        return None
-    number = block.get("number")
-    if type(number) is not str:
-        return None
-    try:
-        value = int(number, 16)
-    except ValueError:
-        return None
-    if not 0 <= value < 1 << 63:
-        return None
-    digest = block.get("hash")
-    return value, digest.lower() if type(digest) is str else None
-
-
-def block_stamp(block: Any) -> int | None:
-    """A block object's ``timestamp`` in seconds, None where it has none."""
-    value = block.get("timestamp") if type(block) is dict else None
-    if type(value) is not str:
-        return None
-    try:
-        stamp = int(value, 16)
-    except ValueError:
-        return None
-    return stamp if 0 <= stamp < 1 << 63 else None
-
-
-def block_parent(block: Any) -> str | None:
-    """A block object's ``parentHash``, lower case, None where it has none."""
-    value = block.get("parentHash") if type(block) is dict else None
-    return value.lower() if type(value) is str else None
-
-
-class _Node:
-    """What one node in service has said: claims, its confirmed chain, its marks."""
-
-    __slots__ = (
-        "at",
-        "chain",
-        "claimed",
-        "claims",
-        "finalized",
-        "hash",
-        "number",
-        "safe",
-        "stamp",
-        "strikes",
-    )
-
-    def __init__(self) -> None:
-        self.claims: dict[int, str | None] = {}  # pushed header hash by number
-        self.claimed = -1  # highest number claimed
-        self.number = -1  # confirmed head (-1: none yet)
-        self.hash: str | None = None
-        self.at = 0.0  # when it was confirmed
-        self.stamp: int | None = None  # its confirmed head's block timestamp
-        # Hashes it confirmed (and their parents), by number: what agreement reads.
-        self.chain: dict[int, str] = {}
-        self.safe = -1
-        self.finalized = -1
-        self.strikes = 0  # headers contradicted by its own answers, in a row
-
-    def keep(self, number: int, digest: str) -> None:
-        self.chain[number] = digest
-        if len(self.chain) > _CLAIMS_KEPT:
-            del self.chain[min(self.chain)]
-
-    def says(self, number: int) -> str | None:
-        """The hash this node confirmed at ``number`` (None: it has not said)."""
-        return self.hash if number == self.number else self.chain.get(number)
+# Read here by the pool, the reads and the tests: the tracker's own vocabulary.
+__all__ = [
+    "PROBE_BODY",
+    "HeadReport",
+    "HeadRules",
+    "HeadTracker",
+    "NetworkHead",
+    "block_mark",
+    "block_parent",
+    "block_stamp",
+    "parse_probe",
+]
 
 
 class HeadTracker:
@@ -247,7 +104,7 @@ class HeadTracker:
         self._wall = wall  # the clock block timestamps are read against
         self.rules = rules or HeadRules()
         self._known = frozenset(nodes)
-        self._live: dict[str, _Node] = {}  # nodes in service, by name
+        self._live: dict[str, NodeRecord] = {}  # nodes in service, by name
         self._current: frozenset[str] = frozenset()  # as of the last recompute
         self.head = NetworkHead()
         self.served = 0  # the highest eth_blockNumber answered: answers never decrease
@@ -269,7 +126,7 @@ class HeadTracker:
         if node not in self._known:
             raise KeyError(node)
         if node not in self._live:
-            self._live[node] = _Node()
+            self._live[node] = NodeRecord()
         old = self.head.tag
         self._vouch(node, report.number, report.hash, report.stamp, report.parent, latest=True)
         seen = self._live.get(node)
@@ -291,7 +148,7 @@ class HeadTracker:
             return False
         if digest is not None:
             seen.claims[number] = digest
-            if len(seen.claims) > _CLAIMS_KEPT:
+            if len(seen.claims) > CLAIMS_KEPT:
                 del seen.claims[min(seen.claims)]
         if number <= seen.number and (digest is None or digest == seen.says(number)):
             return False
@@ -386,7 +243,7 @@ class HeadTracker:
         if self._live.pop(node, None) is not None and self.on_eject is not None:
             self.on_eject(node, reason)
 
-    def _currents(self) -> dict[str, _Node]:
+    def _currents(self) -> dict[str, NodeRecord]:
         """The nodes in service whose confirmed head is fresh enough to take part."""
         heads = {n: s for n, s in self._live.items() if s.number >= 0}
         stale = self.rules.stale_s
@@ -400,35 +257,6 @@ class HeadTracker:
         want = self.rules.quorum or 2
         return max(1, min(want, current))
 
-    def _agreed(self, nodes: list[_Node], quorum: int) -> tuple[int, str | None, bool]:
-        """The highest (number, hash) ``quorum`` of ``nodes`` confirmed, and whether
-        two of them confirmed different hashes above it (a split).
-
-        Only a hash a node confirmed (or named as a confirmed block's parent)
-        is its vote: a node that jumped past a number has not said it, and
-        counting its silence would let a fork borrow its vote.
-        """
-        if quorum == 1 and len(nodes) == 1:
-            only = nodes[0]
-            return only.number, only.hash, False
-        wanted: set[tuple[int, str]] = set()
-        for seen in nodes:
-            wanted.update(seen.chain.items())
-            if seen.hash is not None:
-                wanted.add((seen.number, seen.hash))
-        split = False
-        for number, digest in sorted(wanted, key=lambda item: item[0], reverse=True):
-            votes = 0
-            for seen in nodes:
-                said = seen.says(number)
-                if said == digest:
-                    votes += 1
-                elif said is not None:
-                    split = True
-            if votes >= quorum:
-                return number, digest, split
-        return -1, None, split
-
     def _recompute(self) -> None:
         """The network head from the current nodes: agreed block, solo lead, marks."""
         live = self._live
@@ -441,7 +269,7 @@ class HeadTracker:
         if not nodes:
             number, digest = old.number, old.hash  # nobody to ask: keep the last known
         else:
-            number, digest, split = self._agreed(nodes, quorum)
+            number, digest, split = agreed(nodes, quorum)
             # Nodes that moved on past what one node may lead, a quorum of them,
             # without agreeing on any block up there: split as much as a hash
             # they contradict each other with.
@@ -481,14 +309,14 @@ class HeadTracker:
                 self.reorgs += 1
 
     def _lead(
-        self, nodes: list[_Node], number: int, digest: str, quorum: int
+        self, nodes: list[NodeRecord], number: int, digest: str, quorum: int
     ) -> tuple[int, str | None]:
         """The agreed block, led by the freshest node by at most ``solo_lead`` along it."""
         best: tuple[int, str | None] = (number, digest)
         if quorum < 2:
             return best  # one current node: the agreed block is its head already
         lead = self.rules.solo_lead
-        for seen in sorted(nodes, key=_when):
+        for seen in sorted(nodes, key=when_confirmed):
             if seen.number <= number or seen.says(number) != digest:
                 continue
             for ahead in range(min(seen.number, number + lead), best[0], -1):
@@ -598,7 +426,3 @@ class HeadTracker:
     def lags(self) -> dict[str, int | None]:
         """Every node's lag, for the per-node head-lag gauge."""
         return {name: self.lag(name) for name in sorted(self._known)}
-
-
-def _when(seen: _Node) -> float:
-    return seen.at

@@ -3,7 +3,9 @@
 Made from the config with the network's intel, started (session, transports,
 a first probe, ``newHeads`` followers), probed (``upstream.health``), taken
 out of rotation (failures in a row, an inconsistent head) and back in (a probe
-answered once the time out is over), closed.
+answered once the time out is over), closed. It stays whole because every
+step is one node's life in order (made, started, probed, out, back, closed)
+and each reads the same node list, intel and log limiter.
 """
 
 from __future__ import annotations
