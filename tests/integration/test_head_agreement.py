@@ -140,3 +140,32 @@ async def test_two_nodes_on_two_forks_hold_the_head_and_say_split(
     finally:
         for node in (a, b):
             await node.close()
+
+
+async def test_a_lone_nodes_finalized_mark_at_its_head_survives_a_reorg(
+    gw: HeadGateway, chains: dict[str, Chain]
+) -> None:
+    """One node that calls its head finalized: the gateway takes its mark only two
+    blocks below its head, so after a 2-block re-org the replaced block is never
+    served from the cache as final."""
+    chain = chains["bsc"]
+    node = await start_ws_node(chain)
+    client = await gw.start({}, {"bsc": [node.url]})
+    pool = client.app[T.POOLS]["bsc"]
+    chain.mine(3)
+    top = chain.head
+    await eventually(lambda: pool.intel.heads.head.number == top, 5.0, "the head at the tip")
+    await eventually(lambda: pool.intel.heads.head.finalized >= top - 2, 5.0, "a mark")
+    assert pool.intel.heads.head.finalized == top - 2  # never the node's word at its head
+    before = await gw.result("eth_getBlockByNumber", [hex(top), False])
+    assert before["hash"] == chain.block_hash(top)
+    chain.reorg(2)
+    assert chain.block_hash(top) != before["hash"]
+
+    async def replaced() -> bool:
+        block = await gw.result("eth_getBlockByNumber", [hex(top), False])
+        return bool(block["hash"] == chain.block_hash(top))
+
+    await eventually(replaced, 5.0, "the re-organised block served")
+    kept = await gw.result("eth_getBlockByNumber", [hex(top - 2), False])
+    assert kept["hash"] == chain.block_hash(top - 2)  # below the mark: untouched
