@@ -113,13 +113,11 @@ def make_config(redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]) ->
             "connect_timeout_ms": 2000,
             **raw.pop("redis", {}),
         }
-        # Mock chains mine as fast as a test likes (and jump ahead at once): no
-        # block-time check unless a test sets one.
-        nets = {
-            name: {"upstreams": [node.url], "block_time_s": 0} for name, node in mock_nodes.items()
-        }
+        # Every network at its shipped block time: mock chains mine as fast as a
+        # test likes and the gateway must take that (no rule judges speed).
+        nets = {name: {"upstreams": [node.url]} for name, node in mock_nodes.items()}
         for name, urls in (upstreams or {}).items():
-            nets[name] = {"upstreams": urls, "block_time_s": 0}
+            nets[name] = {"upstreams": urls}
         for name, table in raw.pop("networks", {}).items():
             nets.setdefault(name, {}).update(table)
         upstream = {"probe_interval_s": 0.2, **raw.pop("upstream", {})}

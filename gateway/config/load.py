@@ -114,10 +114,10 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
         raise ConfigError("admission: max_slice and lease_horizon_s must not be negative")
     _check_intel(sections["cache"], sections["hedge"])
     head = sections["head"]
-    if head.max_lead < 1 or head.rate_slack_blocks < 0 or head.max_mismatches < 1:
-        raise ConfigError(
-            "head: max_lead and max_mismatches must be at least 1, rate_slack_blocks 0 or more"
-        )
+    if head.max_mismatches < 1 or head.quorum < 0 or head.solo_lead < 0:
+        raise ConfigError("head: max_mismatches must be at least 1, quorum and solo_lead 0 or more")
+    _floor("head.stale_s", head.stale_s, 0)
+    _floor("head.clock_skew_s", head.clock_skew_s, 0)
     _floor("head.inconsistent_cooldown_s", head.inconsistent_cooldown_s, 0, above=True)
     _check_filters(sections["filters"])
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
@@ -227,6 +227,20 @@ def _table(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value
 
 
+# Keys a release removed, refused with what replaced them so an old file is
+# not read as meaning something it no longer does.
+_REMOVED = {
+    "head.rate_slack_blocks": (
+        "removed: no rule judges a node's speed any more (a node catching up runs "
+        "fast and is right); delete the key"
+    ),
+    "head.max_lead": (
+        "removed: no lead takes a node out any more; head.solo_lead (default 1) "
+        "bounds how far one node may lead the block the nodes agree on"
+    ),
+}
+
+
 def _build(cls: type[Any], table: Mapping[str, Any], path: str) -> Any:
     """Instantiate a config dataclass, type-checking each value by its annotation."""
     hints = typing.get_type_hints(cls)
@@ -234,7 +248,8 @@ def _build(cls: type[Any], table: Mapping[str, Any], path: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in table.items():
         if key not in known:
-            raise ConfigError(f"{path}.{key}: unknown config key")
+            gone = _REMOVED.get(f"{path}.{key}")
+            raise ConfigError(f"{path}.{key}: {gone or 'unknown config key'}")
         kwargs[key] = _coerce(value, hints[key], f"{path}.{key}")
     obj = cls(**kwargs)
     for f in dataclasses.fields(cls):

@@ -46,6 +46,7 @@ def read_nodes(entries: Any, path: str, network: str) -> tuple[NodeConfig, ...]:
         raise ConfigError(f"{path}: expected a non-empty list of URLs or node tables")
     nodes: list[NodeConfig] = []
     names: dict[str, int] = {}
+    urls: dict[str, int] = {}
     for i, entry in enumerate(entries):
         where = f"{path}[{i}]"
         if isinstance(entry, Mapping):
@@ -65,8 +66,34 @@ def read_nodes(entries: Any, path: str, network: str) -> tuple[NodeConfig, ...]:
                 "(names tell nodes apart in logs, metrics and X-Gateway-Node)"
             )
         names[node.name] = i
+        same = normal_url(node.url)
+        if same in urls:
+            # One node twice would be two votes for its word (its finalized
+            # mark, its head): the message names both paths, never the URL,
+            # which may hold a provider's key.
+            raise ConfigError(
+                f"{where}.url: the same node as {path}[{urls[same]}] (URLs equal once "
+                "normalised: case of scheme and host, default port, trailing slash)"
+            )
+        urls[same] = i
         nodes.append(node)
     return tuple(nodes)
+
+
+def normal_url(url: str) -> str:
+    """``url`` as one node: scheme and host lower-cased, default port and trailing slash dropped."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    port = parts.port
+    if port is None or (scheme, port) in (("http", 80), ("https", 443)):
+        netloc = host
+    else:
+        netloc = f"{host}:{port}"
+    if parts.username is not None or parts.password is not None:
+        netloc = f"{parts.username or ''}:{parts.password or ''}@{netloc}"
+    path = parts.path.rstrip("/")
+    return f"{scheme}://{netloc}{path}?{parts.query}"
 
 
 def _node_table(table: Mapping[str, Any], where: str, default_name: str) -> NodeConfig:

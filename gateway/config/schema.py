@@ -144,8 +144,9 @@ class NetworkConfig:
     # blocks after it was sent (or its bundle's maxBlockNumber).
     tx_track_blocks: int = 200
     tx_track_interval_s: float = 1.0  # one receipt check of the transactions followed
-    # The network's block interval in seconds: a node whose head runs faster
-    # than this allows is taken out of rotation as inconsistent (0 = no check).
+    # The network's block interval in seconds: without a live newHeads the
+    # probe runs twice per block (0 = probe_interval_s only). It never judges a
+    # node's speed: a node catching up runs fast and is right.
     block_time_s: float = 0.0
 
 

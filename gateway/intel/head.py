@@ -1,25 +1,38 @@
-"""One network's head, confirmed: no node moves the chain alone.
+"""One network's head, agreed: no node moves the chain alone.
 
 Every source feeds one object (``HeadTracker``) with one rule. A node's
 *claim* (a ``newHeads`` header, an ``eth_blockNumber`` answer) moves
 nothing; a block counts only once that node's HTTP answer for that number
 carries a hash (``vouch``: the probe's latest block, a confirmation fetch,
 a block, receipt or log a client read returned), and that hash matches
-any header the node pushed for the number. A node whose headers its own
-answers keep contradicting (``max_mismatches`` in a row), whose head is
-more than ``max_lead`` blocks ahead of every other node in service, or
-whose head runs faster than the network's ``block_time_s`` allows, is
-*ejected*: ``on_eject`` takes it out of rotation and everything it said
-is forgotten at once. Whenever a node leaves, the network head is
-recomputed from the nodes still in service, so a spoofed number or hash
-never outlives its node (it can drop; ``served`` keeps the
-``eth_blockNumber`` answers monotonic).
+any header the node pushed for the number.
+
+The network head is agreed among the *current* nodes: those whose
+confirmed head's timestamp is within ``stale_s`` of the newest one among
+the nodes in service (a halted or idle chain leaves every node current). A
+node that is not current is behind: it takes no part in the head and gets
+no head-relative call, but stays in rotation. The head is the highest
+block ``quorum`` current nodes confirmed with the same hash, led by one
+node by at most ``solo_lead`` blocks along that block's chain. Where
+current nodes confirmed different hashes above the agreed block, the
+network is *split*: the head stays at the agreed block (``split`` says so,
+``on_split`` is told) until they agree again.
+
+Only a lie proven takes a node out (``on_eject``): headers its own answers
+keep contradicting (``max_mismatches`` in a row), or a block stamped more
+than ``clock_skew_s`` in the future of both the clock and every other
+node's newest block (a dev chain's ``hardhat_mine`` stamps every node's
+blocks ahead alike, and a lone node has nobody to be ahead of). Speed,
+lead and lag take no node out. Whenever a node leaves, the head is
+recomputed from the nodes still in service; ``served`` keeps the
+``eth_blockNumber`` answers monotonic.
 
 Safe and finalized marks: a node's mark above its own confirmed head, or
 below its previous mark, is ignored; the network's mark is the highest one
-two nodes in service have both reached (with a single configured node, its
-own), and never goes back. So nothing is cached as final on one node's
-word.
+``quorum`` (at least two) nodes in service have reached; a network of one
+configured node takes its marks only at least two blocks below its head,
+so a short re-org never replaces a block served as final. Marks never go
+back.
 
 The head's *tag* ``(number, hash)`` keys head-dependent cache entries and
 coalesced calls: a reorg that replaces the tip changes the tag, and a hash
@@ -34,148 +47,50 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Final
 
-import orjson
-
-# The probe: latest, safe and finalized heads in one round trip. A node that
-# does not know a tag answers an error for that call only.
-PROBE_BODY: Final = (
-    b'[{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["latest",false]},'
-    b'{"jsonrpc":"2.0","id":2,"method":"eth_getBlockByNumber","params":["safe",false]},'
-    b'{"jsonrpc":"2.0","id":3,"method":"eth_getBlockByNumber","params":["finalized",false]}]'
+from gateway.intel.agreement import CLAIMS_KEPT, NodeRecord, agreed, when_confirmed
+from gateway.intel.headwire import (
+    PROBE_BODY,
+    HeadReport,
+    HeadRules,
+    NetworkHead,
+    block_mark,
+    block_parent,
+    block_stamp,
+    parse_probe,
 )
-_CLAIMS_KEPT: Final = 64  # pushed header hashes remembered per node
 
-
-@dataclass(frozen=True, slots=True)
-class HeadReport:
-    """What one node said about its chain; ``None`` = not reported."""
-
-    number: int
-    hash: str | None = None
-    safe: int | None = None
-    finalized: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NetworkHead:
-    """A snapshot of the network head; replaced, never mutated, when it moves."""
-
-    number: int = 0
-    hash: str | None = None
-    safe: int = -1  # -1: not known yet, so nothing counts as safe ...
-    finalized: int = -1  # ... or final
-
-    @property
-    def tag(self) -> tuple[int, str | None]:
-        """The key of everything that is only true at this head."""
-        return (self.number, self.hash)
-
-    @property
-    def known(self) -> bool:
-        return self.number > 0
-
-
-@dataclass(frozen=True, slots=True)
-class HeadRules:
-    """When a node's word takes it out of rotation (``[head]`` and ``block_time_s``)."""
-
-    max_lead: int = 64
-    block_time_s: float = 0.0  # 0: no rate check
-    rate_slack_blocks: int = 4
-    max_mismatches: int = 3
-
-
-def parse_probe(reply: bytes) -> HeadReport | None:
-    """The node's heads from its answer to ``PROBE_BODY``; None if it has no usable latest."""
-    try:
-        answers = orjson.loads(reply)
-    except orjson.JSONDecodeError:
-        return None
-    if type(answers) is dict:  # a node that refuses batches answers one error object
-        answers = [answers]
-    if type(answers) is not list:
-        return None
-    blocks: dict[Any, tuple[int, str | None]] = {}
-    for item in answers:
-        if type(item) is not dict:
-            continue
-        block = block_mark(item.get("result"))
-        if block is not None:
-            blocks[item.get("id")] = block
-    latest = blocks.get(1)
-    if latest is None:
-        return None
-    safe, final = blocks.get(2), blocks.get(3)
-    return HeadReport(
-        number=latest[0],
-        hash=latest[1],
-        safe=safe[0] if safe else None,
-        finalized=final[0] if final else None,
-    )
-
-
-def block_mark(block: Any) -> tuple[int, str | None] | None:
-    """(number, hash) of a block object (``number``/``hash``), None for anything else."""
-    if type(block) is not dict:
-        return None
-    number = block.get("number")
-    if type(number) is not str:
-        return None
-    try:
-        value = int(number, 16)
-    except ValueError:
-        return None
-    if not 0 <= value < 1 << 63:
-        return None
-    digest = block.get("hash")
-    return value, digest.lower() if type(digest) is str else None
-
-
-class _Node:
-    """What one node in service has said: claims, its confirmed head, its marks."""
-
-    __slots__ = (
-        "anchor",
-        "at",
-        "claimed",
-        "claims",
-        "finalized",
-        "hash",
-        "number",
-        "safe",
-        "strikes",
-    )
-
-    def __init__(self) -> None:
-        self.claims: dict[int, str | None] = {}  # pushed header hash by number
-        self.claimed = -1  # highest number claimed
-        self.number = -1  # confirmed head (-1: none yet)
-        self.hash: str | None = None
-        self.at = 0.0  # when it was confirmed
-        self.safe = -1
-        self.finalized = -1
-        self.strikes = 0  # headers contradicted by its own answers, in a row
-        # min over its confirmed heads of (number - time / block_time_s): its head
-        # may be at most anchor + now / block_time_s (+ slack) if it never ran fast
-        self.anchor: float | None = None
+# Read here by the pool, the reads and the tests: the tracker's own vocabulary.
+__all__ = [
+    "PROBE_BODY",
+    "HeadReport",
+    "HeadRules",
+    "HeadTracker",
+    "NetworkHead",
+    "block_mark",
+    "block_parent",
+    "block_stamp",
+    "parse_probe",
+]
 
 
 class HeadTracker:
-    """The heads of one network's nodes; ``head`` is the confirmed network head."""
+    """The heads of one network's nodes; ``head`` is the agreed network head."""
 
     __slots__ = (
         "_clock",
+        "_current",
         "_known",
         "_live",
+        "_wall",
         "head",
         "moves",
         "on_eject",
+        "on_split",
         "reorgs",
         "rules",
         "served",
+        "split",
     )
 
     def __init__(
@@ -183,17 +98,23 @@ class HeadTracker:
         nodes: Iterable[str],
         clock: Callable[[], float] = time.monotonic,
         rules: HeadRules | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._clock = clock
+        self._wall = wall  # the clock block timestamps are read against
         self.rules = rules or HeadRules()
         self._known = frozenset(nodes)
-        self._live: dict[str, _Node] = {}  # nodes in service, by name
+        self._live: dict[str, NodeRecord] = {}  # nodes in service, by name
+        self._current: frozenset[str] = frozenset()  # as of the last recompute
         self.head = NetworkHead()
         self.served = 0  # the highest eth_blockNumber answered: answers never decrease
         self.moves = 0  # times the network head's tag changed
         self.reorgs = 0  # ... of which the number stayed and the hash changed
+        self.split = False  # current nodes confirmed different hashes above the head
         # Called with (node, reason) when a node's word takes it out of rotation.
         self.on_eject: Callable[[str, str], None] | None = None
+        # Called with (split, detail) when the network splits or agrees again.
+        self.on_split: Callable[[bool, str], None] | None = None
 
     # -- input ---------------------------------------------------------------
     def observe(self, node: str, report: HeadReport) -> bool:
@@ -205,9 +126,9 @@ class HeadTracker:
         if node not in self._known:
             raise KeyError(node)
         if node not in self._live:
-            self._live[node] = _Node()
+            self._live[node] = NodeRecord()
         old = self.head.tag
-        self._vouch(node, report.number, report.hash, latest=True)
+        self._vouch(node, report.number, report.hash, report.stamp, report.parent, latest=True)
         seen = self._live.get(node)
         if seen is not None and seen.number >= 0:
             if report.safe is not None and seen.safe <= report.safe <= seen.number:
@@ -220,35 +141,46 @@ class HeadTracker:
     def claim(self, node: str, number: int, digest: str | None = None) -> bool:
         """A header pushed (or a number answered) by ``node``: True to ask it for the block.
 
-        Nothing moves until ``vouch``; a claim that breaks a rule ejects the node.
+        Nothing moves until ``vouch``.
         """
         seen = self._live.get(node)
         if seen is None:
             return False
         if digest is not None:
             seen.claims[number] = digest
-            if len(seen.claims) > _CLAIMS_KEPT:
+            if len(seen.claims) > CLAIMS_KEPT:
                 del seen.claims[min(seen.claims)]
-        if number <= seen.number and (digest is None or digest == self._hash_at(seen, number)):
-            return False
-        why = self._breaks_rule(node, number)
-        if why is not None:
-            self._eject(node, why)
-            self._recompute()
+        if number <= seen.number and (digest is None or digest == seen.says(number)):
             return False
         seen.claimed = max(seen.claimed, number)
         return True
 
-    def vouch(self, node: str, number: int, digest: str | None) -> bool:
+    def vouch(
+        self,
+        node: str,
+        number: int,
+        digest: str | None,
+        stamp: int | None = None,
+        parent: str | None = None,
+    ) -> bool:
         """``node``'s HTTP answer named block ``number``: ``digest``; True if the tag moved."""
         if node not in self._live or digest is None:
             return False
         old = self.head.tag
-        self._vouch(node, number, digest, latest=False)
+        self._vouch(node, number, digest, stamp, parent, latest=False)
         self._recompute()
         return self.head.tag != old
 
-    def _vouch(self, node: str, number: int, digest: str | None, *, latest: bool) -> None:
+    def _vouch(
+        self,
+        node: str,
+        number: int,
+        digest: str | None,
+        stamp: int | None,
+        parent: str | None,
+        *,
+        latest: bool,
+    ) -> None:
         seen = self._live[node]
         if digest is None and not latest:
             return  # only the probe's latest block may lack a hash (nothing to compare)
@@ -263,22 +195,37 @@ class HeadTracker:
             return
         if pushed is not None and digest is not None:
             seen.strikes = 0
+        if stamp is not None and self._in_future(node, stamp):
+            skew = self.rules.clock_skew_s
+            self._eject(
+                node,
+                f"block {number} is stamped {stamp - self._wall():.0f} s in the future "
+                f"(head.clock_skew_s {skew:g})",
+            )
+            return
+        if digest is not None:
+            seen.keep(number, digest)
+            if parent is not None and number > 0:
+                seen.keep(number - 1, parent)
         if number < seen.number and not latest:
             return  # an older block: says nothing about its head
         if number == seen.number and digest == seen.hash:
             return
-        why = self._breaks_rule(node, number)
-        if why is not None:
-            self._eject(node, why)
-            return
-        now = self._clock()
-        seen.number, seen.hash, seen.at = number, digest, now
-        if self.rules.block_time_s > 0:
-            anchor = number - now / self.rules.block_time_s
-            if seen.anchor is None or anchor < seen.anchor:
-                seen.anchor = anchor
+        if number != seen.number or stamp is not None:
+            seen.stamp = stamp  # unknown stays unknown rather than borrowing an older one
+        seen.number, seen.hash, seen.at = number, digest, self._clock()
         seen.safe = min(seen.safe, number)  # a node that went back takes its marks back
         seen.finalized = min(seen.finalized, number)
+
+    def _in_future(self, node: str, stamp: int) -> bool:
+        """Whether ``stamp`` is more than the clock skew ahead of the clock and of
+        every other node's newest block: one node's future, not the whole chain's
+        (a dev chain's ``hardhat_mine`` stamps every node's blocks ahead alike)."""
+        skew = self.rules.clock_skew_s
+        if stamp <= self._wall() + skew:
+            return False
+        others = [s.stamp for n, s in self._live.items() if n != node and s.stamp is not None]
+        return bool(others) and stamp > max(others) + skew
 
     def block_number(self) -> int:
         """What ``eth_blockNumber`` answers now: the head, never below an earlier answer."""
@@ -292,60 +239,67 @@ class HeadTracker:
             self._recompute()
 
     # -- the rule ------------------------------------------------------------
-    def _breaks_rule(self, node: str, number: int) -> str | None:
-        """Why ``node``'s head at ``number`` cannot be right, or None."""
-        rules = self.rules
-        others = [s.number for n, s in self._live.items() if n != node and s.number >= 0]
-        if others and number - max(others) > rules.max_lead:
-            return (
-                f"head {number} is {number - max(others)} blocks ahead of every other node "
-                f"in service (head.max_lead {rules.max_lead})"
-            )
-        # The rate: only a head that would move the network head is judged (a
-        # lagging node may catch up as fast as it likes), against the node's own
-        # history since it entered service.
-        seen = self._live.get(node)
-        anchor = None if seen is None else seen.anchor
-        if rules.block_time_s > 0 and anchor is not None and number > self.head.number:
-            allowed = int(anchor + self._clock() / rules.block_time_s) + rules.rate_slack_blocks
-            if number > allowed:
-                return (
-                    f"head {number} runs faster than block_time_s {rules.block_time_s} allows "
-                    f"(at most {allowed} now)"
-                )
-        return None
-
     def _eject(self, node: str, reason: str) -> None:
         if self._live.pop(node, None) is not None and self.on_eject is not None:
             self.on_eject(node, reason)
 
+    def _currents(self) -> dict[str, NodeRecord]:
+        """The nodes in service whose confirmed head is fresh enough to take part."""
+        heads = {n: s for n, s in self._live.items() if s.number >= 0}
+        stale = self.rules.stale_s
+        stamps = [s.stamp for s in heads.values() if s.stamp is not None]
+        if stale <= 0 or not stamps:
+            return heads
+        floor = max(stamps) - stale
+        return {n: s for n, s in heads.items() if s.stamp is None or s.stamp >= floor}
+
+    def _quorum(self, current: int) -> int:
+        want = self.rules.quorum or 2
+        return max(1, min(want, current))
+
     def _recompute(self) -> None:
-        """The network head from the nodes in service: leads judged, then number, hash, marks."""
+        """The network head from the current nodes: agreed block, solo lead, marks."""
         live = self._live
-        lead = self.rules.max_lead
-        heads = sorted((s.number for s in live.values() if s.number >= 0), reverse=True)
-        if len(heads) > 1 and heads[0] - heads[1] > lead:
-            top = next(n for n, s in live.items() if s.number == heads[0])
-            self._eject(
-                top,
-                f"head {heads[0]} is {heads[0] - heads[1]} blocks ahead of every "
-                f"other node in service (head.max_lead {lead})",
-            )
-            self._recompute()
-            return
+        current = self._currents()
+        self._current = frozenset(current)
         old = self.head
-        if not heads:
+        quorum = self._quorum(len(current))
+        nodes = list(current.values())
+        split = False
+        if not nodes:
             number, digest = old.number, old.hash  # nobody to ask: keep the last known
         else:
-            number = heads[0]
-            at_top = [s for s in live.values() if s.number == number]
-            if old.number == number and any(s.hash == old.hash for s in at_top):
-                digest = old.hash
-            else:
-                digest = max(at_top, key=_when).hash  # the newest word wins a rival tip
-        safe = max(old.safe, self._mark([s.safe for s in live.values()]))
-        final = max(old.finalized, self._mark([s.finalized for s in live.values()]))
+            number, digest, split = agreed(nodes, quorum)
+            # Nodes that moved on past what one node may lead, a quorum of them,
+            # without agreeing on any block up there: split as much as a hash
+            # they contradict each other with.
+            beyond = sum(1 for n in nodes if n.number > number + self.rules.solo_lead)
+            split = split or (quorum > 1 and beyond >= quorum)
+            if number < 0:
+                # No block two of them confirmed: the last agreed one, but never
+                # above every current node's head (what one node alone set, the
+                # first to answer, gives way to the lowest word).
+                low = min(nodes, key=lambda n: n.number)
+                if old.number > low.number or old.hash is None:
+                    number, digest = low.number, low.hash
+                else:
+                    number, digest = old.number, old.hash
+            elif not split and digest is not None:
+                number, digest = self._lead(nodes, number, digest, quorum)
+        # One configured node is all there is to follow; with more, one node's
+        # word (the first to answer, or the last left) makes nothing final.
+        single = len(self._known) == 1
+        marks_q = max(2, quorum) if not single else 1
+        safe = max(old.safe, self._mark([s.safe for s in live.values()], marks_q, single))
+        final = max(
+            old.finalized, self._mark([s.finalized for s in live.values()], marks_q, single)
+        )
+        if single and live:
+            only = next(iter(live.values()))
+            safe = min(safe, max(old.safe, only.number - 2))
+            final = min(final, max(old.finalized, only.number - 2))
         new = NetworkHead(number, digest, min(safe, number), min(final, number))
+        self._set_split(split, number)
         if new == old:
             return
         self.head = new
@@ -354,16 +308,41 @@ class HeadTracker:
             if number == old.number:
                 self.reorgs += 1
 
-    def _mark(self, marks: list[int]) -> int:
-        """The highest mark two nodes have reached (one configured node: its own)."""
-        marks = sorted((m for m in marks if m >= 0), reverse=True)
-        if len(self._known) == 1:
-            return marks[0] if marks else -1
-        return marks[1] if len(marks) > 1 else -1
+    def _lead(
+        self, nodes: list[NodeRecord], number: int, digest: str, quorum: int
+    ) -> tuple[int, str | None]:
+        """The agreed block, led by the freshest node by at most ``solo_lead`` along it."""
+        best: tuple[int, str | None] = (number, digest)
+        if quorum < 2:
+            return best  # one current node: the agreed block is its head already
+        lead = self.rules.solo_lead
+        for seen in sorted(nodes, key=when_confirmed):
+            if seen.number <= number or seen.says(number) != digest:
+                continue
+            for ahead in range(min(seen.number, number + lead), best[0], -1):
+                said = seen.says(ahead)
+                if said is not None:  # its block `ahead` above the agreed one
+                    best = (ahead, said)
+                    break
+        return best
+
+    def _set_split(self, split: bool, number: int) -> None:
+        if split == self.split:
+            return
+        self.split = split
+        if self.on_split is not None:
+            heads = ", ".join(
+                f"{n}={s.number}:{(s.hash or '?')[:10]}" for n, s in sorted(self._live.items())
+            )
+            self.on_split(split, f"agreed block {number}; nodes {heads}")
 
     @staticmethod
-    def _hash_at(seen: _Node, number: int) -> str | None:
-        return seen.hash if number == seen.number else seen.claims.get(number)
+    def _mark(marks: list[int], quorum: int, single: bool) -> int:
+        """The highest mark ``quorum`` nodes have reached."""
+        marks = sorted((m for m in marks if m >= 0), reverse=True)
+        if single:
+            return marks[0] if marks else -1
+        return marks[quorum - 1] if len(marks) >= quorum else -1
 
     # -- queries -------------------------------------------------------------
     def node_head(self, node: str) -> int | None:
@@ -382,8 +361,38 @@ class HeadTracker:
         return number is not None and number >= block
 
     def nodes_with(self, block: int) -> list[str]:
-        """Nodes known to have ``block``, for routing a call that names it."""
-        return [n for n, s in self._live.items() if s.number >= block]
+        """Nodes known to have ``block`` on the agreed chain, for routing a call that names it.
+
+        A node that is behind (not current), ahead without having said the
+        head's hash at its number, or further ahead than one node may lead,
+        is left out: a head-relative call never reaches a node whose answer
+        may not be the head's.
+        """
+        head = self.head
+        top = max(block, head.number) + self.rules.solo_lead
+        fits = {
+            n: s
+            for n, s in self._live.items()
+            if s.number >= block
+            and n in self._current
+            and (s.number < head.number or s.says(head.number) == head.hash)
+        }
+        near = [n for n, s in fits.items() if s.number <= top]
+        if near or not fits:
+            return near
+        # Every node on the agreed chain moved on past one node's lead (the
+        # head is held): the one nearest the head, whose answer strays least.
+        low = min(s.number for s in fits.values())
+        return [n for n, s in fits.items() if s.number == low]
+
+    def knows(self, node: str, number: int) -> bool:
+        """Whether ``node`` confirmed a hash at ``number`` (what agreement can count)."""
+        seen = self._live.get(node)
+        return seen is not None and seen.says(number) is not None
+
+    def current(self, node: str) -> bool:
+        """Whether ``node`` takes part in the head (its head is fresh enough)."""
+        return node in self._current
 
     def at_head(self, node: str) -> bool:
         """Whether ``node``'s confirmed head is the network head (its answers fit the tag)."""
@@ -417,7 +426,3 @@ class HeadTracker:
     def lags(self) -> dict[str, int | None]:
         """Every node's lag, for the per-node head-lag gauge."""
         return {name: self.lag(name) for name in sorted(self._known)}
-
-
-def _when(seen: _Node) -> float:
-    return seen.at

@@ -46,12 +46,17 @@ class NetworkIntel:
         clock: Callable[[], float] | None = None,
         block_time_s: float = 0.0,
     ) -> NetworkIntel:
-        """The parts for one network; ``nodes`` are the pool's node names."""
+        """The parts for one network; ``nodes`` are the pool's node names.
+
+        ``block_time_s`` (the network's) sets the default ``head.stale_s``:
+        ten block times.
+        """
         c, h, hd = cfg.cache, cfg.hedge, cfg.head
         rules = HeadRules(
-            max_lead=hd.max_lead,
-            block_time_s=block_time_s,
-            rate_slack_blocks=hd.rate_slack_blocks,
+            stale_s=hd.stale_s or 10 * block_time_s,
+            quorum=hd.quorum,
+            solo_lead=hd.solo_lead,
+            clock_skew_s=hd.clock_skew_s,
             max_mismatches=hd.max_mismatches,
         )
         if clock is None:
@@ -105,10 +110,19 @@ class NetworkIntel:
         self._after(old, False)  # a claim moves nothing, but may eject its node
         return ask
 
-    def vouch(self, node: str, number: int, digest: str | None, *, pushed: bool = False) -> bool:
+    def vouch(
+        self,
+        node: str,
+        number: int,
+        digest: str | None,
+        *,
+        pushed: bool = False,
+        stamp: int | None = None,
+        parent: str | None = None,
+    ) -> bool:
         """A node's HTTP answer named block ``number`` with ``digest`` (a confirmation)."""
         old = self.heads.head.tag
-        self.heads.vouch(node, number, digest)
+        self.heads.vouch(node, number, digest, stamp, parent)
         return self._after(old, pushed)
 
     def forget(self, node: str) -> bool:

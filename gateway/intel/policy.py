@@ -91,7 +91,11 @@ def _at_block(value: Any, head: NetworkHead) -> Policy:
         return _number(ref, head)
     if ref == "earliest":
         return _number(0, head)
-    return HEAD  # latest, safe, finalized: move with the head
+    if ref == "latest" and head.known:
+        # Routed as a call naming the head: only a node on the agreed chain and
+        # current gets it, never one that is behind or ahead on its own word.
+        return Policy(Kind.UNTIL_HEAD_MOVES, head.number)
+    return HEAD  # safe, finalized: move with the head
 
 
 def _number(block: int, head: NetworkHead) -> Policy:

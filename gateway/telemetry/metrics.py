@@ -171,6 +171,14 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.network_split = Gauge(
+            "gateway_network_split",
+            "1 while the network's current nodes confirmed different blocks above the "
+            "agreed head (the head stays at the last block they agree on)",
+            ["network"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.upstream_latency = Histogram(
             "gateway_upstream_latency_seconds",
             "One attempt on one node, from send to its whole answer (or failure)",
@@ -188,9 +196,8 @@ class Metrics:
         )
         self.upstream_inconsistent = Gauge(
             "gateway_upstream_inconsistent",
-            "1 while the node is out of rotation because its heads broke the confirmation "
-            "rule (far ahead of every other node, faster than the block time, or headers "
-            "its own answers contradict)",
+            "1 while the node is out of rotation for a lie proven (headers its own "
+            "answers contradict, a block stamped in the future)",
             ["network", "node"],
             registry=r,
             multiprocess_mode="livemax",
@@ -338,6 +345,7 @@ class NetworkIntelMetrics:
         ):
             if value >= 0:
                 m.network_head.labels(name, mark).set(value)
+        m.network_split.labels(name).set(1 if intel.heads.split else 0)
 
 
 def mark_process_dead(pid: int | None = None) -> None:

@@ -21,7 +21,7 @@ from typing import Final
 
 import orjson
 
-from gateway.intel.head import block_mark
+from gateway.intel.head import block_mark, block_parent, block_stamp
 from gateway.intel.network import NetworkIntel
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.node import Node
@@ -29,6 +29,7 @@ from gateway.upstream.nodeclient import NodeStream
 
 _CHECK_ID: Final = b'"gateway-chain-check"'  # the probe's id: not a client call
 _MAX_BLOCK_BYTES: Final = 1 << 20  # a block without transactions is a few KB
+_BACKFILL: Final = 4  # blocks below a confirmed one fetched to close a gap
 
 
 def block_request(number: int) -> bytes:
@@ -69,6 +70,15 @@ class HeadConfirms:
         while self._wanted.get(node.name, -1) > done:
             done = self._wanted[node.name]
             await self._fetch(node, done)
+            # The blocks just below that the node has not confirmed yet (a header
+            # missed while a fetch was in flight): agreement counts only hashes a
+            # node confirmed, so a gap would hold the head back. The fetched
+            # block's parent covers the one below it.
+            heads = self.intel.heads
+            for number in range(done - 2, done - 2 - _BACKFILL, -1):
+                if number < 0 or heads.knows(node.name, number):
+                    break
+                await self._fetch(node, number)
 
     async def _fetch(self, node: Node, number: int) -> None:
         transport = node.transport
@@ -87,10 +97,18 @@ class HeadConfirms:
             answer = orjson.loads(reply)
         except orjson.JSONDecodeError:
             return
-        mark = block_mark(answer.get("result") if type(answer) is dict else None)
+        block = answer.get("result") if type(answer) is dict else None
+        mark = block_mark(block)
         if mark is None or mark[0] != number or not node.in_service():
             return  # not (yet) served over HTTP: the claim confirms nothing
-        self.intel.vouch(node.name, number, mark[1], pushed=node.newheads)
+        self.intel.vouch(
+            node.name,
+            number,
+            mark[1],
+            pushed=node.newheads,
+            stamp=block_stamp(block),
+            parent=block_parent(block),
+        )
         confirmed = self.intel.heads.node_head(node.name)
         if confirmed is not None:
             node.head = confirmed

@@ -205,6 +205,7 @@ class Health:
                 "chain_id": node.chain_id,
                 "head": node.head,
                 "lagging": node.lagging,
+                "current": self.intel.heads.current(node.name),
                 "inconsistent": node.inconsistent or None,
                 "newheads": node.newheads,
                 "error": node.last_error or None,
@@ -215,6 +216,9 @@ class Health:
             "ready": self.intel.serving,
             "chain_id": self.network.chain_id,
             "head": self.intel.heads.head.number,
+            # The current nodes confirmed different blocks above the head: it
+            # stays at the last block they agree on until they agree again.
+            "split": self.intel.heads.split,
             **counts,
             "upstreams": upstreams,
         }

@@ -3,7 +3,9 @@
 Made from the config with the network's intel, started (session, transports,
 a first probe, ``newHeads`` followers), probed (``upstream.health``), taken
 out of rotation (failures in a row, an inconsistent head) and back in (a probe
-answered once the time out is over), closed.
+answered once the time out is over), closed. It stays whole because every
+step is one node's life in order (made, started, probed, out, back, closed)
+and each reads the same node list, intel and log limiter.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class PoolLifecycle:
         )
         self.head_cfg = whole.head
         self.intel.heads.on_eject = self._eject
+        self.intel.heads.on_split = self._split
         self.confirms = HeadConfirms(self.intel, self.attempt_timeout_s)
         self.intel_metrics = metrics.intel(network.name) if metrics else None
         # History and method groups narrow the pick (gateway/upstream/eligible.py).
@@ -186,6 +189,18 @@ class PoolLifecycle:
             extra=self._fields(node, error_class="Inconsistent", error=reason),
         )
         self.intel.set_serving(any(n.in_service() for n in self.nodes))
+
+    def _split(self, split: bool, detail: str) -> None:
+        """The current nodes stopped (or started again) agreeing above the head."""
+        if split:
+            log.warning(
+                "network split, head held at the last agreed block network=%s %s",
+                self.network.name,
+                detail,
+                extra={"network": self.network.name, "error_class": "Split", "error": detail},
+            )
+        else:
+            log.info("network agrees again network=%s %s", self.network.name, detail)
 
     def _fields(self, node: Node, **more: str) -> dict[str, str]:
         """The structured fields of a line about ``node`` (the URL redacted), plus ``more``."""

@@ -10,6 +10,7 @@ the fixtures ``chains`` and ``gw``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -68,3 +69,38 @@ class HeadGateway:
 @pytest.fixture(name="gw")
 def head_gateway(make_config: MakeConfig, aiohttp_client: Any, api_key: str) -> HeadGateway:
     return HeadGateway(make_config, aiohttp_client, api_key)
+
+
+class WallChain(Chain):
+    """A mock chain whose blocks are stamped as a live chain's are: block ``n`` at
+    ``t0 + (n - n0) * spacing_s`` (wall seconds), so a node's freshness reads as it
+    would in production (the canned blocks are stamped three seconds apart from
+    genesis, which says nothing about now). ``fork_from``: blocks above it get
+    hashes of their own: a consistent private fork (its headers, probes and
+    by-number answers agree with each other, and no honest node has them)."""
+
+    def __init__(
+        self,
+        chain_id: int,
+        *,
+        start_block: int,
+        t0: float,
+        spacing_s: float,
+        fork_from: int | None = None,
+        n0: int | None = None,
+    ) -> None:
+        super().__init__(chain_id, start_block=start_block)
+        self.n0 = start_block if n0 is None else n0  # the block stamped t0
+        self.t0, self.spacing_s = t0, spacing_s
+        self.fork_from = fork_from
+
+    def block_hash(self, number: int) -> str:
+        if self.fork_from is not None and number > self.fork_from:
+            return "0x" + hashlib.sha256(b"private:%d" % number).hexdigest()
+        return super().block_hash(number)
+
+    def block(self, number: int) -> dict[str, Any] | None:
+        block = super().block(number)
+        if block is not None:
+            block["timestamp"] = hex(int(self.t0 + (number - self.n0) * self.spacing_s))
+        return block

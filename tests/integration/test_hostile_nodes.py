@@ -25,7 +25,6 @@ from gateway.demo import chainnode
 from gateway.demo.mockws import Chain, MockWsNode, start_ws_node
 from gateway.telemetry.metrics import METRICS
 from tests.helpers.headnodes import HeadGateway, head_gateway, mock_chains  # noqa: F401
-from tests.helpers.readyz import readyz_details
 from tests.helpers.scrape import by_node
 from tests.helpers.waiting import eventually
 
@@ -49,56 +48,48 @@ async def _ws_nodes(chains: dict[str, Chain], n: int) -> tuple[list[MockWsNode],
     return bsc, await start_ws_node(chains["opbnb"])
 
 
-async def test_a_far_future_header_takes_its_node_out_and_moves_nothing(
+async def test_a_far_future_header_moves_nothing_and_costs_no_honest_answer(
     gw: HeadGateway,
     chains: dict[str, Chain],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """One node's newHeads run 1,000,000 blocks ahead: it leaves rotation at its first
-    header (logged, /readyz, a metric); eth_blockNumber and logs filters never see it."""
+    """One node's newHeads run 1,000,000 blocks ahead while its HTTP is honest: no
+    header counts until its own HTTP answer has the block, so eth_blockNumber and
+    logs filters never see it, and a lead alone proves no lie (it stays in)."""
     caplog.set_level(logging.INFO, "gateway.upstream")
     chain = chains["bsc"]
     chain.block_time_s = 0.2
     bsc, opbnb = await _ws_nodes(chains, 3)
     liar = bsc[2]
-    forged_at: list[float] = []
+    forged: list[float] = []
 
     def far_future(header: dict[str, Any]) -> dict[str, Any]:
-        forged_at.append(time.time())
+        forged.append(time.time())
         return {**header, "number": hex(int(header["number"], 16) + 1_000_000)}
 
     liar.forge = far_future
     client = await gw.start(
-        {"upstream": {"probe_interval_s": 0.5}, "head": {"inconsistent_cooldown_s": 1.0}},
+        {"upstream": {"probe_interval_s": 0.5}},
         {"bsc": [n.url for n in bsc], "opbnb": [opbnb.url]},
     )
     await eventually(lambda: all(n.subscriptions("newHeads") == 1 for n in bsc), 5.0)
     pool = client.app[T.POOLS]["bsc"]
     fid = await gw.result("eth_newFilter", [{}])
     chain.start()
-    await eventually(lambda: chain.head >= 40_000_003, 5.0)
+    await eventually(lambda: chain.head >= 40_000_003 and len(forged) >= 3, 5.0)
     for _ in range(10):
         number = int(await gw.result("eth_blockNumber", []), 16)
         assert number <= chain.head, (number, chain.head)
     assert pool.intel.heads.head.number <= chain.head
     logs = await gw.result("eth_getFilterChanges", [fid])
     assert logs, "a logs filter made while the liar spoke must still see the chain's logs"
-    await eventually(lambda: bool(pool.nodes[2].inconsistent), 5.0, "the liar out of rotation")
-    line = next(r for r in caplog.records if "upstream inconsistent" in r.getMessage())
-    took = line.created - forged_at[0]
-    print(f"far-future node left rotation {took * 1000:.1f} ms after its first forged header")
-    assert took < 2.0
-    assert f"node=bsc-2 url={liar.url}" in line.getMessage()
-    assert "ahead of every other node" in line.getMessage()
-    _, body = await readyz_details(client.app)  # node rows: the metrics listener's view
-    row = body["networks"]["bsc"]["upstreams"][2]
-    assert row["in_service"] is False and "ahead of every other node" in row["inconsistent"]
+    await eventually(
+        lambda: pool.intel.heads.head.number >= chain.head - 1, 5.0, "the head follows the chain"
+    )
+    assert not pool.nodes[2].inconsistent and pool.nodes[2].in_service()
+    assert not any("upstream inconsistent" in r.getMessage() for r in caplog.records)
     flags = await by_node(client.app[METRICS], "gateway_upstream_inconsistent")
-    assert flags.get("bsc-2") == 1.0 and flags.get("bsc-0", 0.0) == 0.0
-    liar.forge = None  # honest again: back after the cooldown, judged afresh
-    await eventually(lambda: pool.nodes[2].in_service(), 10.0, "the node back in rotation")
-    await eventually(lambda: (pool.intel.heads.node_head("bsc-2") or 0) >= chain.head - 1, 5.0)
-    assert int(await gw.result("eth_blockNumber", []), 16) <= chain.head
+    assert flags.get("bsc-2", 0.0) == 0.0
 
 
 async def test_headers_with_hashes_the_nodes_answers_lack_never_reach_a_filter(

@@ -18,9 +18,10 @@ CASES: list[tuple[str, Any, Policy]] = [
     ("eth_chainId", [], Policy(Kind.FOREVER)),
     ("net_version", [], Policy(Kind.FOREVER)),
     ("eth_blockNumber", [], Policy(Kind.UNTIL_HEAD_MOVES)),
-    ("eth_call", [{"to": "0x1"}, "latest"], Policy(Kind.UNTIL_HEAD_MOVES)),
-    ("eth_call", [{"to": "0x1"}], Policy(Kind.UNTIL_HEAD_MOVES)),  # default block: latest
-    ("eth_getBalance", ["0x1", "latest"], Policy(Kind.UNTIL_HEAD_MOVES)),
+    # latest names the head: routed only to a node on the agreed chain that has it
+    ("eth_call", [{"to": "0x1"}, "latest"], Policy(Kind.UNTIL_HEAD_MOVES, 1000)),
+    ("eth_call", [{"to": "0x1"}], Policy(Kind.UNTIL_HEAD_MOVES, 1000)),  # default: latest
+    ("eth_getBalance", ["0x1", "latest"], Policy(Kind.UNTIL_HEAD_MOVES, 1000)),
     ("eth_getBalance", ["0x1", "pending"], Policy(Kind.NEVER)),
     ("eth_getBalance", ["0x1", "safe"], Policy(Kind.UNTIL_HEAD_MOVES)),
     ("eth_getBalance", ["0x1", hex(900)], Policy(Kind.IF_FINAL, 900)),
@@ -32,7 +33,7 @@ CASES: list[tuple[str, Any, Policy]] = [
     ("eth_getStorageAt", ["0x1", "0x0", "earliest"], Policy(Kind.IF_FINAL, 0)),
     ("eth_getBlockByNumber", [hex(990), False], Policy(Kind.IF_FINAL, 990)),
     ("eth_getBlockByNumber", [hex(991), False], Policy(Kind.UNTIL_HEAD_MOVES, 991)),
-    ("eth_getBlockByNumber", ["latest", False], Policy(Kind.UNTIL_HEAD_MOVES)),
+    ("eth_getBlockByNumber", ["latest", False], Policy(Kind.UNTIL_HEAD_MOVES, 1000)),
     ("eth_getBlockByNumber", ["finalized", False], Policy(Kind.UNTIL_HEAD_MOVES)),
     ("eth_getBlockByNumber", ["pending", False], Policy(Kind.NEVER)),
     ("eth_getBlockByNumber", [], Policy(Kind.NEVER)),
