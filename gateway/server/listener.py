@@ -84,6 +84,9 @@ class GatewayRunner(web.AppRunner):
             "access_log", logging.getLogger("gateway.access") if cfg.access_log else None
         )
         kwargs.setdefault("handle_signals", False)
+        # The parser never inflates a body: rpc.inflate does, bounded and in
+        # slices (aiohttp's inflated a gzip bomb on the loop as it arrived).
+        kwargs.setdefault("auto_decompress", False)
         super().__init__(app, **kwargs)
 
     async def _make_server(self) -> web.Server:
