@@ -34,7 +34,8 @@ Private aiohttp API used (the pins in pyproject.toml bound the versions):
 hooks of its ``start()`` loop), ``_request_in_progress`` /
 ``_handler_waiter`` (what ``shutdown()`` waits on), ``_current_request``
 (whose ``_cancel`` ``connection_lost()`` calls), ``_close`` /
-``_force_close`` (set before ``start()`` would linger reading a refused body), ``BaseProtocol._drain_helper`` and
+``_force_close`` (set before ``start()`` would linger reading a refused
+body), ``BaseProtocol._drain_helper`` and
 ``aiohttp.helpers.rfc822_formatted_time`` (the cached ``Date``).
 """
 

@@ -52,6 +52,7 @@ of the module is this docstring.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -337,10 +338,8 @@ class GatewayProtocol(RequestHandler):
             transport.close()
             return
         transport.write_eof()  # FIN after the answer: the client sees the close now
-        try:
-            transport.resume_reading()  # a full body buffer paused it; drain to the FIN
-        except RuntimeError:
-            pass
+        with contextlib.suppress(RuntimeError):  # a full body buffer paused it
+            transport.resume_reading()
         self._gw_linger = self._loop.call_later(linger, self._gw_linger_end)
 
     def _gw_linger_end(self) -> None:
