@@ -42,7 +42,7 @@ from gateway.redis.clients import admin_connect, connect, pubsub_connect
 from gateway.redis.embedded import ensure_embedded
 from gateway.redis.mux import MuxRedis
 from gateway.rpc.clientip import CLIENT_IP, ClientIP
-from gateway.rpc.http import RpcHttp
+from gateway.rpc.http import RpcHttp, expect_later
 from gateway.rpc.localmethods import LocalMethods
 from gateway.rpc.pipeline import Pipeline
 from gateway.store.accounts import Store
@@ -99,9 +99,10 @@ def create_app(config: Config | None = None) -> web.Application:
         for path in (net.prefix, net.prefix + "/{key}"):
             if cfg.ws.enabled:  # GET + Upgrade opens a WebSocket (same resource as "*")
                 app.router.add_get(path, route.get, allow_head=False)
-            app.router.add_route("*", path, route.handle)
+            app.router.add_route("*", path, route.handle, expect_handler=expect_later)
         # any other path under the prefix is a malformed key: 401 JSON-RPC, not a text 404
-        app.router.add_route("*", net.prefix + "/{tail:.*}", route.handle)
+        tail = net.prefix + "/{tail:.*}"
+        app.router.add_route("*", tail, route.handle, expect_handler=expect_later)
     app[HANDLERS] = []  # filled by _rpc_ctx, in the order of cfg.networks
     app.cleanup_ctx.append(_rpc_ctx(routes, local))
     parts = Parts(cfg, local)

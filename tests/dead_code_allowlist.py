@@ -13,7 +13,7 @@ _: Any = None
 
 # -- called by a framework, not by our code --------------------------------------
 _.charset  # aiohttp Response attribute set in ops.routes.metrics
-_.handle_error  # aiohttp RequestHandler override (server.protocol): malformed HTTP
+_.handle_error  # aiohttp RequestHandler override (server.connection): malformed HTTP
 _._task  # read and cleared by aiohttp's RequestHandler.start() loop (server.door's LeanCall)
 _._request_in_progress  # read by aiohttp's RequestHandler.shutdown() (server.door): drain
 _._current_request  # read by aiohttp's connection_lost() / shutdown() (server.door)
@@ -50,7 +50,7 @@ _.stores  # intel.cache.CacheStats
 _.too_big
 _.reorgs  # intel.head.HeadTracker
 _.retries  # intel.hedge.HedgeStats
-_.rejected  # server.protocol connection watch
+_.rejected  # server.connection connection watch
 _.timeouts
 
 # -- queries kept for tests, to be decided by their owners (see the report) ------

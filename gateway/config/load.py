@@ -120,6 +120,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     _floor("head.clock_skew_s", head.clock_skew_s, 0)
     _floor("head.inconsistent_cooldown_s", head.inconsistent_cooldown_s, 0, above=True)
     _check_filters(sections["filters"])
+    _floor("limits.max_inflate_ratio", sections["limits"].max_inflate_ratio, 1)
+    _floor("server.refused_linger_s", sections["server"].refused_linger_s, 0)
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
         raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
     ws = sections["ws"]

@@ -29,7 +29,7 @@ class ServerConfig:
     port: int = 8545
     workers: int = 1
     access_log: bool = True
-    # aiohttp has no header-read timeout of its own (gateway/server/protocol.py adds it).
+    # aiohttp has no header-read timeout of its own (gateway/server/connection.py adds it).
     # Seconds a client may take to send request headers (from connection open
     # or its first byte) and then its body; 0 turns a check off.
     header_timeout_s: float = 10.0
@@ -42,6 +42,11 @@ class ServerConfig:
     # An answer the client leaves unread (the socket's write buffer stays
     # full) for this long drops the connection; 0 turns the check off.
     write_timeout_s: float = 30.0
+    # A refused body is never read (413, 415, ...): the answer says
+    # Connection: close, the gateway half-closes, and what the client still
+    # sends is dropped unparsed for at most this long (so the answer is not
+    # lost to a reset), then the connection is closed.
+    refused_linger_s: float = 2.0
     # /metrics is served here, never on the public port; "" turns it off.
     # With several workers one of them holds it at a time (gateway/ops/metricsport.py).
     metrics_listen: str = "127.0.0.1:9464"
@@ -70,7 +75,10 @@ class ServerConfig:
 
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
-    max_body_bytes: int = 1_048_576
+    max_body_bytes: int = 1_048_576  # after inflating a gzip / deflate body
+    # A compressed body that inflates past this many times its compressed size
+    # (once past 64 KiB inflated) is refused with 413: a bomb is stopped early.
+    max_inflate_ratio: int = 100
     max_batch: int = 100
     max_json_depth: int = 64
     upstream_connect_timeout_s: float = 2.0

@@ -1,8 +1,9 @@
 """The HTTP adapter: a POST body into the pipeline, its ``Answer`` out as a response.
 
-Only what is HTTP lives here: the preflight, 405 / 415 / 413, reading the
-body (a body that is not what its ``Content-Encoding`` says is a 400
-JSON-RPC error, never a 500), the key from the path or the Bearer header,
+Only what is HTTP lives here: the preflight, 405 / 415 / 413, ``100
+Continue`` only after those checks, reading the body (``rpc.inflate``: bounded,
+inflated in slices; a body that is not what its ``Content-Encoding`` says is a
+400 JSON-RPC error, never a 500), the key from the path or the Bearer header,
 CORS on every answer, 204 for notifications, and a large answer streamed
 with ``resp.write`` waiting for the socket to drain (``rpc.delivery`` decides
 what is written and when; the doors only write).
@@ -23,6 +24,8 @@ from collections.abc import Mapping
 from typing import Protocol, TypeVar
 
 from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from multidict import CIMultiDictProxy
 
 from gateway.limits.limiter import ip_bits
@@ -31,6 +34,7 @@ from gateway.rpc.auth import BAD_KEY, extract_key, key_hash, well_formed
 from gateway.rpc.clientip import ClientIP
 from gateway.rpc.delivery import deliver
 from gateway.rpc.errors import CORS_HEADERS
+from gateway.rpc.inflate import TAKEN, BodyRefused, coding_refused, read_body
 from gateway.rpc.pipeline import Caller, Pipeline
 from gateway.rpc.replies import Answer, error_answer
 from gateway.rpc.served import BY_GATEWAY, NODE_HEADER
@@ -42,6 +46,9 @@ R = TypeVar("R")
 Refusal = tuple[Answer, Mapping[str, str] | None]
 
 JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
+# Set on a request whose body was refused (server.connection closes its connection).
+BODY_REFUSED: web.RequestKey[bool] = web.RequestKey("gateway_body_refused", bool)
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "POST, OPTIONS",
@@ -63,6 +70,7 @@ class RpcHttp:
         self.client_ip = client_ip
         self.network = pipeline.network
         self.max_body = pipeline.cfg.limits.max_body_bytes
+        self.max_ratio = pipeline.cfg.limits.max_inflate_ratio
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The application's route handler: the answer as an aiohttp response."""
@@ -80,9 +88,15 @@ class RpcHttp:
         try:
             refused = self._check_http(request)
             if refused is not None:
-                return out.whole(*refused) if isinstance(refused, tuple) else out.preflight()
+                if not isinstance(refused, tuple):
+                    return out.preflight()
+                if request.content is not EMPTY_PAYLOAD:
+                    out.refuse()  # judged on its head: its body is never read
+                return out.whole(*refused)
+            await out.proceed()  # 100 Continue, only now that the head is acceptable
             body = await self._read(request)
             if isinstance(body, Answer):
+                out.refuse()  # what is left of it is never read
                 response = out.whole(body)
             else:
                 caller = self._caller(request)
@@ -117,7 +131,15 @@ class RpcHttp:
         return Caller(key_hash(key), request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip))
 
     def _check_http(self, request: RpcRequest) -> Refusal | bool | None:
-        """The preflight (True), a path with no key, 405 / 415 / 413 (declared length)."""
+        """The preflight (True), a path with no key, 405 / 415 / 413 (declared length).
+
+        Everything here is decided on the head alone, before any body byte is
+        read and before ``100 Continue``: a refused body is never read (the
+        doors close the connection instead). A client that waits for ``100
+        Continue`` has sent no body yet, so its key's shape is checked here
+        too (401); without ``Expect`` the key is judged after the body, as
+        the pipeline always has (its answer echoes the call's id).
+        """
         method = request.method
         if method == hdrs.METH_OPTIONS:
             return True
@@ -134,17 +156,25 @@ class RpcHttp:
             if mime not in JSON_TYPES and not mime.endswith("+json"):
                 data = "Content-Type must be application/json"
                 return error_answer(rpc.UNSUPPORTED_MEDIA_TYPE, None, data), None
+        if coding_refused(request.headers.get(hdrs.CONTENT_ENCODING)):
+            data = f"Content-Encoding must be {TAKEN} or identity"
+            answer = error_answer(rpc.UNSUPPORTED_MEDIA_TYPE, None, data)
+            return answer, {hdrs.ACCEPT_ENCODING: TAKEN}  # what RFC 7694 asks of this 415
         length = request.content_length
         if length is not None and length > self.max_body:
             return self._too_large(), None
+        if hdrs.EXPECT in request.headers and rpc_key(request) is None:
+            return error_answer(rpc.UNAUTHORIZED), None
         return None
 
     async def _read(self, request: RpcRequest) -> bytes | Answer:
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._too_large()
-        except web.RequestPayloadError:  # not what its Content-Encoding says
+            coding = request.headers.get(hdrs.CONTENT_ENCODING)
+            body = await read_body(request.content, coding, self.max_body, self.max_ratio)
+        except BodyRefused as exc:
+            kind = rpc.BODY_TOO_LARGE if exc.too_large else rpc.BAD_BODY
+            return error_answer(kind, None, exc.reason)
+        except web.RequestPayloadError:  # broken chunked framing
             data = "body does not match its Content-Encoding"
             return error_answer(rpc.BAD_BODY, None, data)
         except ConnectionError:  # client gone, or too slow (server.body_timeout_s)
@@ -181,7 +211,8 @@ class RpcRequest(Protocol):
     def remote(self) -> str | None: ...
     @property
     def transport(self) -> asyncio.Transport | None: ...
-    async def read(self) -> bytes: ...
+    @property
+    def content(self) -> StreamReader: ...
     def __setitem__(self, key: web.RequestKey[str], value: str) -> None: ...
 
 
@@ -189,6 +220,10 @@ class HttpOut(Protocol[R]):
     """The few writes a door implements; ``RpcHttp`` decides what is written.
 
     ``whole`` answers at once (``extra``: headers after CORS, e.g. ``Allow``);
+    ``refuse`` marks the body refused (before ``whole``): the answer says
+    ``Connection: close`` and the door closes the connection without reading
+    the body any further; ``proceed`` sends ``100 Continue`` to a client that waits for it, once the
+    request's head has passed every check;
     ``start`` / ``write`` / ``end`` / ``cut`` / ``gone`` are the writes
     ``rpc.delivery.deliver`` streams a relayed answer with (``cut`` drops the
     connection after a streamed head). ``status`` reads back the status a
@@ -197,6 +232,8 @@ class HttpOut(Protocol[R]):
 
     def whole(self, answer: Answer, extra: Mapping[str, str] | None = None) -> R: ...
     def preflight(self) -> R: ...
+    def refuse(self) -> None: ...
+    async def proceed(self) -> None: ...
     async def start(self, answer: Answer, length: int | None) -> None: ...
     async def write(self, chunk: bytes) -> None: ...
     async def end(self) -> R: ...
@@ -215,10 +252,22 @@ class AppOut:
         self._resp: web.StreamResponse | None = None
 
     def whole(self, answer: Answer, extra: Mapping[str, str] | None = None) -> web.StreamResponse:
-        return http_reply(answer, extra)
+        resp = http_reply(answer, extra)
+        if BODY_REFUSED in self._request:
+            resp.force_close()
+        return resp
 
     def preflight(self) -> web.StreamResponse:
         return web.Response(status=204, headers=PREFLIGHT_HEADERS)
+
+    def refuse(self) -> None:
+        self._request[BODY_REFUSED] = True  # server.connection closes after the answer
+
+    async def proceed(self) -> None:
+        request = self._request
+        if request.version == HttpVersion11 and hdrs.EXPECT in request.headers:
+            await request.writer.write(CONTINUE)  # expect_later let only 100-continue through
+            request.writer.output_size = 0  # the answer's head is still to come
 
     async def start(self, answer: Answer, length: int | None) -> None:
         resp = self._resp = web.StreamResponse(status=200, headers=answer.headers)
@@ -248,6 +297,18 @@ class AppOut:
 
     def status(self, result: web.StreamResponse) -> int:
         return result.status
+
+
+async def expect_later(request: web.Request) -> None:
+    """The RPC routes' ``expect_handler``: ``100 Continue`` waits for ``RpcHttp.serve``.
+
+    aiohttp's default sends it before the handler runs, so a 50 MB body was
+    invited and then refused. Only the refusal of another expectation (417)
+    stays here, as aiohttp words it (``server.connection`` turns it into JSON).
+    """
+    expect = request.headers.get(hdrs.EXPECT, "")
+    if request.version == HttpVersion11 and expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
 
 
 def reply_headers(answer: Answer, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""Serving: protocol (timeouts, connection cap, drain), runner (``gateway serve``, the demo)
-and workers (the multi-process supervisor). ``gunicorn_app`` is the gunicorn entry point
+"""Serving: connection (timeouts, connection cap, refused bodies), listener (drain, the
+port, the doors: server.door names ``door``, the lean one), runner (``gateway serve``,
+the demo) and workers (the multi-process supervisor). ``gunicorn_app`` is the gunicorn entry point
 (``gunicorn gateway.server:gunicorn_app``).
 
 May import: app, ops, telemetry, redis, demo, config, typedefs, rpc.protocol and rpc.errors (error
@@ -7,7 +8,6 @@ replies and their CORS headers), rpc.http and rpc.replies (the lean door writes 
 adapter's answers).
 """
 
-import gateway.server.door  # noqa: F401  (registers server.door = "lean")
 from gateway.server.listener import gunicorn_app
 
 __all__ = ["gunicorn_app"]

@@ -34,7 +34,8 @@ Private aiohttp API used (the pins in pyproject.toml bound the versions):
 hooks of its ``start()`` loop), ``_request_in_progress`` /
 ``_handler_waiter`` (what ``shutdown()`` waits on), ``_current_request``
 (whose ``_cancel`` ``connection_lost()`` calls), ``_close`` /
-``_force_close``, ``BaseProtocol._drain_helper`` and
+``_force_close`` (set before ``start()`` would linger reading a refused
+body), ``BaseProtocol._drain_helper`` and
 ``aiohttp.helpers.rfc822_formatted_time`` (the cached ``Date``).
 """
 
@@ -57,12 +58,11 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.app import HANDLERS
 from gateway.rpc.errors import CORS_HEADERS
-from gateway.rpc.http import PREFLIGHT_HEADERS, RpcHttp, reply_headers
+from gateway.rpc.http import CONTINUE, PREFLIGHT_HEADERS, RpcHttp, reply_headers
 from gateway.rpc.replies import Answer
-from gateway.server.protocol import DOORS, GatewayProtocol
+from gateway.server.connection import GatewayProtocol
 
 _REASONS: Final = {s.value: s.phrase for s in HTTPStatus}
-_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _KEY: Final = r"[A-Za-z0-9_-]+"
 
 
@@ -115,6 +115,7 @@ class LeanCall:
         "message",
         "payload",
         "protocol",
+        "refused",
         "writer",
     )
 
@@ -140,6 +141,7 @@ class LeanCall:
         self._task = task  # the start() loop clears it after each request
         self._keys: dict[Any, str] = {}
         self._streamed: dict[str, str] | None = None
+        self.refused = False  # its body was refused: closed after the answer, never read
 
     # -- what the pipeline and the access log read ---------------------------
     @property
@@ -162,17 +164,9 @@ class LeanCall:
             return None
         return str(peer[0]) if isinstance(peer, (list, tuple)) else str(peer)
 
-    async def read(self) -> bytes:
-        """The whole body, refused past ``limits.max_body_bytes`` like ``web.Request.read``."""
-        limit = self.http.max_body
-        body = bytearray()
-        while True:
-            chunk = await self.payload.readany()
-            body.extend(chunk)
-            if len(body) > limit:
-                raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(body))
-            if not chunk:
-                return bytes(body)
+    @property
+    def content(self) -> StreamReader:
+        return self.payload  # read by rpc.inflate, as web.Request.content is
 
     def _cancel(self, exc: BaseException) -> None:
         """The connection is gone (or draining): a body read still waiting raises ``exc``."""
@@ -189,9 +183,11 @@ class LeanCall:
         protocol = self.protocol
         if self.message.should_close or protocol._close or protocol._force_close:
             return False
-        # A body that could not be read (not its Content-Encoding): the parser
-        # has stopped, so the connection carries no further request.
-        return self.payload.exception() is None
+        # A body whose framing broke: the parser has stopped, so the connection
+        # carries no further request. A body not read to its end (refused):
+        # it is never read further, the connection closes after the answer.
+        payload = self.payload
+        return payload.exception() is None and payload.is_eof() and not self.refused
 
     def _head(self, status: int, headers: dict[str, str], keep: bool) -> str:
         headers[hdrs.DATE] = rfc822_formatted_time()
@@ -224,6 +220,15 @@ class LeanCall:
 
     def preflight(self) -> Sent:
         return self._send(204, dict(PREFLIGHT_HEADERS), b"")  # not reached: OPTIONS is the app's
+
+    def refuse(self) -> None:
+        self.refused = True
+
+    async def proceed(self) -> None:
+        if hdrs.EXPECT in self.headers:  # only 100-continue reaches here (Door.route)
+            transport = self.protocol.transport
+            if transport is not None:
+                transport.write(CONTINUE)
 
     async def start(self, answer: Answer, length: int | None) -> None:
         headers = dict(answer.headers)
@@ -262,10 +267,6 @@ class LeanCall:
         return result.status
 
     async def serve(self) -> Sent:
-        if self.headers.get(hdrs.EXPECT) is not None:  # only 100-continue reaches here
-            transport = self.protocol.transport
-            if transport is not None:
-                transport.write(_CONTINUE)
         sent = await self.http.serve(self, self)
         protocol = self.protocol
         if protocol.writing_paused:
@@ -308,6 +309,9 @@ class LeanProtocol(GatewayProtocol):
             sent = await request.serve()
         except ConnectionError:
             return Sent(499, {}, False), True
+        else:
+            if request.refused or not request.payload.is_eof():
+                self._gw_refuse_rest()  # before start() would linger, reading it
         finally:
             self._current_request = None
             self._request_in_progress = False
@@ -321,6 +325,3 @@ def lean_protocol(app: web.Application) -> Callable[..., RequestHandler]:
     """The protocol factory for ``server.door = "lean"`` (``GatewayRunner`` calls it)."""
     handlers: list[RpcHttp] = app.get(HANDLERS) or []
     return functools.partial(LeanProtocol, door=Door(handlers))
-
-
-DOORS["lean"] = lean_protocol

@@ -2,7 +2,7 @@
 
 Use ``GatewayRunner(app)`` wherever aiohttp would use ``web.AppRunner``:
 ``gateway serve`` (``serve_app``), gunicorn (``gunicorn_app``) and tests. Its
-connections are ``server.protocol.GatewayProtocol``s (timeouts, connection cap,
+connections are ``server.connection.GatewayProtocol``s (timeouts, connection cap,
 malformed HTTP). The runner also opens the ``/metrics`` listener
 (``gateway.ops.metricsport``) on ``server.metrics_listen``; with several
 processes one holds it at a time. On shutdown the runner stops listening,
@@ -19,18 +19,28 @@ import gc
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from gateway import typedefs as T
 from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging
 from gateway.ops.metricsport import MetricsListener
-from gateway.server.protocol import DOORS, ConnectionWatch, GatewayServer
+from gateway.server.connection import ConnectionWatch, GatewayServer
+from gateway.server.door import lean_protocol
 from gateway.telemetry.metrics import METRICS, mark_process_dead
 
 log = logging.getLogger("gateway.server")
+
+
+# server.door -> the protocol factory for an app ("app": aiohttp's own handler,
+# GatewayProtocol). Every door is named here, so none registers itself.
+DOORS: dict[str, Callable[[web.Application], Callable[..., RequestHandler]]] = {
+    "lean": lean_protocol,
+}
 
 
 class ListenError(Exception):
@@ -84,6 +94,9 @@ class GatewayRunner(web.AppRunner):
             "access_log", logging.getLogger("gateway.access") if cfg.access_log else None
         )
         kwargs.setdefault("handle_signals", False)
+        # The parser never inflates a body: rpc.inflate does, bounded and in
+        # slices (aiohttp's inflated a gzip bomb on the loop as it arrived).
+        kwargs.setdefault("auto_decompress", False)
         super().__init__(app, **kwargs)
 
     async def _make_server(self) -> web.Server:

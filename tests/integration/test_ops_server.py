@@ -1,4 +1,4 @@
-"""The listening side (gateway/server/protocol.py) against raw sockets: slow clients,
+"""The listening side (gateway/server/connection.py) against raw sockets: slow clients,
 the connection cap, malformed HTTP, deep JSON and the drain.
 
 Each test serves the real app through ``GatewayRunner`` on port 0 with small

@@ -22,11 +22,9 @@ never reads pins the answer's buffers, and the handler awaiting ``drain()``,
 for as long as it likes.
 
 A phase that overruns closes the connection (counted in
-``gateway_client_timeouts`` with phase ``header``, ``body`` or ``write``).
-The timer is lazy, like aiohttp's keep-alive timer: a phase change only
-writes a deadline; the one timer per connection reschedules itself when it
-fires early, so a busy keep-alive connection
-costs no timer operations per request.
+``gateway_client_timeouts`` by phase). The one timer per connection is lazy,
+as aiohttp's keep-alive timer: a phase change only writes a deadline, so a
+busy keep-alive connection costs no timer operations per request.
 
 ``server.max_connections`` caps open connections per process: one more is
 answered ``503`` (a JSON-RPC error, ``Connection: close``) and closed.
@@ -35,20 +33,20 @@ logged as one line without the request bytes (aiohttp's own message quotes
 them, and they may hold an API key); requests pipelined before it in the
 same read are answered first (``_PipelineParser``). An ``Expect`` other than
 ``100-continue`` gets 417 with a JSON-RPC body, and a body that cannot be
-read as sent (not its ``Content-Encoding``) closes the connection after its
-answer without a traceback.
+read as sent (broken chunked framing) closes the connection after its
+answer without a traceback. A body answered before it was read to its end
+(413, 415, 405, 401, ...) is never read further (``_gw_refuse_rest``); the
+parser never inflates a body (``rpc.inflate`` does, in bounded slices).
 
-The listening half (the runner that drains, binding the port, ``serve_app``,
-the gunicorn entry) is ``server.listener``.
-
-It stays whole because the three watchdog phases, the connection cap and the
-malformed-HTTP answer all hook the same ``GatewayProtocol`` callbacks; a sixth
-of the module is this docstring.
+The listening half (draining, the port, the doors, gunicorn) is
+``server.listener``. It stays whole because the watchdog phases, the cap and
+the malformed-HTTP answer all hook the same ``GatewayProtocol`` callbacks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -63,6 +61,7 @@ from aiohttp.web_request import BaseRequest
 from gateway.config import ServerConfig
 from gateway.rpc import protocol as rpc
 from gateway.rpc.errors import CORS_HEADERS
+from gateway.rpc.http import BODY_REFUSED
 from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger("gateway.server")
@@ -87,6 +86,7 @@ class ConnectionWatch:
         "head_timeout",
         "max_connections",
         "metrics",
+        "refused_linger",
         "rejected",
         "timeouts",
         "write_timeout",
@@ -97,6 +97,7 @@ class ConnectionWatch:
         self.body_timeout = cfg.body_timeout_s
         self.write_timeout = cfg.write_timeout_s
         self.max_connections = cfg.max_connections
+        self.refused_linger = cfg.refused_linger_s
         self.connections = 0
         self.rejected = 0
         self.timeouts = 0
@@ -140,6 +141,7 @@ class GatewayProtocol(RequestHandler):
 
     __slots__ = (
         "_gw_deadline",
+        "_gw_linger",
         "_gw_payload",
         "_gw_phase",
         "_gw_timer",
@@ -159,7 +161,7 @@ class GatewayProtocol(RequestHandler):
             max_field_size=self.max_field_size,
             max_headers=self.max_headers,
             payload_exception=RequestPayloadError,
-            auto_decompress=kwargs.get("auto_decompress", True),
+            auto_decompress=False,  # rpc.inflate inflates, in bounded slices
             max_msg_queue_size=1,
         )
         self._gw_watch = manager.watch
@@ -168,6 +170,7 @@ class GatewayProtocol(RequestHandler):
         self._gw_write_deadline = 0.0  # 0: the client reads what we write
         self._gw_timer: asyncio.TimerHandle | None = None
         self._gw_payload: Any = None
+        self._gw_linger: asyncio.TimerHandle | None = None
 
     # -- connection cap ------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -199,12 +202,17 @@ class GatewayProtocol(RequestHandler):
         if timer is not None:
             timer.cancel()
             self._gw_timer = None
+        if self._gw_linger is not None:
+            self._gw_linger.cancel()
+            self._gw_linger = None
         self._gw_phase = _IDLE
         self._gw_payload = None
         super().connection_lost(exc)
 
     # -- slow clients --------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        if self._force_close:
+            return  # closing (a refused body, a timeout): nothing more is parsed
         count = self._request_count
         super().data_received(data)
         phase = self._gw_phase
@@ -300,6 +308,44 @@ class GatewayProtocol(RequestHandler):
         self._force_close = True
         transport.abort()  # drops the buffer; connection_lost wakes the writer
 
+    # -- refused bodies --------------------------------------------------------
+    def _gw_refuse_rest(self) -> None:
+        """A body answered before it was read to its end is never read further.
+
+        aiohttp would read it after the handler (``lingering_time``, 10 s),
+        and its parser inflated a gzip body as it came: a 1 MB bomb cost a
+        second of the loop. Instead, as nginx does: the answer (already
+        written, with ``Connection: close``) is followed by a half-close, what
+        the client still sends is dropped unparsed (``data_received`` returns
+        at once) for at most ``server.refused_linger_s``, so that closing
+        with unread bytes does not reset the answer away, and the connection
+        then closes (at once when the client closes its side first).
+        """
+        transport = self.transport
+        self._force_close = True  # start() neither lingers nor reads another request
+        self._gw_phase = _IDLE
+        self._gw_payload = None
+        if transport is None:
+            return
+        linger = self._gw_watch.refused_linger
+        if linger <= 0 or not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()  # FIN after the answer: the client sees the close now
+        with contextlib.suppress(RuntimeError):  # a full body buffer paused it
+            transport.resume_reading()
+        self._gw_linger = self._loop.call_later(linger, self._gw_linger_end)
+
+    def _gw_linger_end(self) -> None:
+        self._gw_linger = None
+        transport = self.transport
+        if transport is None:
+            return
+        if transport.get_write_buffer_size():
+            transport.abort()  # the answer is still unread after the linger: drop it
+        else:
+            transport.close()
+
     # -- drain ---------------------------------------------------------------
     async def finish_response(
         self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
@@ -309,6 +355,11 @@ class GatewayProtocol(RequestHandler):
         if isinstance(resp, web.HTTPExpectationFailed):
             resp = _expect_refused()
         payload = request.content
+        refused = BODY_REFUSED in request or (
+            not payload.is_eof() and payload.exception() is None and not self._upgraded
+        )
+        if refused and not resp.prepared:
+            resp.force_close()  # the body was not read to its end: it never will be
         if payload.exception() is not None:
             # The body could not be read (not its Content-Encoding, a broken
             # chunk): the parser has stopped, so this connection can carry no
@@ -318,7 +369,11 @@ class GatewayProtocol(RequestHandler):
             if not resp.prepared:
                 resp.force_close()
             payload.feed_eof()
-        return await super().finish_response(request, resp, start_time)
+        if not refused:
+            return await super().finish_response(request, resp, start_time)
+        result = await super().finish_response(request, resp, start_time)
+        self._gw_refuse_rest()
+        return result
 
     # -- malformed HTTP ------------------------------------------------------
     def handle_error(
@@ -383,11 +438,6 @@ def _path_head(request: BaseRequest) -> str:
         return "/" + request.path[1:].partition("/")[0]
     except Exception:  # a request that failed parsing may have no usable path
         return "-"
-
-
-# server.door -> the protocol factory for an app. gateway.server.door adds
-# "lean"; the package imports it, so it is registered wherever this module is.
-DOORS: dict[str, Callable[[web.Application], Callable[..., RequestHandler]]] = {}
 
 
 class GatewayServer(web.Server):
