@@ -79,7 +79,7 @@ class LimitsConfig:
     # A compressed body that inflates past this many times its compressed size
     # (once past 64 KiB inflated) is refused with 413: a bomb is stopped early.
     max_inflate_ratio: int = 100
-    max_batch: int = 100
+    max_batch: int = 1000  # viem's own default batch, what hosted endpoints take
     max_json_depth: int = 64
     upstream_connect_timeout_s: float = 2.0
     upstream_timeout_s: float = 10.0

@@ -158,7 +158,7 @@ class Pipeline:
         elif not parsed:
             return R.ParsedRequest([], True, (rpc.INVALID_REQUEST, "empty batch"))
         elif len(parsed) > self.max_batch:
-            reason = f"batch of {len(parsed)} calls exceeds the limit of {self.max_batch}"
+            reason = f"a batch holds at most {self.max_batch} calls, this one {len(parsed)}"
             return R.ParsedRequest([], True, (rpc.INVALID_REQUEST, reason))
         else:
             req = R.ParsedRequest([rpc.validate_call(obj, methods) for obj in parsed], True)

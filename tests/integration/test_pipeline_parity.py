@@ -102,7 +102,7 @@ CASES = [
     Case("empty batch", b"[]", 200, _error(-32600)),
     Case(
         "batch over the cap",
-        b"[" + b",".join([_call("eth_chainId")] * 101) + b"]",
+        b"[" + b",".join([_call("eth_chainId")] * 1001) + b"]",
         200,
         _error(-32600),
     ),

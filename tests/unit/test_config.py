@@ -20,7 +20,7 @@ def test_defaults_match_the_spec() -> None:
     free, payg = cfg.plan("free"), cfg.plan("payg")
     assert (free.rate, free.burst, payg.rate, payg.burst) == (25, 50, 300, 600)
     assert free.cost("eth_getLogs") == 3 and free.cost("eth_call") == 1
-    assert cfg.limits.max_body_bytes == 1_048_576 and cfg.limits.max_batch == 100
+    assert cfg.limits.max_body_bytes == 1_048_576 and cfg.limits.max_batch == 1000
     assert cfg.redis.fail_open is False
     methods = cfg.network("bsc").methods
     assert "eth_sendRawTransaction" in methods and "eth_call" in methods
