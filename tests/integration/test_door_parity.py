@@ -141,7 +141,7 @@ def _framing_cases(key: str) -> list[tuple[bytes, int]]:
             request(path, chunked(big, [1000, 500_000]), headers={"Transfer-Encoding": "chunked"}),
             1,
         ),  # 413 after reading
-        (request(path, b"[" + b",".join([CALL] * 101) + b"]"), 1),  # batch limit
+        (request(path, b"[" + b",".join([CALL] * 1001) + b"]"), 1),  # batch limit
         (request(path, CALL, method="GET"), 1),  # 405 (the application's)
         (request(path, CALL, method="OPTIONS"), 1),  # preflight (the application's)
         (request(path, CALL, headers={"Origin": "https://dapp.example"}), 1),

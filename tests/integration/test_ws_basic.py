@@ -126,7 +126,7 @@ async def test_bad_frames_answer_with_errors_and_keep_the_socket(
             "error": {"code": -32700, "message": "Parse error"},
         }
         assert (await rpc(ws, []))["error"]["code"] == -32600
-        assert (await rpc(ws, [1] * 101))["error"]["code"] == -32600
+        assert (await rpc(ws, [1] * 1001))["error"]["code"] == -32600
         deep = b"[" * 100 + b"]" * 100
         await ws.send_bytes(deep)
         assert orjson.loads((await ws.receive()).data)["error"]["code"] == -32600
