@@ -111,7 +111,9 @@ async def test_hedged_reads_answer_fast_and_writes_are_never_hedged(
     for i in range(2):
         raw = signed(sender_account(100 + i))
         await rpc(client, api_key, "eth_sendRawTransaction", [raw], id_=i)
-    assert seen(nodes, "eth_sendRawTransaction") == [1, 1]
+    # each sent once, to one node (which one is the pool's pick: the held node's head
+    # has gone stale, so it may get neither)
+    assert sum(seen(nodes, "eth_sendRawTransaction")) == 2
     await pool.probe_once()  # syncs the metrics
     text = client.app[METRICS].exposition().decode()
     assert 'gateway_hedges_total{network="bsc",result="sent"}' in text
@@ -150,12 +152,14 @@ async def test_a_block_above_a_nodes_head_goes_to_a_node_that_has_it(
         assert answer["result"]["number"] == hex(chain.head - i)
     after = seen(nodes, "eth_getBlockByNumber")
     assert after[1] == before[1] and after[0] == before[0] + 10
-    for i in range(10):  # below both heads: both nodes serve
+    for i in range(10):  # below both heads: the fresh node serves them all
         answer = await rpc(
             client, api_key, "eth_getBlockByNumber", [hex(chain.head - 60 - i), False]
         )
         assert answer["result"] is not None
-    assert seen(nodes, "eth_getBlockByNumber")[1] > after[1]
+    # the lagging node's head is older than head.stale_s: it is behind, takes no part
+    # in the head and is asked for no block by number, even one it has
+    assert seen(nodes, "eth_getBlockByNumber")[1] == after[1]
 
 
 # -- 3. the cache ----------------------------------------------------------------
