@@ -22,7 +22,9 @@ before, and what sits unused in leases is bounded by a fraction of the
 bucket that drains back within ``lease_idle_s``.
 
 A refusal is remembered until its retry time (a key over its limit costs no
-round trip per request either). Usage counters go to ``UsageSink``.
+round trip per request either), with the cost that was refused: only a call
+at least that dear is refused from memory, so a refused heavy call never holds
+back a cheaper one the bucket still has room for. Usage counters go to ``UsageSink``.
 
 It stays whole because the lease, the cached key record and the remembered
 refusal are one per-key entry (``_Key``) that every admission reads and writes
@@ -83,6 +85,7 @@ class _Key:
     used: float = 0.0  # monotonic time of the last local admission
     refused_until: float = 0.0
     refused: Status = Status.RATE_LIMITED
+    refused_cost: int = 0  # the cost refused until then; a cheaper call asks again
     remaining: int = 0  # the shared bucket's units left at the last ask
     asked: float = 0.0  # monotonic time of that ask
     rate_window: float = 0.0
@@ -195,7 +198,7 @@ class LeaseLimiter:
             key.used = now
             self._usage.admitted(khash, calls, methods)
             return self._admitted(key, now)
-        if now < key.refused_until:
+        if now < key.refused_until and cost >= key.refused_cost:
             self._usage.count(khash, "lim", calls)
             retry = max(1, int((key.refused_until - now) * 1000))
             return self._decision(key.refused, key, retry, now)
@@ -315,6 +318,7 @@ class LeaseLimiter:
         if status is not Status.TOO_EXPENSIVE:
             key.refused_until = now + retry_ms / 1000
             key.refused = status
+            key.refused_cost = cost if cost > 0 else max(1, request_cost(plan, calls, methods))
         self._usage.count(khash, "lim", calls)
         return self._decision(status, key, retry_ms, now)
 

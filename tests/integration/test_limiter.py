@@ -87,6 +87,22 @@ async def test_weights_and_batch_cost_are_charged_as_a_whole(
     assert d.status is Status.TOO_EXPENSIVE
 
 
+async def test_a_refused_dear_call_never_holds_back_a_cheap_one_that_fits(
+    limiter: Limiter, api_key: str
+) -> None:
+    """16 of 20 units spent; a 5-unit eth_getLogs is refused, yet a 1-unit call
+    right after it is admitted (the leased limiter once remembered the refusal
+    for every call until the dear one's retry time). A second dear call is
+    still refused, and the cheap ones stop at the bucket's floor."""
+    khash = key_hash(api_key)
+    assert (await limiter.admit(khash, 16, {"eth_call": 16}, now_ms=T0)).status is Status.ADMITTED
+    dear = await limiter.admit(khash, 1, {"eth_getLogs": 1}, now_ms=T0)
+    assert dear.status is Status.RATE_LIMITED and dear.retry_ms == 100  # 1 more unit at 10/s
+    cheap = [await admit(limiter, api_key, T0) for _ in range(5)]
+    assert cheap == [Status.ADMITTED] * 4 + [Status.RATE_LIMITED]
+    assert await admit(limiter, api_key, T0, "eth_getLogs") is Status.RATE_LIMITED
+
+
 async def test_a_weight_by_pattern_is_charged_on_every_call(
     make_limiter: MakeLimiter, api_key: str
 ) -> None:
