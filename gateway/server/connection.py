@@ -331,7 +331,11 @@ class GatewayProtocol(RequestHandler):
         if linger <= 0 or not transport.can_write_eof():
             transport.close()
             return
-        transport.write_eof()  # FIN after the answer: the client sees the close now
+        try:
+            transport.write_eof()  # FIN after the answer: the client sees the close now
+        except OSError:  # the peer is gone already (a proxy that closed first)
+            transport.close()
+            return
         with contextlib.suppress(RuntimeError):  # a full body buffer paused it
             transport.resume_reading()
         self._gw_linger = self._loop.call_later(linger, self._gw_linger_end)

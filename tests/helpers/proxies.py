@@ -20,6 +20,7 @@ missing), and ``until_passing`` waits until the proxy passes calls on.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import socket
@@ -71,6 +72,8 @@ def nginx_config(front: int, gateway_port: int, prefix: Path, scale: float = 1.0
     cfg = re.sub(r"gateway-1:8545", f"{LOOPBACK}:{gateway_port}", cfg)
     cfg = cfg.replace("listen 8545;", f"listen {LOOPBACK}:{front};")
     cfg = cfg.replace("worker_processes auto;", "worker_processes 1;")
+    if os.geteuid() == 0:  # workers of a root master drop to nobody: the temp files are root's
+        cfg = cfg.replace("worker_processes 1;", "worker_processes 1;\nuser root;")
     cfg = re.sub(r"pid [^;]+;", f"pid {prefix / 'nginx.pid'};", cfg)
     cfg = re.sub(r"error_log [^;]+;", f"error_log {prefix / 'error.log'} warn;", cfg)
     cfg = re.sub(r"access_log [^ ]+ ", f"access_log {prefix / 'access.log'} ", cfg)
