@@ -126,7 +126,7 @@ async def forward_calls(
             idempotent=idempotent,
             stream_over=STREAM_OVER,
             hedge=call.method in READS,
-            route=pipe.pool.eligibility.route(((call.method, call.params),), pipe.pool.nodes),
+            route=pipe.pool.route(((call.method, call.params),)),
         )
     except UpstreamError as exc:
         return _failed(pipe, khash, exc, req, headers)

@@ -364,7 +364,7 @@ class LogSplitter:
         async def flight() -> tuple[bytes, int, Node]:
             gid = self.next_gids(1)
             body = rpc.encode_call(rpc.Call(method=METHOD, params=params, id=0, has_id=True), gid)
-            route = self.pool.eligibility.route(((METHOD, params),), self.pool.nodes)
+            route = self.pool.route(((METHOD, params),))
             reply, node = await self.pool.forward_from(
                 body, hedge=True, min_block=high, route=route
             )

@@ -140,7 +140,7 @@ class Reads:
                 stream_over=STREAM_OVER,
                 hedge=True,
                 min_block=block,
-                route=self.pool.eligibility.route(((method, params),), self.pool.nodes),
+                route=self.pool.route(((method, params),)),
             )
             if method == GETLOGS and not isinstance(reply, NodeStream):
                 self.logs.saw(node, params, reply)  # a range refusal teaches its limit
@@ -213,7 +213,7 @@ class Reads:
                 stream_over=STREAM_OVER,
                 hedge=reads_only,
                 min_block=block,
-                route=pool.eligibility.route(((c.method, c.params) for c in forward), pool.nodes),
+                route=pool.route((c.method, c.params) for c in forward),
             )
             if isinstance(reply, NodeStream):  # parsed whole: bounded
                 reply = await read_bounded(reply, self.buffer_limit, deadline_s=deadline_s)
@@ -323,7 +323,7 @@ class Reads:
                 hedge=False,
                 min_block=heads.head.number,
                 avoid=node,
-                route=pool.eligibility.route(((call.method, call.params),), pool.nodes),
+                route=pool.route(((call.method, call.params),)),
             )
         except UpstreamError:
             return None

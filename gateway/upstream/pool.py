@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from typing import Any, TypedDict, Unpack
 
 from gateway.intel.hedge import Launch, run_hedged, timed
@@ -110,6 +111,11 @@ class NodePool(PoolLifecycle):
             if best is None or rank < best_rank:
                 best, best_rank = node, rank
         return best
+
+    def route(self, calls: Iterable[tuple[str, Any]]) -> Route:
+        """Which nodes may answer these (method, params) calls together: the state
+        block they name, their node group and timeout, their logs span."""
+        return self.eligibility.route(calls, self.nodes)
 
     def healthy_count(self) -> int:
         now = self.clock()

@@ -330,7 +330,7 @@ def test_log_ranges_go_to_nodes_that_take_them() -> None:
     splitter = LogSplitter(pool, lambda n: 1, concurrency=4, timeout_s=5.0, max_bytes=1 << 20)
     assert splitter.limit() == 0  # "any" takes every range: nothing is split
     span = [{"fromBlock": hex(100), "toBlock": hex(1_099)}]  # 1,000 blocks
-    route = pool.eligibility.route([("eth_getLogs", span)], pool.nodes)
+    route = pool.route([("eth_getLogs", span)])
     assert route.logs_span == 1_000
     assert {pool.pick(route=route) for _ in range(6)} == {wide, any_range}
     any_range.healthy = False
