@@ -52,16 +52,16 @@ class HeadGateway:
         assert self.client is not None
         return self.client
 
-    async def call(self, method: str, params: list[Any]) -> tuple[int, Any]:
-        """One call on bsc: the HTTP status and the JSON answer."""
+    async def call(self, method: str, params: list[Any], network: str = "bsc") -> tuple[int, Any]:
+        """One call (on bsc unless ``network`` says): the HTTP status and the JSON answer."""
         assert self.client is not None, "start the app first"
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-        resp = await self.client.post(f"/bsc/{self.key}", json=body)
+        resp = await self.client.post(f"/{network}/{self.key}", json=body)
         return resp.status, await resp.json()
 
-    async def result(self, method: str, params: list[Any]) -> Any:
-        """One call on bsc that must succeed: its result."""
-        status, answer = await self.call(method, params)
+    async def result(self, method: str, params: list[Any], network: str = "bsc") -> Any:
+        """One call (on bsc unless ``network`` says) that must succeed: its result."""
+        status, answer = await self.call(method, params, network)
         assert status == 200 and "result" in answer, (status, answer)
         return answer["result"]
 
