@@ -20,10 +20,13 @@ network is *split*: the head stays at the agreed block (``split`` says so,
 
 Only a lie proven takes a node out (``on_eject``): headers its own answers
 keep contradicting (``max_mismatches`` in a row), or a block stamped more
-than ``clock_skew_s`` in the future of both the clock and every other
-node's newest block (a dev chain's ``hardhat_mine`` stamps every node's
-blocks ahead alike, and a lone node has nobody to be ahead of). Speed,
-lead and lag take no node out. Whenever a node leaves, the head is
+than ``clock_skew_s`` in the future of the clock, of every other node's
+newest block, and of what its own last block explains (a chain stamps each
+block at least a second after its parent, so a dev chain mining a burst,
+``hardhat_mine`` or a block per transaction, runs a second a block ahead of
+the clock and is right; a lone node has nobody to be ahead of). A stamp
+ahead of the clock counts as the clock for currency, so no stamp makes an
+honest node look behind. Speed, lead and lag take no node out. Whenever a node leaves, the head is
 recomputed from the nodes still in service; ``served`` keeps the
 ``eth_blockNumber`` answers monotonic.
 
@@ -195,7 +198,7 @@ class HeadTracker:
             return
         if pushed is not None and digest is not None:
             seen.strikes = 0
-        if stamp is not None and self._in_future(node, stamp):
+        if stamp is not None and self._in_future(node, number, stamp):
             skew = self.rules.clock_skew_s
             self._eject(
                 node,
@@ -217,15 +220,23 @@ class HeadTracker:
         seen.safe = min(seen.safe, number)  # a node that went back takes its marks back
         seen.finalized = min(seen.finalized, number)
 
-    def _in_future(self, node: str, stamp: int) -> bool:
-        """Whether ``stamp`` is more than the clock skew ahead of the clock and of
-        every other node's newest block: one node's future, not the whole chain's
-        (a dev chain's ``hardhat_mine`` stamps every node's blocks ahead alike)."""
+    def _in_future(self, node: str, number: int, stamp: int) -> bool:
+        """Whether block ``number`` stamped ``stamp`` is a lie: more than the clock
+        skew ahead of the clock, of every other node's newest block (one node's
+        future, not the whole chain's), and of the node's own last block plus a
+        second a block (a chain stamps a block at least a second after its
+        parent: a burst runs that far ahead of the clock and is right). With no
+        earlier block of its own to measure by, nothing is proven."""
         skew = self.rules.clock_skew_s
         if stamp <= self._wall() + skew:
             return False
         others = [s.stamp for n, s in self._live.items() if n != node and s.stamp is not None]
-        return bool(others) and stamp > max(others) + skew
+        if not others or stamp <= max(others) + skew:
+            return False
+        own = self._live[node]
+        if own.stamp is None or own.number < 0 or number <= own.number:
+            return False
+        return stamp > own.stamp + (number - own.number) + skew
 
     def block_number(self) -> int:
         """What ``eth_blockNumber`` answers now: the head, never below an earlier answer."""
@@ -250,7 +261,8 @@ class HeadTracker:
         stamps = [s.stamp for s in heads.values() if s.stamp is not None]
         if stale <= 0 or not stamps:
             return heads
-        floor = max(stamps) - stale
+        # a stamp ahead of the clock reads as the clock: none makes the others stale
+        floor = min(max(stamps), self._wall() + self.rules.clock_skew_s) - stale
         return {n: s for n, s in heads.items() if s.stamp is None or s.stamp >= floor}
 
     def _quorum(self, current: int) -> int:

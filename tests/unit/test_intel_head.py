@@ -215,6 +215,34 @@ def test_a_dev_chain_stamped_ahead_on_every_node_is_no_lie() -> None:
     assert not out and t.head.tag == (51, "0x51")
 
 
+def test_a_burst_a_second_a_block_ahead_of_the_clock_and_the_others_is_no_lie() -> None:
+    """Two dev nodes, each mining a block per transaction on its own: the one that
+    made more blocks in the last seconds runs a second a block ahead of the clock
+    and of the other (a chain stamps each block at least a second after its
+    parent). That is no lie; a block that jumps past what its own blocks
+    explain is."""
+    t = HeadTracker(["a", "b"], clock=Clock(), wall=lambda: 1_000.0)
+    out: list[str] = []
+    t.on_eject = lambda node, why: out.append(why)
+    t.observe("a", HeadReport(4, "0xa4", stamp=1_000))
+    t.observe("b", HeadReport(4, "0xb4", stamp=1_000))
+    for n in range(5, 10):  # b: five blocks within the same second
+        t.observe("b", HeadReport(n, f"0xb{n}", stamp=1_000 + n - 4, parent=f"0xb{n - 1}"))
+    assert not out and t.node_head("b") is not None
+    t.observe("b", HeadReport(10, "0xb10", stamp=1_060, parent="0xb9"))  # 55 s in one block
+    assert out and "future" in out[0] and t.node_head("b") is None
+
+
+def test_a_stamp_ahead_of_the_clock_makes_no_honest_node_look_behind() -> None:
+    """A node whose first block is stamped a minute ahead (nothing of its own to
+    measure it by) is not taken out, and its stamp reads as the clock: the
+    honest node, stamped now, stays current."""
+    t = HeadTracker(["a", "b"], clock=Clock(), rules=HeadRules(stale_s=4.5), wall=lambda: 1_000.0)
+    t.observe("a", HeadReport(100, "0xa", stamp=1_000))
+    t.observe("b", HeadReport(160, "0xf", stamp=1_060))
+    assert t.current("a") and t.current("b")
+
+
 def test_a_node_catching_up_fast_stays_in() -> None:
     """A node mining a burst (hardhat_mine) or catching up after a stall runs
     far faster than any block time and is right: speed never takes it out."""
