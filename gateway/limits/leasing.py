@@ -21,10 +21,9 @@ the bucket, so a key at its limit is served one call per round trip, as
 before, and what sits unused in leases is bounded by a fraction of the
 bucket that drains back within ``lease_idle_s``.
 
-A refusal is remembered until its retry time (a key over its limit costs no
-round trip per request either), with the cost that was refused: only a call
-at least that dear is refused from memory, so a refused heavy call never holds
-back a cheaper one the bucket still has room for. Usage counters go to ``UsageSink``.
+A refusal is remembered until its retry time with the cost refused (a key over
+its limit costs no round trip per request either): only a call at least that
+dear is refused from memory, so a cheaper one that fits still gets its units.
 
 It stays whole because the lease, the cached key record and the remembered
 refusal are one per-key entry (``_Key``) that every admission reads and writes

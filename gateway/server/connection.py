@@ -312,14 +312,11 @@ class GatewayProtocol(RequestHandler):
     def _gw_refuse_rest(self) -> None:
         """A body answered before it was read to its end is never read further.
 
-        aiohttp would read it after the handler (``lingering_time``, 10 s),
-        and its parser inflated a gzip body as it came: a 1 MB bomb cost a
-        second of the loop. Instead, as nginx does: the answer (already
-        written, with ``Connection: close``) is followed by a half-close, what
-        the client still sends is dropped unparsed (``data_received`` returns
-        at once) for at most ``server.refused_linger_s``, so that closing
-        with unread bytes does not reset the answer away, and the connection
-        then closes (at once when the client closes its side first).
+        aiohttp would read it after the handler (``lingering_time``) and inflate
+        a gzip body as it came. Instead, as nginx does: the answer (written,
+        with ``Connection: close``) is followed by a half-close, what the client
+        still sends is dropped unparsed for at most ``server.refused_linger_s``
+        (closing with unread bytes would reset the answer away), then it closes.
         """
         transport = self.transport
         self._force_close = True  # start() neither lingers nor reads another request
@@ -328,17 +325,14 @@ class GatewayProtocol(RequestHandler):
         if transport is None:
             return
         linger = self._gw_watch.refused_linger
-        if linger <= 0 or not transport.can_write_eof():
-            transport.close()
-            return
-        try:
-            transport.write_eof()  # FIN after the answer: the client sees the close now
-        except OSError:  # the peer is gone already (a proxy that closed first)
-            transport.close()
-            return
-        with contextlib.suppress(RuntimeError):  # a full body buffer paused it
-            transport.resume_reading()
-        self._gw_linger = self._loop.call_later(linger, self._gw_linger_end)
+        if linger > 0 and transport.can_write_eof():
+            with contextlib.suppress(OSError):  # the peer is gone already: just close
+                transport.write_eof()  # FIN after the answer: the client sees the close now
+                with contextlib.suppress(RuntimeError):  # a full body buffer paused it
+                    transport.resume_reading()
+                self._gw_linger = self._loop.call_later(linger, self._gw_linger_end)
+                return
+        transport.close()
 
     def _gw_linger_end(self) -> None:
         self._gw_linger = None
