@@ -13,6 +13,7 @@ from gateway.config.defaults import (
     DEFAULT_PLANS,
     FORBIDDEN_METHOD_PREFIXES,
 )
+from gateway.config.admin import AdminConfig, AdminToken
 from gateway.config.head import HeadConfig
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.load import (
@@ -49,6 +50,8 @@ __all__ = [
     "DEFAULT_NETWORKS",
     "DEFAULT_PLANS",
     "FORBIDDEN_METHOD_PREFIXES",
+    "AdminConfig",
+    "AdminToken",
     "AdmissionConfig",
     "BuilderConfig",
     "CacheConfig",

@@ -61,7 +61,8 @@ class MetricsListener:
         retry_s: float = RETRY_S,
         details: web.Application | None = None,
     ) -> None:
-        """``details``: the gateway app whose /readyz (nodes, Redis address) this serves."""
+        """``details``: the gateway app whose /readyz (nodes, Redis address) and
+        admin API (``/admin``, when the app has one) this serves."""
         parsed = listen_address(address)
         if parsed is None:
             raise ValueError(f"server.metrics_listen: {address!r} is not host:port")
@@ -74,6 +75,9 @@ class MetricsListener:
             app[T.READY_SOURCE] = details
             app.router.add_get("/readyz", readyz_details)
             app.router.add_get("/readyz/{network}", readyz_network_details)
+            mount = details.get(T.ADMIN_MOUNT)
+            if mount is not None:  # the admin API (gateway.admin), at /admin
+                mount(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         self._retry: asyncio.Task[None] | None = None
         self._site: web.TCPSite | None = None

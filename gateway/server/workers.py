@@ -55,6 +55,7 @@ from typing import Any
 import orjson
 
 from gateway.config import Config, MethodSet
+from gateway.config.adminload import admin_to_raw
 from gateway.config.nodes import network_raw
 from gateway.ops.metricsport import SupervisorMetricsListener
 from gateway.server.listener import ListenError, bind_listener
@@ -124,6 +125,7 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
     # A plan's weights hold its "prefix*" patterns too; weight_patterns is derived.
     raw["plans"] = {p.name: table(p, ("name", "weight_patterns")) for p in cfg.plans}
     raw["default_plan"] = cfg.default_plan
+    raw["admin"] = admin_to_raw(cfg.admin)
     return raw
 
 
