@@ -56,9 +56,7 @@ ADMIN_MOUNT: web.AppKey[Callable[[web.Application], None]] = web.AppKey("admin_m
 ADMIN_ROUTES: web.AppKey[list[Callable[[web.Application], None]]] = web.AppKey("admin_routes")
 CORDONS = web.AppKey("cordons", CordonBook)
 AUDIT = web.AppKey("audit", AuditLog)
-CONFIG_CHECK: web.AppKey[Callable[[], tuple[Config | None, list[str]]]] = web.AppKey(
-    "config_check"
-)
+CONFIG_CHECK: web.AppKey[Callable[[], tuple[Config | None, list[str]]]] = web.AppKey("config_check")
 # On the admin app: the gateway app it serves.
 ADMIN_SOURCE = web.AppKey("admin_source", web.Application)
 # Per admin request: the caller's token (name and role), and what a write did

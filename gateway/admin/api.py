@@ -13,7 +13,8 @@ listed after ``plug_admin``, call ``add_admin_routes(app, adder)``;
 ``adder(admin_app)`` runs once per mounted admin app and adds routes with
 ``admin_app.router.add_get("/thing", handler)`` (paths relative to
 ``/admin``). Its handlers get the gateway app from ``admin_source(request)``
-and the caller from ``caller(request)`` (the token's name and role); the
+and the caller from ``caller(request)`` (the token's name and role; both in
+``gateway.admin.calls``); the
 middleware has already refused a missing or wrong token (401) and a read
 token on anything but GET (403). A write handler may describe what it did
 for the audit log with ``audit(request, action, target, **detail)``; every
@@ -30,12 +31,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
-import orjson
 from aiohttp import web
 
 from gateway import typedefs as T
+from gateway.admin.calls import admin_source, answer, json_error
+from gateway.admin.nodes import add_node_routes
+from gateway.admin.records import add_record_routes
+from gateway.admin.reload import add_reload_routes
+from gateway.admin.socket import worker_socket_ctx
 from gateway.config import AdminToken
 from gateway.ops.adminauth import READ_METHODS, check
 from gateway.plugin import Parts
@@ -53,11 +57,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def plug_admin(app: web.Application, parts: Parts) -> None:
     """The admin API's plug-in: routes, cordons, audit, and the listener's mount."""
-    from gateway.admin.nodes import add_node_routes
-    from gateway.admin.records import add_record_routes
-    from gateway.admin.reload import add_reload_routes
-    from gateway.admin.socket import worker_socket_ctx
-
     adders: list[Callable[[web.Application], None]] = [
         add_node_routes,
         add_record_routes,
@@ -92,59 +91,13 @@ def build_admin_app(source: web.Application) -> web.Application:
     return admin
 
 
-def admin_source(request: web.Request) -> web.Application:
-    """The gateway app an admin request is about."""
-    source = request.config_dict.get(T.ADMIN_SOURCE)
-    if source is None:
-        raise RuntimeError("admin_source: not an admin request (build_admin_app was not used)")
-    return source
-
-
-def caller(request: web.Request) -> AdminToken:
-    """The admin token that made this request (its name and role)."""
-    return request[T.ADMIN_CALLER]
-
-
-def audit(request: web.Request, action: str, target: str, **detail: Any) -> None:
-    """What this write did, for its audit entry (never a secret in ``detail``)."""
-    request[T.ADMIN_AUDIT] = {"action": action, "target": target, "detail": detail}
-
-
-def json_error(status: int, message: str, **more: Any) -> web.Response:
-    return web.json_response(
-        {"error": message, **more}, status=status, headers={"Cache-Control": "no-store"}
-    )
-
-
-def answer(value: Any, status: int = 200) -> web.Response:
-    body = orjson.dumps(value)
-    return web.Response(
-        body=body,
-        status=status,
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
-    )
-
-
-async def body_of(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object ({} when empty); a 400 for anything else."""
-    raw = await request.read()
-    if not raw.strip():
-        return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise web.HTTPBadRequest(reason="the body is not JSON") from None
-    if not isinstance(value, dict):
-        raise web.HTTPBadRequest(reason="the body must be a JSON object")
-    return value
-
-
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     source = admin_source(request)
     tokens = source[T.CONFIG].admin.tokens
-    who, status, why = check(tokens, request.headers.get("Authorization"), request.method, request.path)
+    who, status, why = check(
+        tokens, request.headers.get("Authorization"), request.method, request.path
+    )
     if who is None:
         return json_error(401, why, hint="send Authorization: Bearer <admin token>")
     request[T.ADMIN_CALLER] = who
@@ -169,7 +122,9 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
-async def _audit(source: web.Application, request: web.Request, who: AdminToken, status: int) -> None:
+async def _audit(
+    source: web.Application, request: web.Request, who: AdminToken, status: int
+) -> None:
     did = request.get(T.ADMIN_AUDIT) or {
         "action": f"{request.method} {request.path}",
         "target": request.path,

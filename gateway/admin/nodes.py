@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.admin.api import admin_source, answer, audit, caller, json_error
+from gateway.admin.calls import admin_source, answer, audit, caller, json_error
 from gateway.upstream.pool import Node, NodePool
 
 

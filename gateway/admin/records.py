@@ -24,8 +24,8 @@ from typing import Any
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.admin.api import admin_source, answer, audit, body_of
-from gateway.cli.accountlist import list_accounts
+from gateway.admin.calls import admin_source, answer, audit, body_of
+from gateway.store.accountlist import list_accounts
 from gateway.store.accounts import Store, StoreError
 from gateway.store.keylimits import KeyLimits
 from gateway.store.security import SecurityStore

@@ -21,7 +21,7 @@ import asyncio
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.admin.api import admin_source, answer, audit, json_error
+from gateway.admin.calls import admin_source, answer, audit, json_error
 from gateway.config.diff import config_changes
 
 SINGLE_PROCESS = (

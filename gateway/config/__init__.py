@@ -7,13 +7,13 @@ way callers reach them. Everything else of gateway imports this package.
 May import: nothing.
 """
 
+from gateway.config.admin import AdminConfig, AdminToken
 from gateway.config.defaults import (
     DEFAULT_METHODS,
     DEFAULT_NETWORKS,
     DEFAULT_PLANS,
     FORBIDDEN_METHOD_PREFIXES,
 )
-from gateway.config.admin import AdminConfig, AdminToken
 from gateway.config.head import HeadConfig
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.load import (

@@ -336,7 +336,7 @@ class Config:
     ws: WsConfig = field(default_factory=WsConfig)  # frozen: a fresh one equals a shared one
     log: LogConfig = LogConfig()
     filters: FiltersConfig = field(default_factory=FiltersConfig)
-    admin: AdminConfig = AdminConfig()  # read by config.adminload (a list of tables)
+    admin: AdminConfig = field(default_factory=AdminConfig)  # read by config.adminload
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"

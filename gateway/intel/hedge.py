@@ -59,7 +59,6 @@ class LatencyWindow:
             self._dirty = 0
         return self._value
 
-
     def quantile(self, p: float) -> float | None:
         """The window's ``p`` quantile (nearest rank), None before the first sample."""
         if not self._ring:

@@ -64,5 +64,7 @@ def check(
             path,
         )
         return caller, 403, f"the token {caller.name!r} may only read (GET)"
-    log.info("admin call token=%s role=%s method=%s path=%s", caller.name, caller.role, method, path)
+    log.info(
+        "admin call token=%s role=%s method=%s path=%s", caller.name, caller.role, method, path
+    )
     return caller, 0, ""

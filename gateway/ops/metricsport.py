@@ -41,6 +41,8 @@ from prometheus_client import multiprocess as _mp
 from gateway import typedefs as T
 from gateway.config import listen_address
 from gateway.ops import readysnap
+from gateway.ops.adminauth import check
+from gateway.ops.adminrelay import MAX_BODY, SupervisorAdmin, relay
 from gateway.ops.routes import metrics as metrics_view
 from gateway.ops.routes import readyz_details, readyz_network_details
 from gateway.telemetry.metrics import METRICS, Metrics
@@ -142,7 +144,8 @@ async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
 
 class SupervisorMetricsListener:
     """``GET /metrics`` for ``serve --workers``, served by the supervisor itself,
-    and ``GET /readyz`` from the workers' snapshots (``gateway.ops.readysnap``).
+    ``GET /readyz`` from the workers' snapshots (``gateway.ops.readysnap``) and
+    the admin API relayed to a worker (``gateway.ops.adminrelay``).
 
     The supervisor's loop is synchronous (``select`` on a pipe), so this runs
     a threaded stdlib HTTP server in a daemon thread: scrapes are rare and
@@ -151,13 +154,23 @@ class SupervisorMetricsListener:
     port held by someone else costs one warning, then a quiet retry.
     """
 
-    def __init__(self, address: str, metrics_dir: str, *, retry_s: float = RETRY_S) -> None:
+    def __init__(
+        self,
+        address: str,
+        metrics_dir: str,
+        *,
+        retry_s: float = RETRY_S,
+        admin: SupervisorAdmin | None = None,
+    ) -> None:
+        """``admin``: the supervisor's own part of the admin API (``POST /admin/reload``);
+        every other ``/admin/*`` call is relayed to a worker (``ops.adminrelay``)."""
         parsed = listen_address(address)
         if parsed is None:
             raise ValueError(f"server.metrics_listen: {address!r} is not host:port")
         self._host, self._port = parsed
         self._dir = metrics_dir
         self._retry_s = retry_s
+        self._admin = admin
         self._server: ThreadingHTTPServer | None = None
         self._next_try = 0.0
         self._warned = False
@@ -173,7 +186,9 @@ class SupervisorMetricsListener:
             return
         self._next_try = now + self._retry_s
         try:
-            server = _MetricsHTTPServer((self._host, self._port), self._exposition, self._dir)
+            server = _MetricsHTTPServer(
+                (self._host, self._port), self._exposition, self._dir, self._admin
+            )
         except OSError as exc:
             if not self._warned:
                 log.warning(
@@ -204,10 +219,17 @@ class SupervisorMetricsListener:
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], exposition: Any, folder: str) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        exposition: Any,
+        folder: str,
+        admin: SupervisorAdmin | None = None,
+    ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.exposition = exposition
         self.folder = folder  # the workers' multiprocess directory (their /readyz snapshots)
+        self.admin = admin
         super().__init__(address, _MetricsHandler)
 
 
@@ -217,6 +239,9 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        if path == "/admin" or path.startswith("/admin/"):
+            self._admin_call(path)
+            return
         if path == "/readyz" or path.startswith("/readyz/"):
             self._readyz(path)
             return
@@ -230,6 +255,58 @@ class _MetricsHandler(BaseHTTPRequestHandler):
             self._answer(500, b"500: could not read the workers' samples", "text/plain")
             return
         self._answer(200, body, CONTENT_TYPE_LATEST)
+
+    def do_POST(self) -> None:
+        self._other()
+
+    def do_PATCH(self) -> None:
+        self._other()
+
+    def do_DELETE(self) -> None:
+        self._other()
+
+    def _other(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/admin" or path.startswith("/admin/"):
+            self._admin_call(path)
+            return
+        self._answer(405, b"405: Method Not Allowed", "text/plain; charset=utf-8")
+
+    def _admin_call(self, path: str) -> None:
+        """The admin API: reload here (the supervisor's), anything else on a worker."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            self._json(413, {"error": f"an admin request body holds at most {MAX_BODY} bytes"})
+            self.close_connection = True
+            return
+        body = self.rfile.read(length) if length else b""
+        admin = self.server.admin
+        if admin is not None and path == "/admin/reload" and self.command == "POST":
+            who, status, why = check(
+                admin.admin_tokens(), self.headers.get("Authorization"), self.command, path
+            )
+            if who is None or status:
+                self._json(status, {"error": why})
+                return
+            status, answer = admin.admin_reload(who.name)
+            self._json(status, answer)
+            return
+        headers = {
+            name: value
+            for name in ("Authorization", "Content-Type")
+            if (value := self.headers.get(name)) is not None
+        }
+        got = relay(self.server.folder, self.command, self.path, headers, body)
+        if got is None:
+            self._json(503, {"error": "no worker answers the admin API right now"})
+            return
+        self._answer(got[0], got[2], got[1])
+
+    def _json(self, status: int, value: Any) -> None:
+        self._answer(status, orjson.dumps(value), "application/json")
 
     def _readyz(self, path: str) -> None:
         """The workers' /readyz details (gateway.ops.readysnap): the freshest snapshot."""

@@ -52,9 +52,7 @@ class CordonBook:
         self.prefix = prefix
         self.reread_s = reread_s
         self._on_change = on_change
-        self._events = KeyEvents(
-            connect, prefix, log_interval_s, channel=ks.cordon_channel(prefix)
-        )
+        self._events = KeyEvents(connect, prefix, log_interval_s, channel=ks.cordon_channel(prefix))
         self._events.add(lambda _payload: self._due.set())
         self._due = asyncio.Event()
         self.state: State = {}

@@ -30,9 +30,9 @@ class Node:
 
     __slots__ = (
         "archive",
-        "chain_id",
         "calls_failed",
         "calls_ok",
+        "chain_id",
         "consecutive_failures",
         "cordon",
         "display",

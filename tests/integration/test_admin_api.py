@@ -25,7 +25,9 @@ def tokens() -> Tokens:
 
 
 @pytest.fixture
-def admin_config(make_config: MakeConfig, tokens: Tokens, mock_nodes: dict[str, MockNode]) -> Config:
+def admin_config(
+    make_config: MakeConfig, tokens: Tokens, mock_nodes: dict[str, MockNode]
+) -> Config:
     # the node URL carries credentials: the listing must never show them
     url = mock_nodes["bsc"].url.replace("http://", "http://ops:hunter2secret@")
     return make_config({"admin": tokens.table()}, upstreams={"bsc": [url]})

@@ -46,9 +46,7 @@ def tokens() -> Tokens:
 @pytest.fixture
 def cfg(make_config: MakeConfig, tokens: Tokens, two_nodes: list[MockNode]) -> Config:
     upstreams = [{"url": n.url, "name": f"node-{i}"} for i, n in enumerate(two_nodes)]
-    return make_config(
-        {"admin": tokens.table(), "networks": {"bsc": {"upstreams": upstreams}}}
-    )
+    return make_config({"admin": tokens.table(), "networks": {"bsc": {"upstreams": upstreams}}})
 
 
 def _address() -> str:
@@ -74,7 +72,11 @@ async def test_cordon_reaches_both_apps_within_a_second_and_in_flight_calls_fini
         in_flight: asyncio.Task[tuple[int, str, object]] | None = None
         for _ in range(10):
             task = asyncio.create_task(one.rpc(api_key, "eth_getBalance", [_address(), "latest"]))
-            await eventually(lambda: sum(n.in_flight for n in pool.nodes) > 0 or task.done(), 5)
+
+            def reached(task: asyncio.Task[tuple[int, str, object]] = task) -> bool:
+                return sum(n.in_flight for n in pool.nodes) > 0 or task.done()
+
+            await eventually(reached, 5, "the call to reach a node")
             if pool.nodes[0].in_flight:
                 in_flight = task
                 break
