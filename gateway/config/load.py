@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from gateway.config.addresses import listen_address
 from gateway.config.adminload import admin_from_raw
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
 from gateway.config.listening import FiltersConfig
@@ -36,8 +37,7 @@ from gateway.config.schema import (
 from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS, network_tx, non_negative, plan_tx
 
 # The TOML sections: every field of Config that holds a section dataclass, in
-# Config's order (networks and plans are tables of tables, read below; so is
-# admin, whose tokens are a list of tables: config.adminload).
+# Config's order (networks, plans: tables of tables, read below; admin: adminload).
 _SECTIONS: dict[str, type[Any]] = {
     name: hint
     for name, hint in typing.get_type_hints(Config).items()
@@ -169,10 +169,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     default_plan = raw.get("default_plan", "free")
     if default_plan not in plans_raw:
         raise ConfigError(f"default_plan: no plan named {default_plan!r}")
-    admin = admin_from_raw(raw.get("admin"))
-    return Config(
-        networks=networks, plans=plans, default_plan=default_plan, admin=admin, **sections
-    )
+    sections["admin"] = admin_from_raw(raw.get("admin"))
+    return Config(networks=networks, plans=plans, default_plan=default_plan, **sections)
 
 
 def _check_ready_requires(requires: tuple[str, ...], networks: set[str]) -> None:
@@ -444,12 +442,3 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         **plan_tx(path, table),
         **ws_caps,
     )
-
-
-def listen_address(text: str) -> tuple[str, int] | None:
-    """``"127.0.0.1:9464"`` / ``"[::1]:9464"`` -> (host, port); None when malformed."""
-    host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        return None
-    return host, int(port)

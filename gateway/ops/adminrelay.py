@@ -15,10 +15,15 @@ from __future__ import annotations
 import http.client
 import socket
 from collections.abc import Sequence
+from email.message import Message
+from io import BufferedIOBase
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+import orjson
+
 from gateway.config import AdminToken
+from gateway.ops.adminauth import check
 
 SOCKET_GLOB: Final = "admin-*.sock"
 TIMEOUT_S: Final = 60.0
@@ -79,3 +84,40 @@ def relay(
         finally:
             conn.close()
     return None
+
+
+def admin_answer(
+    folder: str,
+    admin: SupervisorAdmin | None,
+    method: str,
+    target: str,
+    headers: Message,
+    rfile: BufferedIOBase,
+) -> tuple[int, str, bytes]:
+    """(status, content type, body) for one admin request on the supervisor's listener."""
+    try:
+        length = int(headers.get("Content-Length") or 0)
+    except ValueError:
+        length = -1
+    if not 0 <= length <= MAX_BODY:
+        return _json(413, {"error": f"an admin request body holds at most {MAX_BODY} bytes"})
+    body = rfile.read(length) if length else b""
+    path = target.split("?", 1)[0]
+    if admin is not None and path == "/admin/reload" and method == "POST":
+        who, status, why = check(admin.admin_tokens(), headers.get("Authorization"), method, path)
+        if who is None or status:
+            return _json(status, {"error": why})
+        return _json(*admin.admin_reload(who.name))
+    passed = {
+        name: value
+        for name in ("Authorization", "Content-Type")
+        if (value := headers.get(name)) is not None
+    }
+    got = relay(folder, method, target, passed, body)
+    if got is None:
+        return _json(503, {"error": "no worker answers the admin API right now"})
+    return got
+
+
+def _json(status: int, value: Any) -> tuple[int, str, bytes]:
+    return status, "application/json", orjson.dumps(value)

@@ -41,8 +41,7 @@ from prometheus_client import multiprocess as _mp
 from gateway import typedefs as T
 from gateway.config import listen_address
 from gateway.ops import readysnap
-from gateway.ops.adminauth import check
-from gateway.ops.adminrelay import MAX_BODY, SupervisorAdmin, relay
+from gateway.ops.adminrelay import SupervisorAdmin, admin_answer
 from gateway.ops.routes import metrics as metrics_view
 from gateway.ops.routes import readyz_details, readyz_network_details
 from gateway.telemetry.metrics import METRICS, Metrics
@@ -256,57 +255,24 @@ class _MetricsHandler(BaseHTTPRequestHandler):
             return
         self._answer(200, body, CONTENT_TYPE_LATEST)
 
-    def do_POST(self) -> None:
-        self._other()
-
-    def do_PATCH(self) -> None:
-        self._other()
-
-    def do_DELETE(self) -> None:
-        self._other()
-
-    def _other(self) -> None:
+    def _writes(self) -> None:
+        """POST, PATCH, DELETE: the admin API only."""
         path = self.path.split("?", 1)[0]
         if path == "/admin" or path.startswith("/admin/"):
             self._admin_call(path)
             return
         self._answer(405, b"405: Method Not Allowed", "text/plain; charset=utf-8")
 
+    do_POST = do_PATCH = do_DELETE = _writes
+
     def _admin_call(self, path: str) -> None:
         """The admin API: reload here (the supervisor's), anything else on a worker."""
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_BODY:
-            self._json(413, {"error": f"an admin request body holds at most {MAX_BODY} bytes"})
-            self.close_connection = True
-            return
-        body = self.rfile.read(length) if length else b""
-        admin = self.server.admin
-        if admin is not None and path == "/admin/reload" and self.command == "POST":
-            who, status, why = check(
-                admin.admin_tokens(), self.headers.get("Authorization"), self.command, path
-            )
-            if who is None or status:
-                self._json(status, {"error": why})
-                return
-            status, answer = admin.admin_reload(who.name)
-            self._json(status, answer)
-            return
-        headers = {
-            name: value
-            for name in ("Authorization", "Content-Type")
-            if (value := self.headers.get(name)) is not None
-        }
-        got = relay(self.server.folder, self.command, self.path, headers, body)
-        if got is None:
-            self._json(503, {"error": "no worker answers the admin API right now"})
-            return
-        self._answer(got[0], got[2], got[1])
-
-    def _json(self, status: int, value: Any) -> None:
-        self._answer(status, orjson.dumps(value), "application/json")
+        status, ctype, body = admin_answer(
+            self.server.folder, self.server.admin, self.command, self.path, self.headers, self.rfile
+        )
+        if status == 413:
+            self.close_connection = True  # the body was not read
+        self._answer(status, body, ctype)
 
     def _readyz(self, path: str) -> None:
         """The workers' /readyz details (gateway.ops.readysnap): the freshest snapshot."""

@@ -93,7 +93,7 @@ class Node:
         self.inconsistent_until = 0.0
         # An operator's cordon ({"by": token name, "at": ms}; None = none): the
         # node is still probed and still has its say in the head, but gets no
-        # new client call (gateway/admin/cordons.py keeps it in step with Redis).
+        # new client call (gateway/store/cordons.py keeps it in step with Redis).
         self.cordon: dict[str, object] | None = None
         self.calls_ok = 0  # attempts answered / failed in this process (the admin API's rate)
         self.calls_failed = 0
