@@ -8,12 +8,18 @@ operator's curl would.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 from collections.abc import AsyncIterator
 
 import pytest
+from aiohttp import web
 
+import gateway.app
+from gateway import typedefs as T
+from gateway.admin import add_admin_routes, admin_source, audit, caller
 from gateway.config import Config
+from gateway.plugin import Parts
 from gateway.demo.mocknode import MockNode
 from tests.helpers.admin import AdminStack, Tokens, admin_tokens
 from tests.helpers.config import Cli, MakeConfig
@@ -156,3 +162,49 @@ async def test_every_write_is_audited_by_token_name(
     assert len(lines) == 2 and "ops-read" in lines[0] and "uncordon" in lines[1]
     code, out, _ = await asyncio.to_thread(cli, "audit", "--json", "--limit", "3")
     assert code == 0 and '"cordon"' in out
+
+
+async def test_a_plug_in_adds_admin_routes_behind_the_same_guard(
+    admin_config: Config, tokens: Tokens, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seam another module uses: its own plug-in calls ``add_admin_routes``."""
+
+    async def hello(request: web.Request) -> web.Response:
+        audit(request, "hello", "world", times=1)
+        nets = sorted(admin_source(request)[T.POOLS])
+        return web.json_response({"caller": caller(request).name, "networks": nets})
+
+    def plug_hello(app: web.Application, parts: Parts) -> None:
+        add_admin_routes(app, lambda admin: admin.router.add_post("/hello", hello))
+
+    monkeypatch.setattr(gateway.app, "PLUGINS", (*gateway.app.PLUGINS, plug_hello))
+    s = await AdminStack(admin_config).start()
+    try:
+        assert (await s.call("POST", "/hello", None))[0] == 401
+        assert (await s.call("POST", "/hello", tokens.read))[0] == 403
+        status, body = await s.call("POST", "/hello", tokens.write)
+        assert status == 200 and body == {"caller": "ops-write", "networks": ["bsc", "opbnb"]}
+        _, log = await s.call("GET", "/audit?limit=1", tokens.read)
+        (last,) = log["entries"]
+        assert (last["who"], last["action"], last["target"]) == ("ops-write", "hello", "world")
+        assert last["detail"] == {"times": 1}
+    finally:
+        await s.close()
+
+
+async def test_reload_without_a_config_source_says_so(stack: AdminStack, tokens: Tokens) -> None:
+    """An app built in code (no ``gateway serve``) has no file to read again."""
+    status, body = await stack.call("POST", "/reload", tokens.write)
+    assert status == 409 and "no config file" in body["error"]
+
+
+async def test_bad_bodies_get_json_errors(stack: AdminStack, tokens: Tokens) -> None:
+    headers = {"Authorization": f"Bearer {tokens.write}", "Content-Type": "application/json"}
+    url = stack.admin_url + "/accounts"
+    for raw in (b"{not json", b"[1, 2]", b'{"email": 5, "password": "long enough pw"}'):
+        async with stack.session.post(url, data=raw, headers=headers) as resp:
+            assert resp.status == 400
+            assert "error" in await resp.json()
+    big = io.BytesIO(b"x" * (2 << 20))  # over the admin API's 1 MiB
+    async with stack.session.post(url, data=big, headers=headers) as resp:
+        assert resp.status == 413

@@ -115,6 +115,24 @@ async def test_cordon_reaches_both_apps_within_a_second_and_in_flight_calls_fini
         status, body = await one.call("POST", "/nodes/bsc/node-0/uncordon", tokens.write)
         assert status == 200 and body["was_cordoned"] is True
         await eventually(lambda: _cordon_of(two, "node-0") is None, 1.0, "the uncordon")
+
+        # how long the other app takes, over repeated cordons (pub/sub, then a re-read)
+        delays: list[float] = []
+        for _ in range(20):
+            t0 = time.monotonic()
+            status, _ = await one.call("POST", "/nodes/bsc/node-1/cordon", tokens.write)
+            assert status == 200
+            await eventually(
+                lambda: _cordon_of(two, "node-1") is not None, 1.0, "the cordon", interval_s=0.0005
+            )
+            delays.append(time.monotonic() - t0)
+            await one.call("POST", "/nodes/bsc/node-1/uncordon", tokens.write)
+            await eventually(lambda: _cordon_of(two, "node-1") is None, 1.0, "the uncordon")
+        delays.sort()
+        print(
+            f"cordon request -> the other app applies it, 20 runs: "
+            f"median {delays[10] * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms"
+        )
     finally:
         await one.close()
         await two.close()

@@ -195,3 +195,45 @@ async def test_admin_api_through_the_supervisor(
         assert ("ops-write", "reload", 200) in got and ("ops-write", "reload", 400) in got
         assert ("ops-write", "cordon", 200) in got
     assert "Traceback" not in gw.output()
+
+
+async def test_reload_in_a_single_process_checks_and_lists_what_changed(
+    tmp_path: Path, redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]
+) -> None:
+    """``gateway serve`` without workers: the whole check, the changes, nothing applied."""
+    tokens = admin_tokens()
+    port, metrics = free_port(), free_port()
+    cfg = tmp_path / "one.toml"
+    good = _toml(prefix, [mock_nodes["bsc"].url], mock_nodes["opbnb"].url, metrics, tokens)
+    cfg.write_text(good)
+    log = tmp_path / "one.log"
+    env = {**os.environ, "GATEWAY_CONFIG": str(cfg), "GATEWAY_REDIS_URL": redis_url}
+    cmd = [sys.executable, "-m", "gateway", "serve", "--host", HOST, "--port", str(port)]
+    proc = _popen(cmd, env, log)
+    gw = Served(proc, port, metrics, log)
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def up() -> bool:
+                try:
+                    status, _ = await _admin(session, gw, "GET", "/nodes", tokens.read)
+                except aiohttp.ClientError:
+                    return False
+                return status == 200
+
+            await eventually(up, 30, "the admin API of a single process")
+            cfg.write_text(good + "\n[hedge]\nfloor_s = -1\nnot_a_setting = 2\n")
+            status, body = await _admin(session, gw, "POST", "/reload", tokens.write)
+            assert status == 400 and body["applied"] is False
+            assert sorted(e.split(":")[0] for e in body["errors"]) == [
+                "hedge.floor_s",
+                "hedge.not_a_setting",
+            ]
+            cfg.write_text(good.replace("probe_interval_s = 0.5", "probe_interval_s = 0.4"))
+            status, body = await _admin(session, gw, "POST", "/reload", tokens.write)
+            assert status == 200 and body["ok"] is True and body["applied"] is False
+            assert body["changed"] == ["upstream.probe_interval_s"]  # the flags are not changes
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert "Traceback" not in gw.output()
