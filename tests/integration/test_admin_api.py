@@ -19,8 +19,8 @@ import gateway.app
 from gateway import typedefs as T
 from gateway.admin import add_admin_routes, admin_source, audit, caller
 from gateway.config import Config
-from gateway.plugin import Parts
 from gateway.demo.mocknode import MockNode
+from gateway.plugin import Parts
 from tests.helpers.admin import AdminStack, Tokens, admin_tokens
 from tests.helpers.config import Cli, MakeConfig
 
@@ -171,11 +171,15 @@ async def test_a_plug_in_adds_admin_routes_behind_the_same_guard(
 
     async def hello(request: web.Request) -> web.Response:
         audit(request, "hello", "world", times=1)
-        nets = sorted(admin_source(request)[T.POOLS])
+        pools = admin_source(request)[T.POOLS]
+        nets = sorted(pools)
         return web.json_response({"caller": caller(request).name, "networks": nets})
 
+    def routes(admin: web.Application) -> None:
+        admin.router.add_post("/hello", hello)
+
     def plug_hello(app: web.Application, parts: Parts) -> None:
-        add_admin_routes(app, lambda admin: admin.router.add_post("/hello", hello))
+        add_admin_routes(app, routes)
 
     monkeypatch.setattr(gateway.app, "PLUGINS", (*gateway.app.PLUGINS, plug_hello))
     s = await AdminStack(admin_config).start()
