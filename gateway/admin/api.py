@@ -176,6 +176,8 @@ async def _cordons_ctx(app: web.Application) -> AsyncIterator[None]:
                         (info or node.cordon or {}).get("by"),
                     )
                     node.cordon = info
+                if node.metrics is not None:
+                    node.metrics.cordoned.set(0 if info is None else 1)
 
     book = CordonBook(
         store.redis,
