@@ -65,6 +65,14 @@ async def test_every_call_needs_a_known_token(
     assert tokens.read not in logged and tokens.write not in logged and "not-a-token" not in logged
 
 
+async def test_the_public_port_has_no_admin_api(stack: AdminStack, tokens: Tokens) -> None:
+    url = str(stack.server.make_url("/admin/nodes"))
+    headers = {"Authorization": f"Bearer {tokens.read}"}
+    async with stack.session.get(url, headers=headers) as resp:
+        assert resp.status == 404
+        assert "networks" not in await resp.text()
+
+
 async def test_no_tokens_configured_answers_401(make_config: MakeConfig) -> None:
     s = await AdminStack(make_config()).start()
     try:
