@@ -21,8 +21,8 @@ for the audit log with ``audit(request, action, target, **detail)``; every
 write is audited either way, with its status.
 
 Answers are JSON, errors too (``{"error": "..."}``): a ``StoreError`` is a
-400 (a ``NotFound`` 404), a bad JSON body a 400, anything unexpected a 500
-with no traceback.
+400 (a ``NotFound`` 404), a bad JSON body a 400, Redis unreachable a 503,
+anything unexpected a 500 with no traceback.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from gateway import typedefs as T
 from gateway.admin.calls import admin_source, answer, json_error
@@ -114,6 +115,11 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = json_error(404, str(exc))
     except StoreError as exc:
         response = json_error(400, str(exc))
+    except (RedisError, OSError) as exc:
+        log.error("admin call failed token=%s path=%s: Redis: %s", who.name, request.path, exc)
+        response = json_error(
+            503, "Redis is unavailable; the call may not have completed: try it again"
+        )
     except Exception:
         log.exception("admin call failed token=%s path=%s", who.name, request.path)
         response = json_error(500, "the admin call failed; the gateway's log says why")
