@@ -21,6 +21,7 @@ from gateway.admin import add_admin_routes, admin_source, audit, caller
 from gateway.config import Config
 from gateway.demo.mocknode import MockNode
 from gateway.plugin import Parts
+from gateway.redis.embedded import free_port
 from tests.helpers.admin import AdminStack, Tokens, admin_tokens
 from tests.helpers.config import Cli, MakeConfig
 
@@ -220,3 +221,18 @@ async def test_bad_bodies_get_json_errors(stack: AdminStack, tokens: Tokens) -> 
     big = io.BytesIO(b"x" * (2 << 20))  # over the admin API's 1 MiB
     async with stack.session.post(url, data=big, headers=headers) as resp:
         assert resp.status == 413
+
+
+async def test_redis_down_answers_503_and_the_listing_still_works(
+    make_config: MakeConfig, tokens: Tokens
+) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
+    cfg = make_config({"admin": tokens.table(), "redis": {"url": dead}})
+    s = await AdminStack(cfg).start()
+    try:
+        status, body = await s.call("POST", "/nodes/bsc/bsc-0/cordon", tokens.write)
+        assert status == 503 and "Redis" in body["error"]
+        status, body = await s.call("GET", "/nodes", tokens.read)
+        assert status == 200 and body["networks"][0]["nodes"][0]["cordoned"] is None
+    finally:
+        await s.close()
