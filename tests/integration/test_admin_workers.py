@@ -10,6 +10,7 @@ printed.
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -55,6 +56,16 @@ def _toml(prefix: str, bsc: list[str], opbnb: str, metrics: int, tokens: Tokens)
     return text
 
 
+def _applied(gw: Served) -> list[float]:
+    """When each worker logged applying a cordon (its log line's own clock, ms)."""
+    stamps = []
+    for line in gw.output().splitlines():
+        if "node cordoned network=bsc node=node-0" in line:
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            stamps.append(stamp.timestamp())
+    return stamps
+
+
 def _popen(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
@@ -89,7 +100,12 @@ async def served(
     bsc = [mock_nodes["bsc"].url, extra_node.url]
     cfg.write_text(_toml(prefix, bsc, mock_nodes["opbnb"].url, metrics, tokens))
     log = tmp_path / "gw.log"
-    env = {**os.environ, "GATEWAY_CONFIG": str(cfg), "GATEWAY_REDIS_URL": redis_url}
+    env = {
+        **os.environ,
+        "GATEWAY_CONFIG": str(cfg),
+        "GATEWAY_REDIS_URL": redis_url,
+        "GATEWAY_LOG_LEVEL": "INFO",  # each worker logs when it applies a cordon
+    }
     cmd = [sys.executable, "-m", "gateway", "serve", "--host", HOST, "--port", str(port)]
     proc = _popen([*cmd, "--workers", "2"], env, log)
     gw = Served(proc, port, metrics, log)
@@ -147,9 +163,13 @@ async def test_admin_api_through_the_supervisor(
 
         status, body = await _admin(session, gw, "POST", "/nodes/bsc/node-0/cordon", tokens.read)
         assert status == 403
+        sent = time.time()
         status, body = await _admin(session, gw, "POST", "/nodes/bsc/node-0/cordon", tokens.write)
         cordoned_at = time.monotonic()
         assert status == 200 and body["cordoned"]["by"] == "ops-write"
+        await eventually(lambda: len(_applied(gw)) == 2, 1.0, "both workers to apply the cordon")
+        delays = ", ".join(f"{(t - sent) * 1000:.0f} ms" for t in _applied(gw))
+        print(f"\nADMIN cordon applied by each worker (log time - request sent): {delays}")
         last_hit: float | None = None
         calls = 0
         while time.monotonic() - cordoned_at < 1.5:
