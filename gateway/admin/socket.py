@@ -11,20 +11,17 @@ killed worker refuses connections and the relay tries the next.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from aiohttp import web
 
 from gateway import typedefs as T
+from gateway.ops.adminrelay import socket_path
 from gateway.telemetry.metrics import multiprocess_dir
 
-SOCKET_GLOB = "admin-*.sock"
-
-
-def socket_path(folder: str, pid: int) -> Path:
-    return Path(folder) / f"admin-{pid}.sock"
+log = logging.getLogger("gateway.admin")
 
 
 async def worker_socket_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -44,9 +41,10 @@ async def worker_socket_ctx(app: web.Application) -> AsyncIterator[None]:
     try:
         await site.start()
         os.chmod(path, 0o600)
-    except OSError:
+    except OSError as exc:  # the folder went away, or its path is too long for a socket
+        log.warning("admin socket not served path=%s: %s", path, exc)
         await runner.cleanup()
-        yield  # the folder went away (the supervisor stopping): no admin socket
+        yield
         return
     try:
         yield

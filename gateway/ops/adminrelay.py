@@ -25,9 +25,14 @@ import orjson
 from gateway.config import AdminToken
 from gateway.ops.adminauth import check
 
-SOCKET_GLOB: Final = "admin-*.sock"
+SOCKET_GLOB: Final = "admin-*.sock"  # what socket_path names
 TIMEOUT_S: Final = 60.0
 MAX_BODY: Final = 1 << 20
+
+
+def socket_path(folder: str, pid: int) -> Path:
+    """Where the worker ``pid`` serves the admin app (``gateway.admin.socket``)."""
+    return Path(folder) / f"admin-{pid}.sock"
 
 
 class SupervisorAdmin(Protocol):

@@ -376,7 +376,7 @@ class Supervisor:
             log.warning("SIGHUP ignored: no config to reload")
             return
         try:
-            cfg = self._checked.pop() if self._checked else self._reload_config()
+            cfg = self._checked.pop(0) if self._checked else self._reload_config()
         except Exception as exc:  # a bad file must not take the running workers down
             log.error("reload failed, workers keep the old config: %s", exc)
             return
