@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import typedefs as T
+from gateway.admin import plug_admin
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import plug_dashboard
 from gateway.filters.setup import plug_filters
@@ -62,7 +63,14 @@ from gateway.ws.upgrade import WsRoute, is_upgrade
 HANDLERS: web.AppKey[list[RpcHttp]] = web.AppKey("handlers")
 
 # The optional parts, in the order they plug in (gateway.plugin says how).
-PLUGINS: tuple[Plugin, ...] = (plug_ws, plug_filters, plug_transactions, plug_dashboard)
+# The admin API comes first: a later plug-in may add admin routes (add_admin_routes).
+PLUGINS: tuple[Plugin, ...] = (
+    plug_admin,
+    plug_ws,
+    plug_filters,
+    plug_transactions,
+    plug_dashboard,
+)
 
 
 def create_app(config: Config | None = None) -> web.Application:

@@ -9,14 +9,17 @@ typedefs and typedefs import them: every arrow here points down.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
-from gateway.config import Config
+from gateway.config import AdminToken, Config
 from gateway.limits.limiter import Limiter
 from gateway.redis.clients import RedisClient
 from gateway.redis.mux import MuxRedis
 from gateway.store.accounts import Store
+from gateway.store.audit import AuditLog
+from gateway.store.cordons import CordonBook
 from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
 from gateway.store.keyevents import KeyEvents
@@ -43,6 +46,23 @@ KEY_EVENTS = web.AppKey("key_events", KeyEvents)
 WS_STATE: web.AppKey[Callable[[str], str]] = web.AppKey("ws_state")
 # On the metrics listener's app: the gateway app whose /readyz details it serves.
 READY_SOURCE = web.AppKey("ready_source", web.Application)
+
+# The admin API (gateway.admin). On the gateway app: how a listener mounts the
+# admin app on its own (the metrics listener calls it with its app), the
+# functions that add admin routes (plug-ins add theirs), the cordons and the
+# audit log. ``CONFIG_CHECK``: where the process can read its config again
+# (``gateway serve`` sets it): () -> (the config or None, every mistake).
+ADMIN_MOUNT: web.AppKey[Callable[[web.Application], None]] = web.AppKey("admin_mount")
+ADMIN_ROUTES: web.AppKey[list[Callable[[web.Application], None]]] = web.AppKey("admin_routes")
+CORDONS = web.AppKey("cordons", CordonBook)
+AUDIT = web.AppKey("audit", AuditLog)
+CONFIG_CHECK: web.AppKey[Callable[[], tuple[Config | None, list[str]]]] = web.AppKey("config_check")
+# On the admin app: the gateway app it serves.
+ADMIN_SOURCE = web.AppKey("admin_source", web.Application)
+# Per admin request: the caller's token (name and role), and what a write did
+# for the audit log (action, target, detail), set by the handler.
+ADMIN_CALLER = web.RequestKey("admin_caller", AdminToken)
+ADMIN_AUDIT: web.RequestKey[dict[str, Any]] = web.RequestKey("admin_audit")
 
 # Per-request values the access log reads (never the key itself).
 RPC_METHOD = web.RequestKey("rpc_method", str)

@@ -24,6 +24,10 @@ _.on_headers_complete
 _.on_body
 _.on_message_complete
 _.do_GET  # http.server handler methods (ops.metricsport): called by BaseHTTPRequestHandler
+_.do_POST  # (the same: the admin API's writes, relayed to a worker)
+_.do_PATCH
+_.do_DELETE
+_.close_connection  # read by BaseHTTPRequestHandler: a 413's unread body ends the connection
 _.log_message  # http.server override (ops.metricsport): silences its stderr log
 _.daemon_threads  # socketserver.ThreadingMixIn attribute (ops.metricsport)
 _.address_family  # socketserver.TCPServer attribute (ops.metricsport): IPv6 bind

@@ -12,9 +12,9 @@ import getpass
 import sys
 from typing import Any
 
-from gateway.cli.accountlist import list_accounts
 from gateway.cli.storecall import Command
 from gateway.config import Config
+from gateway.store.accountlist import list_accounts
 from gateway.store.accounts import Store
 
 

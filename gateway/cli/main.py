@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve, config check, accounts, keys, usage.
+"""The ``gateway`` command: serve, config check, accounts, keys, usage, audit.
 
 Every operator command reads the same config as the server (``--config`` /
 ``GATEWAY_CONFIG``, ``GATEWAY_REDIS_URL``) and prints JSON with ``--json``.
@@ -11,7 +11,7 @@ out in full: ``--worker 2`` is an error, not a guess at ``--workers``.
 
 This module only dispatches: the argument tree is in ``parser``, each
 command group in a module of its own (servecmd, configcmd, accountcmds,
-keycmds, usagecmd), and the Redis round trip with its failures in
+keycmds, usagecmd, auditcmd), and the Redis round trip with its failures in
 ``storecall``.
 """
 
@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway.cli.accountcmds import account_command
+from gateway.cli.auditcmd import audit_command
 from gateway.cli.failures import embedded_missing, fail
 from gateway.cli.keycmds import key_command
 from gateway.cli.parser import build_parser
@@ -63,6 +64,8 @@ def _command(args: argparse.Namespace, cfg: Config) -> Command:
         return account_command(args, cfg)
     if args.command == "keys":
         return key_command(args, cfg)
+    if args.command == "audit":
+        return audit_command(args, cfg)
     return usage_command(args, cfg)
 
 

@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the usage per day and method as CSV (day,key_id,method,calls,units,"
         "rate_limited,errors; method '*' is the day's totals), for billing",
     )
+    audit = sub.add_parser(
+        "audit", help="show the admin API's audit log (every write: who, what, when), newest first"
+    )
+    audit.add_argument("--limit", type=int, default=50, metavar="N", help="entries (default 50)")
+    _json(audit)
     _config_on_every_command(parser)
     return parser
 

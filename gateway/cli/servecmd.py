@@ -2,7 +2,8 @@
 
 The runner (aiohttp, uvloop, the workers) is imported only here, when the
 server really starts, so the operator commands stay quick to launch. SIGHUP
-reloads the config from the same path it was first read from.
+(and the admin API's ``POST /admin/reload``, which checks it whole first) reloads
+the config from the same path it was first read from.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gateway.cli.configcheck import check
 from gateway.config import Config, listen_address, load_config
 
 
@@ -28,4 +30,5 @@ def serve_command(args: argparse.Namespace, cfg: Config) -> int:
         workers=args.workers,
         metrics_listen=args.metrics_listen,
         reload=lambda: load_config(config_path),
+        check=lambda: check(config_path),
     )

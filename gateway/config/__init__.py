@@ -7,6 +7,8 @@ way callers reach them. Everything else of gateway imports this package.
 May import: nothing.
 """
 
+from gateway.config.addresses import listen_address
+from gateway.config.admin import AdminConfig, AdminToken
 from gateway.config.defaults import (
     DEFAULT_METHODS,
     DEFAULT_NETWORKS,
@@ -17,7 +19,6 @@ from gateway.config.head import HeadConfig
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.load import (
     config_from_dict,
-    listen_address,
     load_config,
     read_toml,
     ws_url_for,
@@ -49,6 +50,8 @@ __all__ = [
     "DEFAULT_NETWORKS",
     "DEFAULT_PLANS",
     "FORBIDDEN_METHOD_PREFIXES",
+    "AdminConfig",
+    "AdminToken",
     "AdmissionConfig",
     "BuilderConfig",
     "CacheConfig",

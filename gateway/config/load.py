@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from gateway.config.addresses import listen_address
+from gateway.config.adminload import admin_from_raw
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
 from gateway.config.listening import FiltersConfig
 from gateway.config.methods import NEVER_FREE, ExtraWeights, merge_weights, network_methods
@@ -35,13 +37,13 @@ from gateway.config.schema import (
 from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS, network_tx, non_negative, plan_tx
 
 # The TOML sections: every field of Config that holds a section dataclass, in
-# Config's order (networks and plans are tables of tables, read below).
+# Config's order (networks, plans: tables of tables, read below; admin: adminload).
 _SECTIONS: dict[str, type[Any]] = {
     name: hint
     for name, hint in typing.get_type_hints(Config).items()
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and name != "admin"
 }
-_TOP_KEYS = {*_SECTIONS, "networks", "plans", "default_plan"}
+_TOP_KEYS = {*_SECTIONS, "admin", "networks", "plans", "default_plan"}
 
 
 def load_config(
@@ -167,6 +169,7 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     default_plan = raw.get("default_plan", "free")
     if default_plan not in plans_raw:
         raise ConfigError(f"default_plan: no plan named {default_plan!r}")
+    sections["admin"] = admin_from_raw(raw.get("admin"))
     return Config(networks=networks, plans=plans, default_plan=default_plan, **sections)
 
 
@@ -439,12 +442,3 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         **plan_tx(path, table),
         **ws_caps,
     )
-
-
-def listen_address(text: str) -> tuple[str, int] | None:
-    """``"127.0.0.1:9464"`` / ``"[::1]:9464"`` -> (host, port); None when malformed."""
-    host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        return None
-    return host, int(port)

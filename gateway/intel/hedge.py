@@ -59,6 +59,13 @@ class LatencyWindow:
             self._dirty = 0
         return self._value
 
+    def quantile(self, p: float) -> float | None:
+        """The window's ``p`` quantile (nearest rank), None before the first sample."""
+        if not self._ring:
+            return None
+        ordered = sorted(self._ring)
+        return ordered[min(len(ordered) - 1, max(0, int(p * len(ordered) + 0.999999) - 1))]
+
 
 class LatencyTracker:
     """Per-node latency windows and the hedge delay they imply."""
@@ -88,6 +95,12 @@ class LatencyTracker:
 
     def p95(self, node: str) -> float | None:
         return self._windows[node].percentile()
+
+    def quantiles(self, node: str, *ps: float) -> list[float | None]:
+        """``node``'s latencies at each of ``ps`` (nearest rank) over its window, for
+        an operator's view (sorts the window each call: not for the hot path)."""
+        window = self._windows.get(node)
+        return [None if window is None else window.quantile(p) for p in ps]
 
     def delay(self, node: str) -> float:
         """Seconds to wait on ``node`` before hedging: clamp(p95, floor, ceiling).

@@ -41,6 +41,7 @@ from prometheus_client import multiprocess as _mp
 from gateway import typedefs as T
 from gateway.config import listen_address
 from gateway.ops import readysnap
+from gateway.ops.adminrelay import SupervisorAdmin, admin_answer
 from gateway.ops.routes import metrics as metrics_view
 from gateway.ops.routes import readyz_details, readyz_network_details
 from gateway.telemetry.metrics import METRICS, Metrics
@@ -61,7 +62,8 @@ class MetricsListener:
         retry_s: float = RETRY_S,
         details: web.Application | None = None,
     ) -> None:
-        """``details``: the gateway app whose /readyz (nodes, Redis address) this serves."""
+        """``details``: the gateway app whose /readyz (nodes, Redis address) and
+        admin API (``/admin``, when the app has one) this serves."""
         parsed = listen_address(address)
         if parsed is None:
             raise ValueError(f"server.metrics_listen: {address!r} is not host:port")
@@ -74,6 +76,9 @@ class MetricsListener:
             app[T.READY_SOURCE] = details
             app.router.add_get("/readyz", readyz_details)
             app.router.add_get("/readyz/{network}", readyz_network_details)
+            mount = details.get(T.ADMIN_MOUNT)
+            if mount is not None:  # the admin API (gateway.admin), at /admin
+                mount(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         self._retry: asyncio.Task[None] | None = None
         self._site: web.TCPSite | None = None
@@ -138,7 +143,8 @@ async def metrics_listener_ctx(app: web.Application) -> AsyncIterator[None]:
 
 class SupervisorMetricsListener:
     """``GET /metrics`` for ``serve --workers``, served by the supervisor itself,
-    and ``GET /readyz`` from the workers' snapshots (``gateway.ops.readysnap``).
+    ``GET /readyz`` from the workers' snapshots (``gateway.ops.readysnap``) and
+    the admin API relayed to a worker (``gateway.ops.adminrelay``).
 
     The supervisor's loop is synchronous (``select`` on a pipe), so this runs
     a threaded stdlib HTTP server in a daemon thread: scrapes are rare and
@@ -147,13 +153,23 @@ class SupervisorMetricsListener:
     port held by someone else costs one warning, then a quiet retry.
     """
 
-    def __init__(self, address: str, metrics_dir: str, *, retry_s: float = RETRY_S) -> None:
+    def __init__(
+        self,
+        address: str,
+        metrics_dir: str,
+        *,
+        retry_s: float = RETRY_S,
+        admin: SupervisorAdmin | None = None,
+    ) -> None:
+        """``admin``: the supervisor's own part of the admin API (``POST /admin/reload``);
+        every other ``/admin/*`` call is relayed to a worker (``ops.adminrelay``)."""
         parsed = listen_address(address)
         if parsed is None:
             raise ValueError(f"server.metrics_listen: {address!r} is not host:port")
         self._host, self._port = parsed
         self._dir = metrics_dir
         self._retry_s = retry_s
+        self._admin = admin
         self._server: ThreadingHTTPServer | None = None
         self._next_try = 0.0
         self._warned = False
@@ -169,7 +185,9 @@ class SupervisorMetricsListener:
             return
         self._next_try = now + self._retry_s
         try:
-            server = _MetricsHTTPServer((self._host, self._port), self._exposition, self._dir)
+            server = _MetricsHTTPServer(
+                (self._host, self._port), self._exposition, self._dir, self._admin
+            )
         except OSError as exc:
             if not self._warned:
                 log.warning(
@@ -200,10 +218,17 @@ class SupervisorMetricsListener:
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], exposition: Any, folder: str) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        exposition: Any,
+        folder: str,
+        admin: SupervisorAdmin | None = None,
+    ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.exposition = exposition
         self.folder = folder  # the workers' multiprocess directory (their /readyz snapshots)
+        self.admin = admin
         super().__init__(address, _MetricsHandler)
 
 
@@ -213,6 +238,9 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        if path == "/admin" or path.startswith("/admin/"):
+            self._admin_call(path)
+            return
         if path == "/readyz" or path.startswith("/readyz/"):
             self._readyz(path)
             return
@@ -226,6 +254,25 @@ class _MetricsHandler(BaseHTTPRequestHandler):
             self._answer(500, b"500: could not read the workers' samples", "text/plain")
             return
         self._answer(200, body, CONTENT_TYPE_LATEST)
+
+    def _writes(self) -> None:
+        """POST, PATCH, DELETE: the admin API only."""
+        path = self.path.split("?", 1)[0]
+        if path == "/admin" or path.startswith("/admin/"):
+            self._admin_call(path)
+            return
+        self._answer(405, b"405: Method Not Allowed", "text/plain; charset=utf-8")
+
+    do_POST = do_PATCH = do_DELETE = _writes
+
+    def _admin_call(self, path: str) -> None:
+        """The admin API: reload here (the supervisor's), anything else on a worker."""
+        status, ctype, body = admin_answer(
+            self.server.folder, self.server.admin, self.command, self.path, self.headers, self.rfile
+        )
+        if status == 413:
+            self.close_connection = True  # the body was not read
+        self._answer(status, body, ctype)
 
     def _readyz(self, path: str) -> None:
         """The workers' /readyz details (gateway.ops.readysnap): the freshest snapshot."""

@@ -38,6 +38,12 @@ Dashboard state (``S`` = SHA-256 of a secret: a Redis dump hands out nothing usa
     p:t:{login}:<name>   log-in attempt counters (one tag: one script touches several)
     p:keys               pub/sub channel: a key record changed (payload H)
 
+Operator state (the admin API):
+
+    p:cordons            hash "<network>/<node>" -> JSON {by, at}: nodes given no calls
+    p:cordon             pub/sub channel: the cordons changed (every process re-reads)
+    p:audit              list of JSON entries, newest first, capped (admin.audit_cap)
+
 (``p:cache:<network>:...``, the shared response cache, is named by
 gateway/intel/sharedcache.py, which may import config only.)
 
@@ -187,3 +193,19 @@ def tx_claim(prefix: str, network: str, tx_hash: str) -> str:
 def sender_bucket(prefix: str, network: str, sender: str) -> str:
     """One sender's raw-transaction bucket on one network, shared by every key it uses."""
     return f"{prefix}:x:{{{network}:{sender}}}"
+
+
+# -- operator state (gateway/admin) -------------------------------------------------
+def cordons(prefix: str) -> str:
+    """Hash: ``<network>/<node>`` -> JSON {by, at} for each cordoned node."""
+    return f"{prefix}:cordons"
+
+
+def cordon_channel(prefix: str) -> str:
+    """The pub/sub channel announcing that the cordons changed (every process re-reads)."""
+    return f"{prefix}:cordon"
+
+
+def audit_log(prefix: str) -> str:
+    """The admin API's audit log: JSON entries, newest first, capped."""
+    return f"{prefix}:audit"

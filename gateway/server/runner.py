@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 from aiohttp import web
 
+from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config, data_dir
 from gateway.ops.logsetup import setup_logging
@@ -51,8 +52,10 @@ def serve(
     workers: int | None = None,
     metrics_listen: str | None = None,
     reload: Callable[[], Config] | None = None,
+    check: Callable[[], tuple[Config | None, list[str]]] | None = None,
 ) -> int:
-    """Run the gateway; the exit code. ``reload`` re-reads the config on SIGHUP (workers).
+    """Run the gateway; the exit code. ``reload`` re-reads the config on SIGHUP (workers);
+    ``check`` re-reads it listing every mistake (the admin API's ``POST /admin/reload``).
 
     A port that cannot be bound is one line on stderr and exit code 1; the
     ready banner is printed only once the port listens.
@@ -82,18 +85,31 @@ def serve(
             url, embedded = ensure_embedded(data_dir(cfg))
             cfg = dataclasses.replace(cfg, redis=dataclasses.replace(cfg.redis, url=url))
         try:
-            if cfg.server.workers <= 1:
-                _run(create_app(cfg), cfg)
-                return 0
 
-            def reloaded() -> Config:
-                assert reload is not None
-                fresh = overridden(reload())
+            def as_served(fresh: Config) -> Config:
+                fresh = overridden(fresh)  # the command line's flags still win
                 if not fresh.redis.url:
                     fresh = dataclasses.replace(fresh, redis=cfg.redis)
                 return fresh
 
-            return Supervisor(cfg, reloaded if reload is not None else None).run()
+            def checked() -> tuple[Config | None, list[str]]:
+                assert check is not None
+                fresh, problems = check()
+                return (as_served(fresh) if fresh is not None else None), problems
+
+            checker = checked if check is not None else None
+            if cfg.server.workers <= 1:
+                served = create_app(cfg)
+                if checker is not None:
+                    served[T.CONFIG_CHECK] = checker
+                _run(served, cfg)
+                return 0
+
+            def reloaded() -> Config:
+                assert reload is not None
+                return as_served(reload())
+
+            return Supervisor(cfg, reloaded if reload is not None else None, checker).run()
         finally:
             if embedded is not None:
                 embedded.stop()

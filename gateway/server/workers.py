@@ -54,10 +54,13 @@ from typing import Any
 
 import orjson
 
-from gateway.config import Config, MethodSet
+from gateway.config import AdminToken, Config, MethodSet
+from gateway.config.adminload import admin_to_raw
+from gateway.config.diff import config_changes
 from gateway.config.nodes import network_raw
 from gateway.ops.metricsport import SupervisorMetricsListener
 from gateway.server.listener import ListenError, bind_listener
+from gateway.store.audit import append_sync, entry
 from gateway.telemetry.metrics import MULTIPROC_ENV, multiprocess_dir
 
 log = logging.getLogger("gateway.workers")
@@ -124,6 +127,7 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
     # A plan's weights hold its "prefix*" patterns too; weight_patterns is derived.
     raw["plans"] = {p.name: table(p, ("name", "weight_patterns")) for p in cfg.plans}
     raw["default_plan"] = cfg.default_plan
+    raw["admin"] = admin_to_raw(cfg.admin)
     return raw
 
 
@@ -144,9 +148,17 @@ class _Worker:
 class Supervisor:
     """Runs the workers until SIGINT/SIGTERM; see the module docstring."""
 
-    def __init__(self, cfg: Config, reload: Callable[[], Config] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        reload: Callable[[], Config] | None = None,
+        check: Callable[[], tuple[Config | None, list[str]]] | None = None,
+    ) -> None:
+        """``check``: the config read again with every mistake (``POST /admin/reload``)."""
         self._cfg = cfg
         self._reload_config = reload
+        self._check = check
+        self._checked: list[Config] = []  # a config the admin API checked, for the next SIGHUP
         self._workers: list[_Worker] = []
         self._generation = 0
         self._stable: tuple[int, Config] = (0, cfg)  # last generation that listened
@@ -183,7 +195,9 @@ class Supervisor:
                 stale.unlink(missing_ok=True)
         self._env = worker_env(os.environ, metrics_dir)
         listen = server.metrics_listen
-        self._metrics = SupervisorMetricsListener(listen, metrics_dir) if listen else None
+        self._metrics = (
+            SupervisorMetricsListener(listen, metrics_dir, admin=self) if listen else None
+        )
         handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         old = {sig: signal.signal(sig, self._on_signal) for sig in handled}
         code = 0
@@ -329,13 +343,40 @@ class Supervisor:
             )
             self._banner = True
 
+    # -- the admin API's part (called from the metrics listener's thread) ---------
+    def admin_tokens(self) -> tuple[AdminToken, ...]:
+        return self._cfg.admin.tokens
+
+    def admin_reload(self, who: str) -> tuple[int, dict[str, Any]]:
+        """``POST /admin/reload``: check the whole config, then reload as SIGHUP does."""
+        if self._check is None or self._reload_config is None:
+            return 409, {"error": "this gateway has no config file to read again"}
+        cfg, problems = self._check()
+        if cfg is None or problems:
+            self._audit(who, 400, {"ok": False, "errors": len(problems)})
+            return 400, {"ok": False, "applied": False, "errors": problems}
+        changed = config_changes(self._cfg, cfg)
+        self._checked.append(cfg)
+        self._signals.append(signal.SIGHUP)  # the loop reloads within a tick
+        self._audit(who, 200, {"ok": True, "changed": changed, "applied": True})
+        note = "new workers start with it; the old ones drain once the new ones listen"
+        return 200, {"ok": True, "applied": True, "changed": changed, "note": note}
+
+    def _audit(self, who: str, status: int, detail: dict[str, Any]) -> None:
+        redis = self._cfg.redis
+        item = entry(who, "reload", "config", status, detail)
+        try:
+            append_sync(redis.url, redis.cluster, redis.prefix, self._cfg.admin.audit_cap, item)
+        except Exception as exc:  # the reload goes on; the missing line is logged
+            log.error("audit entry not written token=%s action=reload: %s", who, exc)
+
     # -- SIGHUP --------------------------------------------------------------
     def _reload(self) -> None:
         if self._reload_config is None:
             log.warning("SIGHUP ignored: no config to reload")
             return
         try:
-            cfg = self._reload_config()
+            cfg = self._checked.pop(0) if self._checked else self._reload_config()
         except Exception as exc:  # a bad file must not take the running workers down
             log.error("reload failed, workers keep the old config: %s", exc)
             return

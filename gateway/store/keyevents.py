@@ -46,10 +46,16 @@ class KeyEvents:
     """Runs the subscription and calls each listener with every changed key."""
 
     def __init__(
-        self, connect: Callable[[], Redis], prefix: str, log_interval_s: float = 10.0
+        self,
+        connect: Callable[[], Redis],
+        prefix: str,
+        log_interval_s: float = 10.0,
+        *,
+        channel: str | None = None,
     ) -> None:
+        """``channel``: another channel than the key changes (the admin API's cordons)."""
         self._connect = connect
-        self._channel = keys_channel(prefix)
+        self._channel = keys_channel(prefix) if channel is None else channel
         self._listeners: list[Listener] = []
         self._lines = RateLimitedLog(log_interval_s)
         self.ready = asyncio.Event()

@@ -194,6 +194,13 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.upstream_cordoned = Gauge(
+            "gateway_upstream_cordoned",
+            "1 while an operator's cordon keeps client calls off the node (admin API)",
+            ["network", "node"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.upstream_inconsistent = Gauge(
             "gateway_upstream_inconsistent",
             "1 while the node is out of rotation for a lie proven (headers its own "
@@ -269,6 +276,7 @@ class NodeMetrics:
 
     __slots__ = (
         "chain_mismatch",
+        "cordoned",
         "error",
         "head",
         "healthy",
@@ -291,6 +299,7 @@ class NodeMetrics:
         self.latency = metrics.upstream_latency.labels(network, node)
         self.chain_mismatch = metrics.upstream_chain_mismatch.labels(network, node)
         self.inconsistent = metrics.upstream_inconsistent.labels(network, node)
+        self.cordoned = metrics.upstream_cordoned.labels(network, node)
         self.ws_heads = metrics.upstream_ws_heads.labels(network, node)
 
 

@@ -208,6 +208,7 @@ class Health:
                 "current": self.intel.heads.current(node.name),
                 "inconsistent": node.inconsistent or None,
                 "newheads": node.newheads,
+                "cordoned": node.cordon,
                 "error": node.last_error or None,
             }
             for node in self.nodes

@@ -5,7 +5,8 @@ answered (``healthy``), its ``eth_chainId`` matched the network's
 (``verified``) and what it said of the chain was consistent (not
 ``inconsistent``). Both start False, so a node that has not answered its first
 check gets nothing. ``down_until`` takes it out for a cooldown
-after repeated failures (``usable``). Logs, metrics and ``repr`` name a node
+after repeated failures, an operator's cordon for as long as it lasts
+(``usable``). Logs, metrics and ``repr`` name a node
 by its configured ``name`` (``<network>-<index>`` unless the node table gives
 one) or by ``display``, its URL with secrets masked (``config.redact``),
 never by its URL.
@@ -29,8 +30,11 @@ class Node:
 
     __slots__ = (
         "archive",
+        "calls_failed",
+        "calls_ok",
         "chain_id",
         "consecutive_failures",
+        "cordon",
         "display",
         "down_until",
         "groups",
@@ -87,13 +91,26 @@ class Node:
         # and until when (monotonic); see gateway.intel.head.
         self.inconsistent = ""
         self.inconsistent_until = 0.0
+        # An operator's cordon ({"by": token name, "at": ms}; None = none): the
+        # node is still probed and still has its say in the head, but gets no
+        # new client call (gateway/store/cordons.py keeps it in step with Redis).
+        self.cordon: dict[str, object] | None = None
+        self.calls_ok = 0  # attempts answered / failed in this process (the admin API's rate)
+        self.calls_failed = 0
 
     def in_service(self) -> bool:
         """Answered its last probe on the right chain, its word consistent (cooldown aside)."""
         return self.healthy and self.verified and not self.inconsistent
 
     def usable(self, now: float) -> bool:
-        return self.healthy and self.verified and not self.inconsistent and now >= self.down_until
+        """In service, not cooling down and not cordoned: a client call may go here now."""
+        return (
+            self.healthy
+            and self.verified
+            and not self.inconsistent
+            and now >= self.down_until
+            and self.cordon is None
+        )
 
     def __repr__(self) -> str:  # never the URL: it may carry a provider key
         return f"<Node {self.name} healthy={self.healthy} head={self.head}>"

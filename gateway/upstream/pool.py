@@ -12,7 +12,9 @@ flight, round robin among equals. Only nodes *in service* (last probe
 answered, chain id verified) are ever picked: tier 0 "fresh", tier 1
 "lagging" (more than ``max_lag_blocks`` behind the best node), tier 2
 "cooling down" (taken out after ``fail_threshold`` failures in a row for
-``cooldown_s``), tried only when nothing better is left. With no node in
+``cooldown_s``), tried only when nothing better is left. A node an operator
+cordoned (``Node.cordon``, the admin API) is never picked; calls already on
+it finish. With no node in
 service at all, ``forward`` fails at once (502): the gateway answers
 nothing it cannot vouch for.
 
@@ -102,6 +104,8 @@ class NodePool(PoolLifecycle):
                 continue
             if not (node.healthy and node.verified) or node.inconsistent:
                 continue  # out of service: never a client call
+            if node.cordon is not None:
+                continue  # an operator's cordon: probed, but no new client call
             if narrowed and not route.allows(node, head):
                 continue
             if now >= node.down_until:
@@ -276,12 +280,14 @@ class NodePool(PoolLifecycle):
                 body, min(remaining, attempt_s), self.max_response_bytes, stream_over
             )
         except UpstreamError as exc:
+            node.calls_failed += 1
             if metrics is not None:
                 metrics.latency.observe(time.perf_counter() - started)
             self._failed(node, exc)
             raise
         finally:
             node.in_flight -= 1
+        node.calls_ok += 1
         node.consecutive_failures = 0
         if metrics is not None:
             metrics.latency.observe(time.perf_counter() - started)

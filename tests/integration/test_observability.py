@@ -45,6 +45,7 @@ BOARD_MUST_SHOW = {
     "gateway_upstream_head_lag_blocks": "head lag per node",
     "gateway_upstream_latency_seconds_bucket": "upstream latency per node",
     "gateway_transactions_total": "transactions by outcome, route and the private route",
+    "gateway_upstream_cordoned": "node state (in rotation, out, inconsistent, cordoned)",
 }
 ALERTS = {
     "GatewayNetworkAllUpstreamsDown",
@@ -285,3 +286,45 @@ def test_quiet_panels_show_zero_before_their_first_event(tmp_path: Path) -> None
     )
     out = _run(promtool, "test", "rules", str(test))
     assert "SUCCESS" in out, out
+
+
+def test_the_node_state_panel_names_each_state(tmp_path: Path) -> None:
+    """The state panel's query over four nodes: in rotation, out, inconsistent, cordoned
+    (a cordoned node is probed but out of rotation); its value mappings name each."""
+    promtool = _promtool()
+    (panel,) = [p for p in _board()["panels"] if p["title"].startswith("Upstream node state")]
+    states = {"a": (1, 0, 0), "b": (0, 0, 0), "c": (0, 1, 0), "d": (0, 0, 1)}
+    series = []
+    for node, values in states.items():
+        for metric, value in zip(("healthy", "inconsistent", "cordoned"), values, strict=True):
+            series.append(
+                {
+                    "series": f'gateway_upstream_{metric}{{network="bsc",node="{node}",'
+                    'instance="gw:9464",job="gateway"}',
+                    "values": f"{value}x5",
+                }
+            )
+    want = {"a": 1, "b": 0, "c": 3, "d": 10}
+    samples = [{"labels": f'{{network="bsc",node="{n}"}}', "value": v} for n, v in want.items()]
+    case = {"expr": panel["targets"][0]["expr"], "eval_time": "2m", "exp_samples": samples}
+    rules = tmp_path / "empty.yml"
+    rules.write_text("groups: []\n")
+    test = tmp_path / "state.test.yml"
+    test.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(rules)],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [case]}],
+            }
+        )
+    )
+    assert "SUCCESS" in _run(promtool, "test", "rules", str(test))
+    texts: dict[float, str] = {}
+    for mapping in panel["fieldConfig"]["defaults"]["mappings"]:
+        if mapping["type"] == "value":
+            texts |= {float(k): v["text"] for k, v in mapping["options"].items()}
+        else:
+            o = mapping["options"]
+            texts[float(o["from"])] = o["result"]["text"]
+    assert [texts[v] for v in want.values()] == ["in rotation", "out", "inconsistent", "cordoned"]

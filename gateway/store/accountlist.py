@@ -1,4 +1,4 @@
-"""``gateway accounts list``: every account, oldest first, with its plan and key count.
+"""Every account, oldest first, with its plan and key count: ``gateway accounts list``, admin API.
 
 Accounts are found through their email index (``p:e:<email>``), walked with
 ``SCAN`` (never ``KEYS``, which blocks Redis), on every primary of a Redis
