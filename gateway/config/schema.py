@@ -38,6 +38,10 @@ class ServerConfig:
     keepalive_timeout_s: float = 75.0
     max_connections: int = 10_000  # per process; 0 = no cap
     drain_timeout_s: float = 15.0  # SIGTERM: in-flight calls get this long to finish
+    # SIGTERM: for this long after the port closes, keep-alive connections may
+    # still send, answered with Connection: close, before idle ones are closed
+    # (closing them at once loses a call a client sends at that moment)
+    drain_notice_s: float = 1.0
     # Trust X-Forwarded-For from these proxies (CIDRs) for the IP allowlist.
     trusted_proxies: tuple[str, ...] = ()
     # An answer the client leaves unread (the socket's write buffer stays

@@ -82,6 +82,7 @@ class ConnectionWatch:
 
     __slots__ = (
         "body_timeout",
+        "closing",
         "connections",
         "head_timeout",
         "max_connections",
@@ -98,6 +99,7 @@ class ConnectionWatch:
         self.write_timeout = cfg.write_timeout_s
         self.max_connections = cfg.max_connections
         self.refused_linger = cfg.refused_linger_s
+        self.closing = False  # draining: every answer says Connection: close
         self.connections = 0
         self.rejected = 0
         self.timeouts = 0
@@ -348,7 +350,7 @@ class GatewayProtocol(RequestHandler):
     async def finish_response(
         self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:
-        if self._close and not resp.prepared:
+        if (self._close or self._gw_watch.closing) and not resp.prepared:
             resp.force_close()  # shutting down: tell the client not to reuse the connection
         if isinstance(resp, web.HTTPExpectationFailed):
             resp = _expect_refused()

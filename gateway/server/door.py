@@ -183,6 +183,8 @@ class LeanCall:
         protocol = self.protocol
         if self.message.should_close or protocol._close or protocol._force_close:
             return False
+        if protocol._gw_watch.closing:  # draining: the client's next call goes elsewhere
+            return False
         # A body whose framing broke: the parser has stopped, so the connection
         # carries no further request. A body not read to its end (refused):
         # it is never read further, the connection closes after the answer.

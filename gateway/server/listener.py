@@ -19,6 +19,7 @@ import gc
 import logging
 import signal
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -183,16 +184,32 @@ async def serve_app(
         if ready is not None and not ready.done():
             ready.set_result(int(bound))
         await stop.wait()
+        server_cfg = app[T.CONFIG].server
         log.info(
             "draining for_s=%s connections=%s",
-            app[T.CONFIG].server.drain_timeout_s,
+            server_cfg.drain_timeout_s,
             runner.watch.connections,
         )
+        await _give_notice(site, runner.watch, server_cfg.drain_notice_s)
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
         await runner.cleanup()
         sock.close()
+
+
+async def _give_notice(site: web.BaseSite, watch: ConnectionWatch, notice_s: float) -> None:
+    """Stop accepting, then for ``notice_s`` answer every call with ``Connection:
+    close`` before the runner closes idle keep-alive connections: a client that
+    sends just as an idle connection closes loses that call, one told to close
+    opens its next connection to a process still listening (``SO_REUSEPORT``)."""
+    await site.stop()
+    if notice_s <= 0:
+        return
+    watch.closing = True
+    deadline = time.monotonic() + notice_s
+    while watch.connections and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
 
 
 async def gunicorn_app() -> web.AppRunner:

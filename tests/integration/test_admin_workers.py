@@ -10,6 +10,7 @@ printed.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import signal
@@ -257,3 +258,55 @@ async def test_reload_in_a_single_process_checks_and_lists_what_changed(
         proc.terminate()
         proc.wait(timeout=20)
     assert "Traceback" not in gw.output()
+
+
+async def test_a_reload_under_steady_load_loses_no_call(
+    served: tuple[Served, Tokens, Path], api_key: str
+) -> None:
+    """Four clients on keep-alive connections, a call every 50 ms each, through a
+    ``POST /admin/reload`` that replaces both workers: every call is answered."""
+    gw, tokens, cfg = served
+    async with aiohttp.ClientSession() as admin:
+
+        async def relayed() -> bool:
+            status, _ = await _admin(admin, gw, "GET", "/nodes", tokens.read)
+            return status == 200
+
+        await eventually(relayed, 20, "a worker to answer the admin API")
+        stop = False
+        answered = 0
+        failed: list[str] = []
+
+        async def steady() -> None:
+            nonlocal answered
+            headers = {"Content-Type": "application/json"}
+            async with aiohttp.ClientSession() as session:  # keep-alive, as a dapp's client
+                while not stop:
+                    url = f"http://{HOST}:{gw.port}/bsc/{api_key}"
+                    try:
+                        async with session.post(url, data=CALL, headers=headers) as resp:
+                            await resp.read()
+                            if resp.status == 200:
+                                answered += 1
+                            else:
+                                failed.append(f"HTTP {resp.status}")
+                    except aiohttp.ClientError as exc:
+                        failed.append(repr(exc))
+                    await asyncio.sleep(0.05)
+
+        clients = [asyncio.create_task(steady()) for _ in range(4)]
+        await asyncio.sleep(1.0)
+        old = _workers(gw.proc.pid)
+        cfg.write_text(cfg.read_text().replace("probe_interval_s = 0.5", "probe_interval_s = 0.4"))
+        status, body = await _admin(admin, gw, "POST", "/reload", tokens.write)
+        assert status == 200 and body["applied"] is True, body
+        await eventually(
+            lambda: len(_workers(gw.proc.pid) - old) == 2 and not _workers(gw.proc.pid) & old,
+            40,
+            "the new workers to replace the old ones",
+        )
+        await asyncio.sleep(1.0)
+        stop = True
+        await asyncio.gather(*clients)
+    print(f"\nADMIN reload under load: {answered} calls answered, {len(failed)} lost {failed[:3]}")
+    assert answered > 50 and not failed, failed[:5]
