@@ -121,6 +121,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     _floor("head.inconsistent_cooldown_s", head.inconsistent_cooldown_s, 0, above=True)
     _check_filters(sections["filters"])
     _floor("limits.max_inflate_ratio", sections["limits"].max_inflate_ratio, 1)
+    _floor("limits.max_wait_s", sections["limits"].max_wait_s, 0)
+    _floor("limits.max_waiting", sections["limits"].max_waiting, 0)
     _floor("server.refused_linger_s", sections["server"].refused_linger_s, 0)
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
         raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
@@ -382,6 +384,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         "daily_quota",
         "weights",
         "max_logs_range",
+        "max_wait_s",
         "price_per_million_cu",
         "ws_max_sockets",
         "ws_max_subscriptions",
@@ -426,6 +429,11 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
     price = non_negative(table, "price_per_million_cu", 0, path, " (0 = free)")
+    wait = (
+        non_negative(table, "max_wait_s", 0, path, " (0 = never wait)")
+        if "max_wait_s" in table
+        else None
+    )
     return PlanConfig(
         name=name,
         title=title,
@@ -436,6 +444,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         weight_patterns=tuple(patterns),
         max_logs_range=logs_range,
         price_per_million_cu=price,
+        max_wait_s=wait,
         **plan_tx(path, table),
         **ws_caps,
     )

@@ -48,6 +48,7 @@ from gateway.rpc.reads import Reads
 from gateway.rpc.refusals import REFUSED_ERROR, refuse_calls, refused_answer
 from gateway.rpc.served import served_headers
 from gateway.rpc.sinks import CallInsight, ErrorCounts
+from gateway.rpc.waiting import AdmissionWaits
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.pool import NodePool
 
@@ -72,6 +73,7 @@ class Pipeline:
         slots: asyncio.Semaphore | None = None,
         local: LocalMethods | None = None,
         insight: CallInsight | None = None,
+        waits: AdmissionWaits | None = None,
     ) -> None:
         """Built whole by the app's one RPC cleanup context, once the resources exist."""
         self.network = network
@@ -88,6 +90,8 @@ class Pipeline:
         self.max_batch = cfg.limits.max_batch
         self.max_depth = cfg.limits.max_json_depth
         self.limiter = limiter
+        # Shared by every network's pipeline: a key's waiting calls are counted per process.
+        self.waits = waits or AdmissionWaits(cfg, metrics.admission_wait)
         self.pool = pool
         self.errors = errors
         self.insight = insight  # None: request insight is off
@@ -215,8 +219,15 @@ class Pipeline:
         per_call: list[str] | tuple[()],
     ) -> Decision | R.Answer:
         try:
-            decision = await self.limiter.admit(
-                khash, n, counts, caller.origin, caller.ip_bits, per_call=per_call
+            decision = await self.waits.admit(
+                self.limiter,
+                self.network.name,
+                khash,
+                n,
+                counts,
+                caller.origin,
+                caller.ip_bits,
+                per_call,
             )
         except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
             if not self.redis_failed():
