@@ -431,7 +431,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     price = non_negative(table, "price_per_million_cu", 0, path, " (0 = free)")
     wait = (
         non_negative(table, "max_wait_s", 0, path, " (0 = never wait)")
-        if "max_wait_s" in table
+        if table.get("max_wait_s") is not None
         else None
     )
     return PlanConfig(

@@ -35,7 +35,8 @@
 --   status 0 admitted, 1 unknown/expired/revoked, 2 not allowed by an
 --   allowlist, 3 over the token bucket, 4 over the daily quota,
 --   5 costs more than the bucket can ever hold, 6 over the owner's per-key
---   rate cap, 7 over the owner's per-key daily cap
+--   rate cap, 7 over the owner's per-key daily cap; for 2, the 8th entry
+--   names the list that refused ('origin', 'ip' or 'method:<name>')
 
 --#include keyrecord.lua
 
@@ -65,6 +66,7 @@ end
 -- allowlists: entries of one list are ORed, lists are ANDed; an entry '*'
 -- alone matches everything (an absent Origin or IP included)
 local allowed = true
+local denied = ''   -- the list that refused: 'origin', 'ip' or 'method:<name>'
 local origins = rec[5]
 if origins and origins ~= '' and not string.find(origins, '\n*\n', 1, true) then
   -- entries are stored lowercased: 'scheme://host[:port]', 'host[:port]'
@@ -101,6 +103,7 @@ if origins and origins ~= '' and not string.find(origins, '\n*\n', 1, true) then
     end
   end
   allowed = ok
+  if not ok then denied = 'origin' end
 end
 -- IP entries are bit prefixes behind a family mark ('4' or '6', see
 -- limiter.cidr_bits), so '0.0.0.0/0' is '4...' and '::/0' is '6': each
@@ -125,12 +128,14 @@ if allowed and ips and ips ~= '' and not string.find(ips, '\n*\n', 1, true) then
     end
   end
   allowed = ok
+  if not ok then denied = 'ip' end
 end
 local methods = rec[7]
 if allowed and methods and methods ~= '' and not string.find(methods, '\n*\n', 1, true) then
   for i = mstart, #ARGV, 2 do
     if not string.find(methods, '\n' .. ARGV[i] .. '\n', 1, true) then
       allowed = false
+      denied = 'method:' .. ARGV[i]
       break
     end
   end
@@ -143,7 +148,7 @@ local function refuse(field, n, reply)
 end
 
 if not allowed then
-  return refuse('den', 1, {2, key_id, 0, 0, 0, 0, ''})
+  return refuse('den', 1, {2, key_id, 0, 0, 0, 0, '', denied})
 end
 
 -- the plan of this key (unknown plan names fall back to the first plan)

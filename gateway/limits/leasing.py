@@ -168,7 +168,8 @@ class LeaseLimiter:
             return Decision(Status.UNAUTHORIZED, key.key_id)
         if gate and not key.open and not key.allow.allows(methods, origin, ip_bits):
             self._usage.count(khash, "den")
-            return Decision(Status.FORBIDDEN, key.key_id)
+            denied = key.allow.refusal(methods, origin, ip_bits)
+            return Decision(Status.FORBIDDEN, key.key_id, denied=denied)
         if calls == 0 and not methods:  # a probe (limiter.is_probe) costs nothing
             cost = 0
         else:
@@ -300,7 +301,8 @@ class LeaseLimiter:
             if gate and not (key.open or key.allow.allows(methods, origin, ip_bits)):
                 key.tokens += granted  # nothing spent: the units go back later
                 self._usage.count(khash, "den")
-                return Decision(Status.FORBIDDEN, key.key_id)
+                denied = key.allow.refusal(methods, origin, ip_bits)
+                return Decision(Status.FORBIDDEN, key.key_id, denied=denied)
             key.rate_count += 1
         retry_ms = int(res[3])
         if by_call:

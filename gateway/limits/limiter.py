@@ -76,6 +76,9 @@ class Decision:
     # A batch admitted call by call (``per_call``): one status digit per call
     # in that order, "0" admitted; empty for a request judged whole.
     calls: str = ""
+    # An allowlist refusal (FORBIDDEN): the list that refused, "origin", "ip" or
+    # "method:<name>", so the 403 can say which.
+    denied: str = ""
 
     def refused_calls(self) -> int:
         """How many calls of a batch admitted call by call were refused."""
@@ -270,6 +273,7 @@ def decision_from_reply(res: Sequence[Any]) -> Decision:
     mask = ""
     if len(res) > 7:
         mask = res[7].decode() if isinstance(res[7], bytes) else str(res[7])
-    return Decision(
-        Status(int(res[0])), key_id, int(res[2]), int(res[3]), int(res[4]), int(res[5]), plan, mask
-    )
+    status = Status(int(res[0]))
+    if status is Status.FORBIDDEN:  # its 8th entry names the list that refused
+        return Decision(status, key_id, denied=mask)
+    return Decision(status, key_id, int(res[2]), int(res[3]), int(res[4]), int(res[5]), plan, mask)

@@ -237,7 +237,7 @@ class Pipeline:
         if decision.calls:
             refuse_calls(req, decision)
         if decision.status is not Status.ADMITTED:
-            refused = self._refused(decision, req)
+            refused = self._refused(decision, req, caller)
             refused.key_id = decision.key_id  # run() reads it (known_key) as for any answer
             return refused
         if decision.refused_calls():
@@ -285,10 +285,11 @@ class Pipeline:
             f"reset={decision.reset_s}",
         }
 
-    def _refused(self, decision: Decision, req: R.ParsedRequest) -> R.Answer:
+    def _refused(self, decision: Decision, req: R.ParsedRequest, caller: Caller) -> R.Answer:
         if REFUSED_ERROR[decision.status] is rpc.RATE_LIMITED:
             self.net_metrics.rate_limited()
-        return refused_answer(decision, req, self.limit_headers(decision))
+        headers = self.limit_headers(decision)
+        return refused_answer(decision, req, headers, caller.origin, caller.ip)
 
 
 def _label(req: R.ParsedRequest) -> str:
