@@ -121,8 +121,6 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     _floor("head.inconsistent_cooldown_s", head.inconsistent_cooldown_s, 0, above=True)
     _check_filters(sections["filters"])
     _floor("limits.max_inflate_ratio", sections["limits"].max_inflate_ratio, 1)
-    _floor("limits.max_wait_s", sections["limits"].max_wait_s, 0)
-    _floor("limits.max_waiting", sections["limits"].max_waiting, 0)
     _floor("server.refused_linger_s", sections["server"].refused_linger_s, 0)
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:
         raise ConfigError("insight: interval_s must be positive and log_cap at least 1")
@@ -429,11 +427,9 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
     price = non_negative(table, "price_per_million_cu", 0, path, " (0 = free)")
-    wait = (
-        non_negative(table, "max_wait_s", 0, path, " (0 = never wait)")
-        if table.get("max_wait_s") is not None
-        else None
-    )
+    wait = table.get("max_wait_s")  # None (unset): limits.max_wait_s
+    if wait is not None:
+        wait = non_negative(table, "max_wait_s", 0, path, " (0 = never wait)")
     return PlanConfig(
         name=name,
         title=title,

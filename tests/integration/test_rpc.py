@@ -142,6 +142,32 @@ async def test_allowlist_refusals_are_403(
     assert fwd(mock_nodes["bsc"]) == before
 
 
+@pytest.mark.parametrize("mode", ["lease", "exact"])
+async def test_a_403_names_the_allowlist_that_refused(
+    make_config: MakeConfig, aiohttp_client: Any, store: Store, account: str, mode: str
+) -> None:
+    """The key exists, so saying which list refused tells its holder nothing new;
+    admit.lua (exact) and the leased path (lease) say it alike."""
+    client: Client = await aiohttp_client(create_app(make_config({"admission": {"mode": mode}})))
+    words = "Invalid authentication credentials"
+    key, _ = await store.create_key(account, origins=["https://dapp.example"])
+    resp, body = await post(client, f"/bsc/{key}", CALL)
+    assert resp.status == 403
+    reason = "this key allows only listed origins, and the request sent no Origin"
+    assert_error(body, -32001, words, 7, reason)
+    key, _ = await store.create_key(account, methods=["eth_chainId"])
+    resp, body = await post(client, f"/bsc/{key}", [{**CALL, "method": "eth_getBalance"}])
+    assert resp.status == 403
+    assert_error(body[0], -32001, words, 7, "this key does not allow method eth_getBalance")
+    key, _ = await store.create_key(account, ips=["192.0.2.0/24"])
+    resp, body = await post(client, f"/bsc/{key}", CALL)
+    assert_error(body, -32001, words, 7, "this key does not allow IP 127.0.0.1")
+    # an unknown key: the bare words, whatever was wrong with it
+    resp, body = await post(client, f"/bsc/{key[:-4]}abcd", CALL, Origin="https://x.example")
+    assert resp.status == 401
+    assert_error(body, -32001, words, 7)
+
+
 async def test_ip_allowlist_uses_peer_address(client: Client, store: Store, account: str) -> None:
     ok, _ = await store.create_key(account, ips=["127.0.0.0/8"])
     bad, _ = await store.create_key(account, ips=["192.0.2.0/24"])
