@@ -32,7 +32,7 @@ from gateway.config.schema import (
     NetworkConfig,
     PlanConfig,
 )
-from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS, network_tx, non_negative, plan_tx
+from gateway.config.txconfig import NETWORK_KEYS, network_tx, non_negative, plan_tx
 
 # The TOML sections: every field of Config that holds a section dataclass, in
 # Config's order (networks and plans are tables of tables, read below).
@@ -375,19 +375,8 @@ def ws_url_for(url: str) -> str:
 
 def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> PlanConfig:
     path = f"plans.{name}"
-    known = {
-        "title",
-        "rate",
-        "burst",
-        "daily_quota",
-        "weights",
-        "max_logs_range",
-        "max_wait_s",
-        "price_per_million_cu",
-        "ws_max_sockets",
-        "ws_max_subscriptions",
-        *PLAN_KEYS,
-    }
+    # a plan's keys: its fields, but its name (the table's) and weight_patterns (derived)
+    known = {f.name for f in dataclasses.fields(PlanConfig)} - {"name", "weight_patterns"}
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")

@@ -219,16 +219,21 @@ class Pipeline:
         per_call: list[str] | tuple[()],
     ) -> Decision | R.Answer:
         try:
-            decision = await self.waits.admit(
-                self.limiter,
-                self.network.name,
-                khash,
-                n,
-                counts,
-                caller.origin,
-                caller.ip_bits,
-                per_call,
+            decision = await self.limiter.admit(
+                khash, n, counts, caller.origin, caller.ip_bits, per_call=per_call
             )
+            if decision.status is not Status.ADMITTED or decision.calls:  # may wait (waiting.py)
+                decision = await self.waits.after(
+                    decision,
+                    self.limiter,
+                    self.network.name,
+                    khash,
+                    n,
+                    counts,
+                    caller.origin,
+                    caller.ip_bits,
+                    per_call,
+                )
         except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
             if not self.redis_failed():
                 return R.request_error(rpc.SERVICE_UNAVAILABLE, req)

@@ -51,8 +51,9 @@ class AdmissionWaits:
         """How many calls of the key wait now in this process."""
         return self._waiting.get(khash, 0)
 
-    async def admit(
+    async def after(
         self,
+        decision: Decision,
         limiter: Limiter,
         network: str,
         khash: str,
@@ -62,8 +63,12 @@ class AdmissionWaits:
         ip_bits: str,
         per_call: Sequence[str],
     ) -> Decision:
-        """``limiter.admit``, and while the bucket refuses calls it will soon hold, waits."""
-        decision = await limiter.admit(khash, calls, methods, origin, ip_bits, per_call=per_call)
+        """After ``limiter.admit`` refused (some of) a request (``decision``), with the
+        same arguments: while the bucket refuses calls it will soon hold, wait for them.
+
+        The caller skips this for a request admitted whole (no refusal, no mask): the
+        hot path pays nothing for the waits.
+        """
         if decision.calls:
             size = sum(1 for s in decision.calls if s in _WAIT_DIGITS)
         else:
@@ -84,7 +89,7 @@ class AdmissionWaits:
                     limiter, decision, budget, observe, khash, origin, ip_bits, per_call, size
                 )
             return await self._single(
-                limiter, decision, budget, observe, khash, calls, methods, origin, ip_bits
+                limiter, decision, budget, observe, khash, calls, methods, origin, ip_bits, per_call
             )
         finally:
             left = self._waiting[khash] - size
@@ -104,7 +109,9 @@ class AdmissionWaits:
         methods: Mapping[str, int],
         origin: str,
         ip_bits: str,
+        per_call: Sequence[str],
     ) -> Decision:
+        """A request judged whole: sleep until the bucket holds it, ask again, repeat."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + budget
@@ -113,7 +120,9 @@ class AdmissionWaits:
             if loop.time() + pause > deadline:
                 break
             await asyncio.sleep(pause)
-            decision = await limiter.admit(khash, calls, methods, origin, ip_bits)
+            decision = await limiter.admit(
+                khash, calls, methods, origin, ip_bits, per_call=per_call
+            )
         observe(loop.time() - start)
         return decision
 
@@ -129,6 +138,8 @@ class AdmissionWaits:
         per_call: Sequence[str],
         size: int,
     ) -> Decision:
+        """A batch judged call by call: its first ``size`` refused calls wait, and are
+        asked about again (as a batch of their own) until admitted or out of time."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + budget
