@@ -20,7 +20,9 @@
 -- ARGV[3] Origin header, or ""
 -- ARGV[4] client IP: '4' or '6' (its family) then its 128 bits (IPv4 mapped
 --         into IPv6), or "" when unknown
--- ARGV[5] "1": meter units the gateway delivered (notifications); key state,
+-- ARGV[5] "q": a call that waited for the bucket, asked about again: its
+--         refusal is not counted again (see `refuse`); else
+--         "1": meter units the gateway delivered (notifications); key state,
 --         quota and bucket are checked, the allowlists are not: they judge
 --         what a client asks, and the subscription was judged when asked for
 -- ARGV[6] P = number of plans, then P groups of 5 (see keyrecord.lua):
@@ -140,10 +142,15 @@ if allowed and methods and methods ~= '' and not string.find(methods, '\n*\n', 1
     end
   end
 end
--- a refusal counts in the day's usage hash under `field` and answers `reply`
+-- a refusal counts in the day's usage hash under `field` and answers `reply`;
+-- a call asked about again after waiting for the bucket (ARGV[5] 'q') was
+-- counted as rate-limited once already, at its first refusal
+local quiet = ARGV[5] == 'q'
 local function refuse(field, n, reply)
-  redis.call('HINCRBY', day_key, field, n)
-  redis.call('PEXPIRE', day_key, DAY_TTL_MS)
+  if not (quiet and field == 'lim') then
+    redis.call('HINCRBY', day_key, field, n)
+    redis.call('PEXPIRE', day_key, DAY_TTL_MS)
+  end
   return reply
 end
 
@@ -207,7 +214,9 @@ if #list > 1 then
   tokens = tokens - units
   redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)
   count_usage(ncalls - refused, units, function(k) return string.sub(mask, k, k) == '0' end)
-  redis.call('HINCRBY', day_key, 'lim', refused)
+  if not quiet then
+    redis.call('HINCRBY', day_key, 'lim', refused)
+  end
   return {0, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), retry, plan,
     mask}
 end

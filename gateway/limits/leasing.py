@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from gateway.config import PlanConfig
 from gateway.limits.allowlists import NO_ALLOWLISTS, Allowlists
-from gateway.limits.limiter import Decision, LimiterUnavailable, ScriptRunner, Status
+from gateway.limits.limiter import REASKED, Decision, LimiterUnavailable, ScriptRunner, Status
 from gateway.limits.plantable import PlanTable, call_costs, is_probe, request_cost
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import flush_every
@@ -197,7 +197,7 @@ class LeaseLimiter:
             self._usage.admitted(khash, calls, methods)
             return self._admitted(key, now)
         if now < key.refused_until:
-            self._usage.count(khash, "lim", calls)
+            self._usage.count(khash, "lim", 0 if REASKED.get() else calls)
             retry = max(1, int((key.refused_until - now) * 1000))
             return self._decision(key.refused, key, retry, now)
         return await self._ask(khash, key, calls, methods, origin, ip_bits, now_ms, cost=cost)
@@ -317,7 +317,7 @@ class LeaseLimiter:
         if status is not Status.TOO_EXPENSIVE:
             key.refused_until = now + retry_ms / 1000
             key.refused = status
-        self._usage.count(khash, "lim", calls)
+        self._usage.count(khash, "lim", 0 if REASKED.get() else calls)
         return self._decision(status, key, retry_ms, now)
 
     def _by_call(
@@ -350,7 +350,7 @@ class LeaseLimiter:
                 if s == "0":
                     admitted[method] = admitted.get(method, 0) + 1
             self._usage.admitted(khash, calls - refused, admitted)
-        if refused:
+        if refused and not REASKED.get():  # a wait's second ask: counted at its first
             self._usage.count(khash, "lim", refused if status is Status.ADMITTED else calls)
         key.last = None
         decision = self._decision(status, key, retry_ms, now)

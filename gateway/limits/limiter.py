@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
@@ -84,6 +85,12 @@ class Decision:
         """How many calls of a batch admitted call by call were refused."""
         calls = self.calls
         return len(calls) - calls.count("0") if calls else 0
+
+
+# True while ``rpc.waiting`` asks again about calls that waited for the bucket: a
+# refusal then is not counted as rate-limited again (their first ask counted it).
+# A context variable: each request is its own task, and the flag is its own.
+REASKED: ContextVar[bool] = ContextVar("reasked", default=False)
 
 
 class LimiterUnavailable(Exception):
@@ -240,7 +247,8 @@ class ExactLimiter:
         now_ms: int | None = None,
         per_call: Sequence[str] = (),
     ) -> Decision:
-        return await self._call(khash, calls, methods, origin, ip_bits, "", now_ms, per_call)
+        flag = "q" if REASKED.get() else ""  # admit.lua's ARGV[5]
+        return await self._call(khash, calls, methods, origin, ip_bits, flag, now_ms, per_call)
 
     async def charge(
         self, khash: str, methods: Mapping[str, int], now_ms: int | None = None

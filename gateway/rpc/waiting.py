@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client import Histogram
 
 from gateway.config import Config
-from gateway.limits.limiter import Decision, Limiter, Status
+from gateway.limits.limiter import REASKED, Decision, Limiter, Status
 
 __all__ = ["AdmissionWaits"]
 
@@ -120,9 +120,7 @@ class AdmissionWaits:
             if loop.time() + pause > deadline:
                 break
             await asyncio.sleep(pause)
-            decision = await limiter.admit(
-                khash, calls, methods, origin, ip_bits, per_call=per_call
-            )
+            decision = await _reask(limiter, khash, calls, methods, origin, ip_bits, per_call)
         observe(loop.time() - start)
         return decision
 
@@ -157,8 +155,8 @@ class AdmissionWaits:
             for method in sub:
                 counts[method] = counts.get(method, 0) + 1
             many = len(sub) > 1
-            asked = await limiter.admit(
-                khash, len(sub), counts, origin, ip_bits, per_call=sub if many else ()
+            asked = await _reask(
+                limiter, khash, len(sub), counts, origin, ip_bits, sub if many else ()
             )
             if not asked.calls and asked.status not in _WAITABLE | {Status.ADMITTED}:
                 break  # judged whole, and not on the bucket (the key went away): stop here
@@ -185,3 +183,20 @@ class AdmissionWaits:
             first.plan,
             text,
         )
+
+
+async def _reask(
+    limiter: Limiter,
+    khash: str,
+    calls: int,
+    methods: Mapping[str, int],
+    origin: str,
+    ip_bits: str,
+    per_call: Sequence[str],
+) -> Decision:
+    """``limiter.admit`` for calls that waited: a refusal is not counted again (``REASKED``)."""
+    token = REASKED.set(True)
+    try:
+        return await limiter.admit(khash, calls, methods, origin, ip_bits, per_call=per_call)
+    finally:
+        REASKED.reset(token)

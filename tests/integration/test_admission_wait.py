@@ -19,8 +19,10 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
 from gateway.config import Config
+from gateway.store.accounts import Store
 from gateway.telemetry.metrics import METRICS
 from tests.helpers.config import Client, MakeConfig
+from tests.helpers.lease import settle
 
 RATE, BURST = 25, 50  # the shipped free plan
 MAX_WAIT_S = 1.0  # the shipped limits.max_wait_s
@@ -86,6 +88,22 @@ async def test_a_batch_over_the_burst_waits_for_its_refused_calls(
         status, answer, _ = await timed_post(client, f"/bsc/{api_key}", call(i))
         assert status == 200 and "result" in answer, answer
     assert time.monotonic() - start >= 20 / RATE * 0.9
+
+
+async def test_a_call_that_waited_counts_as_rate_limited_once(
+    client: Client, store: Store, account: str
+) -> None:
+    """Its first refusal counts (it was slowed by the plan); the asks after a wait do
+    not count again, however many it took (ten calls waiting in one batch are asked
+    about up to ten times)."""
+    key, rec = await store.create_key(account)
+    n = BURST + 10
+    status, answer, _ = await timed_post(client, f"/bsc/{key}", [call(i) for i in range(n)])
+    assert status == 200 and all("result" in a for a in answer)
+    await settle(client.app)
+    usage = await store.usage(rec.id)
+    assert usage.limited == n - BURST
+    assert usage.methods == {"eth_chainId": n}
 
 
 async def test_more_than_the_wait_allows_is_still_refused(client: Client, api_key: str) -> None:
