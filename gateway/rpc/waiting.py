@@ -86,10 +86,20 @@ class AdmissionWaits:
         try:
             if decision.calls:
                 return await self._batch(
-                    limiter, decision, budget, observe, khash, origin, ip_bits, per_call, size
+                    limiter, decision, budget, observe, khash, origin, ip_bits, per_call, size, held
                 )
             return await self._single(
-                limiter, decision, budget, observe, khash, calls, methods, origin, ip_bits, per_call
+                limiter,
+                decision,
+                budget,
+                observe,
+                khash,
+                calls,
+                methods,
+                origin,
+                ip_bits,
+                per_call,
+                held,
             )
         finally:
             left = self._waiting[khash] - size
@@ -110,15 +120,22 @@ class AdmissionWaits:
         origin: str,
         ip_bits: str,
         per_call: Sequence[str],
+        ahead: int,
     ) -> Decision:
-        """A request judged whole: sleep until the bucket holds it, ask again, repeat."""
+        """A request judged whole: sleep until the bucket holds it, ask again, repeat.
+
+        ``ahead``: the key's calls already waiting here; the bucket serves them first,
+        so the first sleep is that many turns longer (``_pause``).
+        """
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + budget
+        turns = 1 + ahead
         while decision.status in _WAITABLE:
-            pause = max(1, decision.retry_ms) / 1000
-            if loop.time() + pause > deadline:
+            pause = _pause(decision.retry_ms, turns, loop.time(), deadline)
+            if pause < 0:
                 break
+            turns = 1
             await asyncio.sleep(pause)
             decision = await _reask(limiter, khash, calls, methods, origin, ip_bits, per_call)
         observe(loop.time() - start)
@@ -135,9 +152,14 @@ class AdmissionWaits:
         ip_bits: str,
         per_call: Sequence[str],
         size: int,
+        ahead: int,
     ) -> Decision:
         """A batch judged call by call: its first ``size`` refused calls wait, and are
-        asked about again (as a batch of their own) until admitted or out of time."""
+        asked about again (as a batch of their own) until admitted or out of time.
+
+        The batch is answered once its last call is, so it sleeps until the bucket
+        should hold all of them (and the ``ahead`` calls waiting before it): one
+        ask, not one per call."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + budget
@@ -146,9 +168,10 @@ class AdmissionWaits:
         last, retry_ms = first, first.retry_ms
         while True:
             pending = [i for i in waiting if mask[i] in _WAIT_DIGITS]
-            pause = max(1, retry_ms) / 1000
-            if not pending or loop.time() + pause > deadline:
+            pause = _pause(retry_ms, ahead + len(pending), loop.time(), deadline)
+            if not pending or pause < 0:
                 break
+            ahead = 0
             await asyncio.sleep(pause)
             sub = [per_call[i] for i in pending]
             counts: dict[str, int] = {}
@@ -183,6 +206,20 @@ class AdmissionWaits:
             first.plan,
             text,
         )
+
+
+def _pause(retry_ms: int, turns: int, now: float, deadline: float) -> float:
+    """Seconds to sleep before asking again: ``turns`` times the limiter's retry time
+    (the calls to be served before this ask, each about one retry's worth of units),
+    cut at the deadline; -1 when not even one retry fits before it (give up now).
+
+    Asking only when the bucket should hold the call keeps a key's waiting calls
+    from all asking Redis at each refill, one of them admitted, the rest refused.
+    """
+    one = max(1, retry_ms) / 1000
+    if now + one > deadline:
+        return -1.0
+    return min(one * turns, deadline - now)
 
 
 async def _reask(
