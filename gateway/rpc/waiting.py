@@ -2,13 +2,14 @@
 have room for within ``max_wait_s`` sleeps until then and is asked about again.
 
 The wait decides nothing itself. The limiter's refusal says when the bucket
-will hold the call (``Decision.retry_ms``); the call sleeps that long and goes
-through the same atomic admission again (``lease.lua`` or ``admit.lua``), as
-many times as it takes within its wait. So across processes no more is ever
-admitted than the bucket allows, whichever admission mode runs. A batch
-admitted call by call waits for its refused calls only, which are asked
-about again as a batch of their own (in their order) and put back in their
-places.
+will hold the call (``Decision.retry_ms``); the call sleeps that long (times
+the calls of its key waiting ahead of it) and goes through the same atomic
+admission again (``lease.lua`` or ``admit.lua``), as many times as it takes
+within its wait. So across processes no more is ever admitted than the
+bucket allows, whichever admission mode runs; an ask after a wait counts no
+second rate-limited refusal (``limiter.REASKED``). A batch admitted call by
+call waits for its refused calls only, which are asked about again as a
+batch of their own (in their order) and put back in their places.
 
 Only the bucket's refusals wait (the plan's rate, or the owner's per-key
 rate cap): a daily quota, a call costing more than the bucket holds, a key
