@@ -46,6 +46,7 @@ from gateway.rpc.clientip import CLIENT_IP, ClientIP
 from gateway.rpc.http import RpcHttp, expect_later
 from gateway.rpc.localmethods import LocalMethods
 from gateway.rpc.pipeline import Pipeline
+from gateway.rpc.waiting import AdmissionWaits
 from gateway.store.accounts import Store
 from gateway.store.errorcounts import ErrorCounter
 from gateway.store.insight import InsightSink
@@ -342,6 +343,7 @@ def _rpc_ctx(
         client_ip = app[CLIENT_IP]
         svc = app.get(WS)
         slots = asyncio.Semaphore(cfg.limits.max_in_flight)
+        waits = AdmissionWaits(cfg, app[METRICS].admission_wait)
         handlers = app[HANDLERS]
         pipelines: dict[str, Pipeline] = {}
         for net in cfg.networks:
@@ -355,6 +357,7 @@ def _rpc_ctx(
                 slots=slots,
                 local=local[net.name],
                 insight=insight,
+                waits=waits,
             )
             pipelines[net.name] = pipeline
             route = routes[net.name]

@@ -34,7 +34,7 @@ from gateway.config.schema import (
     NetworkConfig,
     PlanConfig,
 )
-from gateway.config.txconfig import NETWORK_KEYS, PLAN_KEYS, network_tx, non_negative, plan_tx
+from gateway.config.txconfig import NETWORK_KEYS, network_tx, non_negative, plan_tx
 
 # The TOML sections: every field of Config that holds a section dataclass, in
 # Config's order (networks, plans: tables of tables, read below; admin: adminload).
@@ -378,18 +378,8 @@ def ws_url_for(url: str) -> str:
 
 def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> PlanConfig:
     path = f"plans.{name}"
-    known = {
-        "title",
-        "rate",
-        "burst",
-        "daily_quota",
-        "weights",
-        "max_logs_range",
-        "price_per_million_cu",
-        "ws_max_sockets",
-        "ws_max_subscriptions",
-        *PLAN_KEYS,
-    }
+    # a plan's keys: its fields, but its name (the table's) and weight_patterns (derived)
+    known = {f.name for f in dataclasses.fields(PlanConfig)} - {"name", "weight_patterns"}
     for key in table:
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown config key")
@@ -429,6 +419,9 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
     if not isinstance(title, str):
         raise ConfigError(f"{path}.title: expected a string")
     price = non_negative(table, "price_per_million_cu", 0, path, " (0 = free)")
+    wait = table.get("max_wait_s")  # None (unset): limits.max_wait_s
+    if wait is not None:
+        wait = non_negative(table, "max_wait_s", 0, path, " (0 = never wait)")
     return PlanConfig(
         name=name,
         title=title,
@@ -439,6 +432,7 @@ def _plan(name: str, table: Mapping[str, Any], extra_weights: ExtraWeights) -> P
         weight_patterns=tuple(patterns),
         max_logs_range=logs_range,
         price_per_million_cu=price,
+        max_wait_s=wait,
         **plan_tx(path, table),
         **ws_caps,
     )

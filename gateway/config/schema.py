@@ -99,6 +99,12 @@ class LimitsConfig:
     # member) is read whole up to this and refused (502) above it: relaying
     # holds bounded memory.
     max_buffered_answer_bytes: int = 16 * 1024 * 1024
+    # A call the bucket will have room for within this many seconds waits for
+    # it instead of being refused (a plan's own max_wait_s overrides it; 0 =
+    # refuse at once); at most max_waiting calls of one key wait at once in
+    # each gateway process, past them a call is refused as before.
+    max_wait_s: float = 1.0
+    max_waiting: int = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +178,7 @@ class PlanConfig:
     daily_quota: int = 0  # compute units per UTC day, 0 = none
     weights: Mapping[str, int] = field(default_factory=dict)
     max_logs_range: int = 0  # 0 = limits.max_logs_range
+    max_wait_s: float | None = None  # None = limits.max_wait_s; 0 = never wait
     # Price shown as the estimated cost (compute units x price / 1e6); 0 = free.
     price_per_million_cu: float = 0.0
     # WebSocket caps (0 = the [ws] section's defaults).
@@ -363,6 +370,13 @@ class Config:
             if p.name == plan and p.max_logs_range:
                 return p.max_logs_range
         return self.limits.max_logs_range
+
+    def max_wait_s(self, plan: str) -> float:
+        """How long a call of ``plan`` may wait for its bucket (0 = refused at once)."""
+        for p in self.plans:
+            if p.name == plan and p.max_wait_s is not None:
+                return p.max_wait_s
+        return self.limits.max_wait_s
 
 
 def data_dir(cfg: Config) -> Path:

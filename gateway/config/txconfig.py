@@ -72,7 +72,6 @@ _WHY: Final = (
     "it carries a raw transaction, which only the gateway's transaction path may send "
     "(decoded, checked against the chain and the sender limit, sent on the key's route)"
 )
-PLAN_KEYS: Final = frozenset({"private_tx", "bundle_rate", "bundle_burst"})
 
 
 def non_negative(

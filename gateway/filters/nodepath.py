@@ -96,6 +96,6 @@ def _node_error(reply: bytes) -> NodeError:
     if type(error) is dict and type(error.get("code")) is int:
         message = error.get("message")
         text = message if type(message) is str else ""
-        kind = rpc.ErrorKind(error["code"], text, 200)
+        kind = rpc.ErrorKind(error["code"], text, 200, explained=False)
         return NodeError(kind, error.get("data"), too_large=_TOO_MANY.search(text) is not None)
     return NodeError(rpc.UPSTREAM_UNAVAILABLE, {"reason": "bad node answer"})

@@ -52,7 +52,7 @@ def check_logs_range(params: Any, heads: HeadTracker, limit: int) -> dict[str, A
     if span is None or span <= limit:
         return None
     return {
-        "reason": f"eth_getLogs block range of {span} exceeds the limit of {limit}",
+        "reason": f"eth_getLogs over {span} blocks, the plan allows {limit}",
         "max_logs_range": limit,
         "requested_range": span,
     }

@@ -20,7 +20,9 @@
 -- ARGV[3] Origin header, or ""
 -- ARGV[4] client IP: '4' or '6' (its family) then its 128 bits (IPv4 mapped
 --         into IPv6), or "" when unknown
--- ARGV[5] "1": meter units the gateway delivered (notifications); key state,
+-- ARGV[5] "q": a call that waited for the bucket, asked about again: its
+--         refusal is not counted again (see `refuse`); else
+--         "1": meter units the gateway delivered (notifications); key state,
 --         quota and bucket are checked, the allowlists are not: they judge
 --         what a client asks, and the subscription was judged when asked for
 -- ARGV[6] P = number of plans, then P groups of 5 (see keyrecord.lua):
@@ -35,7 +37,8 @@
 --   status 0 admitted, 1 unknown/expired/revoked, 2 not allowed by an
 --   allowlist, 3 over the token bucket, 4 over the daily quota,
 --   5 costs more than the bucket can ever hold, 6 over the owner's per-key
---   rate cap, 7 over the owner's per-key daily cap
+--   rate cap, 7 over the owner's per-key daily cap; for 2, the 8th entry
+--   names the list that refused ('origin', 'ip' or 'method:<name>')
 
 --#include keyrecord.lua
 
@@ -65,6 +68,7 @@ end
 -- allowlists: entries of one list are ORed, lists are ANDed; an entry '*'
 -- alone matches everything (an absent Origin or IP included)
 local allowed = true
+local denied = ''   -- the list that refused: 'origin', 'ip' or 'method:<name>'
 local origins = rec[5]
 if origins and origins ~= '' and not string.find(origins, '\n*\n', 1, true) then
   -- entries are stored lowercased: 'scheme://host[:port]', 'host[:port]'
@@ -101,6 +105,7 @@ if origins and origins ~= '' and not string.find(origins, '\n*\n', 1, true) then
     end
   end
   allowed = ok
+  if not ok then denied = 'origin' end
 end
 -- IP entries are bit prefixes behind a family mark ('4' or '6', see
 -- limiter.cidr_bits), so '0.0.0.0/0' is '4...' and '::/0' is '6': each
@@ -125,25 +130,32 @@ if allowed and ips and ips ~= '' and not string.find(ips, '\n*\n', 1, true) then
     end
   end
   allowed = ok
+  if not ok then denied = 'ip' end
 end
 local methods = rec[7]
 if allowed and methods and methods ~= '' and not string.find(methods, '\n*\n', 1, true) then
   for i = mstart, #ARGV, 2 do
     if not string.find(methods, '\n' .. ARGV[i] .. '\n', 1, true) then
       allowed = false
+      denied = 'method:' .. ARGV[i]
       break
     end
   end
 end
--- a refusal counts in the day's usage hash under `field` and answers `reply`
+-- a refusal counts in the day's usage hash under `field` and answers `reply`;
+-- a call asked about again after waiting for the bucket (ARGV[5] 'q') was
+-- counted as rate-limited once already, at its first refusal
+local quiet = ARGV[5] == 'q'
 local function refuse(field, n, reply)
-  redis.call('HINCRBY', day_key, field, n)
-  redis.call('PEXPIRE', day_key, DAY_TTL_MS)
+  if not (quiet and field == 'lim') then
+    redis.call('HINCRBY', day_key, field, n)
+    redis.call('PEXPIRE', day_key, DAY_TTL_MS)
+  end
   return reply
 end
 
 if not allowed then
-  return refuse('den', 1, {2, key_id, 0, 0, 0, 0, ''})
+  return refuse('den', 1, {2, key_id, 0, 0, 0, 0, '', denied})
 end
 
 -- the plan of this key (unknown plan names fall back to the first plan)
@@ -202,7 +214,9 @@ if #list > 1 then
   tokens = tokens - units
   redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', ts, 'used', now)
   count_usage(ncalls - refused, units, function(k) return string.sub(mask, k, k) == '0' end)
-  redis.call('HINCRBY', day_key, 'lim', refused)
+  if not quiet then
+    redis.call('HINCRBY', day_key, 'lim', refused)
+  end
   return {0, key_id, burst, math.floor(tokens), math.ceil((burst - tokens) / rate), retry, plan,
     mask}
 end

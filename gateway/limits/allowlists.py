@@ -53,6 +53,18 @@ class Allowlists:
             return False
         return not self.methods or all(m in self.methods for m in methods)
 
+    def refusal(self, methods: Iterable[str], origin: str, ip_bits: str) -> str:
+        """Which list refuses the request (as ``admit.lua`` names it): "origin", "ip",
+        "method:<name>", or "" when every list allows it."""
+        if self.origins and not self._origin(origin.lower()):
+            return "origin"
+        if self.ips and not self._ip(ip_bits):
+            return "ip"
+        for method in methods if self.methods else ():
+            if method not in self.methods:
+                return "method:" + method
+        return ""
+
     def _origin(self, origin: str) -> bool:
         if not origin:
             return False

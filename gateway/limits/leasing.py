@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from gateway.config import PlanConfig
 from gateway.limits.allowlists import NO_ALLOWLISTS, Allowlists
-from gateway.limits.limiter import Decision, LimiterUnavailable, ScriptRunner, Status
+from gateway.limits.limiter import REASKED, Decision, LimiterUnavailable, ScriptRunner, Status
 from gateway.limits.plantable import PlanTable, call_costs, is_probe, request_cost
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import flush_every
@@ -170,7 +170,8 @@ class LeaseLimiter:
             return Decision(Status.UNAUTHORIZED, key.key_id)
         if gate and not key.open and not key.allow.allows(methods, origin, ip_bits):
             self._usage.count(khash, "den")
-            return Decision(Status.FORBIDDEN, key.key_id)
+            denied = key.allow.refusal(methods, origin, ip_bits)
+            return Decision(Status.FORBIDDEN, key.key_id, denied=denied)
         if calls == 0 and not methods:  # a probe (limiter.is_probe) costs nothing
             cost = 0
         else:
@@ -198,7 +199,7 @@ class LeaseLimiter:
             self._usage.admitted(khash, calls, methods)
             return self._admitted(key, now)
         if now < key.refused_until and cost >= key.refused_cost:
-            self._usage.count(khash, "lim", calls)
+            self._usage.count(khash, "lim", 0 if REASKED.get() else calls)
             retry = max(1, int((key.refused_until - now) * 1000))
             return self._decision(key.refused, key, retry, now)
         return await self._ask(khash, key, calls, methods, origin, ip_bits, now_ms, cost=cost)
@@ -302,7 +303,8 @@ class LeaseLimiter:
             if gate and not (key.open or key.allow.allows(methods, origin, ip_bits)):
                 key.tokens += granted  # nothing spent: the units go back later
                 self._usage.count(khash, "den")
-                return Decision(Status.FORBIDDEN, key.key_id)
+                denied = key.allow.refusal(methods, origin, ip_bits)
+                return Decision(Status.FORBIDDEN, key.key_id, denied=denied)
             key.rate_count += 1
         retry_ms = int(res[3])
         if by_call:
@@ -318,7 +320,7 @@ class LeaseLimiter:
             key.refused_until = now + retry_ms / 1000
             key.refused = status
             key.refused_cost = cost if cost > 0 else max(1, request_cost(plan, calls, methods))
-        self._usage.count(khash, "lim", calls)
+        self._usage.count(khash, "lim", 0 if REASKED.get() else calls)
         return self._decision(status, key, retry_ms, now)
 
     def _by_call(
@@ -351,7 +353,7 @@ class LeaseLimiter:
                 if s == "0":
                     admitted[method] = admitted.get(method, 0) + 1
             self._usage.admitted(khash, calls - refused, admitted)
-        if refused:
+        if refused and not REASKED.get():  # a wait's second ask: counted at its first
             self._usage.count(khash, "lim", refused if status is Status.ADMITTED else calls)
         key.last = None
         decision = self._decision(status, key, retry_ms, now)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
@@ -76,11 +77,20 @@ class Decision:
     # A batch admitted call by call (``per_call``): one status digit per call
     # in that order, "0" admitted; empty for a request judged whole.
     calls: str = ""
+    # An allowlist refusal (FORBIDDEN): the list that refused, "origin", "ip" or
+    # "method:<name>", so the 403 can say which.
+    denied: str = ""
 
     def refused_calls(self) -> int:
         """How many calls of a batch admitted call by call were refused."""
         calls = self.calls
         return len(calls) - calls.count("0") if calls else 0
+
+
+# True while ``rpc.waiting`` asks again about calls that waited for the bucket: a
+# refusal then is not counted as rate-limited again (their first ask counted it).
+# A context variable: each request is its own task, and the flag is its own.
+REASKED: ContextVar[bool] = ContextVar("reasked", default=False)
 
 
 class LimiterUnavailable(Exception):
@@ -237,7 +247,8 @@ class ExactLimiter:
         now_ms: int | None = None,
         per_call: Sequence[str] = (),
     ) -> Decision:
-        return await self._call(khash, calls, methods, origin, ip_bits, "", now_ms, per_call)
+        flag = "q" if REASKED.get() else ""  # admit.lua's ARGV[5]
+        return await self._call(khash, calls, methods, origin, ip_bits, flag, now_ms, per_call)
 
     async def charge(
         self, khash: str, methods: Mapping[str, int], now_ms: int | None = None
@@ -270,6 +281,7 @@ def decision_from_reply(res: Sequence[Any]) -> Decision:
     mask = ""
     if len(res) > 7:
         mask = res[7].decode() if isinstance(res[7], bytes) else str(res[7])
-    return Decision(
-        Status(int(res[0])), key_id, int(res[2]), int(res[3]), int(res[4]), int(res[5]), plan, mask
-    )
+    status = Status(int(res[0]))
+    if status is Status.FORBIDDEN:  # its 8th entry names the list that refused
+        return Decision(status, key_id, denied=mask)
+    return Decision(status, key_id, int(res[2]), int(res[3]), int(res[4]), int(res[5]), plan, mask)

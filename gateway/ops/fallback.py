@@ -53,13 +53,14 @@ async def favicon(request: web.Request) -> web.Response:
 async def not_found(request: web.Request) -> web.Response:
     """404 with a JSON-RPC error body naming the paths that exist."""
     paths = [net.prefix for net in request.app[T.CONFIG].networks]
-    body = {
+    reason = f"no JSON-RPC endpoint at this path; the networks are {', '.join(paths)}"
+    body = {  # as rpc.errors.error_obj words it (ops may not import rpc)
         "jsonrpc": "2.0",
         "id": None,
         "error": {
             "code": -32600,
-            "message": "Invalid Request",
-            "data": f"no JSON-RPC endpoint at this path; the networks are {', '.join(paths)}",
+            "message": f"Invalid Request: {reason}",
+            "data": {"reason": reason},
         },
     }
     return web.Response(

@@ -39,6 +39,7 @@ __all__ = [
     "ErrorKind",
     "error_body",
     "error_obj",
+    "explain",
     "failure_kind",
     "reply_code",
 ]
@@ -58,6 +59,10 @@ class ErrorKind:
     code: int
     message: str
     http_status: int
+    # The gateway's own words: a known reason follows them ("Invalid Request: empty
+    # batch"). False where the words are the contract a client matches (geth's,
+    # or the bare 401 that must not tell which check an unknown key failed).
+    explained: bool = True
 
 
 PARSE_ERROR: Final = ErrorKind(-32700, "Parse error", 200)
@@ -65,8 +70,10 @@ INVALID_REQUEST: Final = ErrorKind(-32600, "Invalid Request", 200)
 # geth's words, with the method's name put in by ``call_error_obj``: ethers
 # (/the method .* does not exist/i) and viem read them to fall back from
 # filters to eth_getLogs polling.
-METHOD_NOT_FOUND: Final = ErrorKind(-32601, "the method %s does not exist/is not available", 200)
-UNAUTHORIZED: Final = ErrorKind(-32001, "Invalid authentication credentials", 401)
+METHOD_NOT_FOUND: Final = ErrorKind(
+    -32601, "the method %s does not exist/is not available", 200, explained=False
+)
+UNAUTHORIZED: Final = ErrorKind(-32001, "Invalid authentication credentials", 401, explained=False)
 FORBIDDEN: Final = ErrorKind(-32001, "Invalid authentication credentials", 403)
 RATE_LIMITED: Final = ErrorKind(-32005, "Rate limit exceeded", 429)
 BODY_TOO_LARGE: Final = ErrorKind(-32600, "Invalid Request", 413)
@@ -85,7 +92,7 @@ INTERNAL_ERROR: Final = ErrorKind(-32603, "Internal error", 500)
 # ``data`` says why and what the limit is.
 INVALID_PARAMS: Final = ErrorKind(-32602, "Invalid params", 200)
 # A filter id that is unknown, expired, or another key's (geth's words).
-FILTER_NOT_FOUND: Final = ErrorKind(-32000, "filter not found", 200)
+FILTER_NOT_FOUND: Final = ErrorKind(-32000, "filter not found", 200, explained=False)
 # A key at its cap of live filters (gateway/filters); ``data`` names the cap.
 TOO_MANY_FILTERS: Final = ErrorKind(-32000, "too many filters", 200)
 MAX_METHOD_NAME: Final = 64  # a refused method's name is echoed cut to this many characters
@@ -97,11 +104,32 @@ def error_body(kind: ErrorKind, id_: Any = None, data: Any = None) -> bytes:
 
 
 def error_obj(kind: ErrorKind, id_: Any = None, data: Any = None) -> dict[str, Any]:
-    """The same error as a dict, for splicing into a batch answer."""
-    err: dict[str, Any] = {"code": kind.code, "message": kind.message}
+    """The same error as a dict, for splicing into a batch answer (see ``explain``)."""
+    message, data = explain(kind, data)
+    err: dict[str, Any] = {"code": kind.code, "message": message}
     if data is not None:
         err["data"] = data
     return {"jsonrpc": "2.0", "id": id_, "error": err}
+
+
+def explain(kind: ErrorKind, data: Any) -> tuple[str, Any]:
+    """``error.message`` and ``error.data`` of one error: the row's words, then the reason.
+
+    Clients show the message and little else, so where the gateway knows why
+    it refused, the message is the row's words, a colon and the reason
+    (``Invalid Request: empty batch``), and ``error.data.reason`` holds the
+    same; a reason given as a bare string becomes ``{"reason": ...}``. The
+    row's words always come first, so a client matching them still does.
+    Rows in words a client matches exactly (``explained=False``) keep them.
+    """
+    if data is None or not kind.explained:
+        return kind.message, data
+    if type(data) is str:
+        data = {"reason": data}
+    reason = data.get("reason") if type(data) is dict else None
+    if type(reason) is str and reason:
+        return f"{kind.message}: {reason}", data
+    return kind.message, data
 
 
 def reply_code(body: bytes) -> int:

@@ -19,7 +19,7 @@ from gateway.upstream.eligible import STATE_READS
 from gateway.upstream.pool import NodePool
 
 # geth: "missing trie node <hash> (path ) <reason>"; clients match the first words.
-MISSING_STATE: Final = rpc.ErrorKind(-32000, "missing trie node", 200)
+MISSING_STATE: Final = rpc.ErrorKind(-32000, "missing trie node", 200, explained=False)
 
 
 def refuse_missing_state(pool: NodePool, req: ParsedRequest) -> None:

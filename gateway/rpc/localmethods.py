@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gateway.rpc.errors import ErrorKind
+from gateway.rpc.errors import ErrorKind, explain
 from gateway.rpc.protocol import Call
 from gateway.rpc.reads import Reads
 
@@ -49,7 +49,7 @@ class CallError(Exception):
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
-        self.kind = ErrorKind(code, message, status)
+        self.kind = ErrorKind(code, message, status, explained=False)  # said in full already
         self.data = data
         self.headers = headers
 
@@ -57,8 +57,9 @@ class CallError(Exception):
     def of(
         cls, kind: ErrorKind, data: Any = None, headers: dict[str, str] | None = None
     ) -> CallError:
-        """The refusal of one of the gateway's own rows (``rpc.errors``)."""
-        return cls(kind.code, kind.message, data, kind.http_status, headers)
+        """The refusal of one of the gateway's own rows (``rpc.errors``), reason and all."""
+        message, data = explain(kind, data)
+        return cls(kind.code, message, data, kind.http_status, headers)
 
     @property
     def code(self) -> int:

@@ -48,6 +48,7 @@ from gateway.rpc.reads import Reads
 from gateway.rpc.refusals import REFUSED_ERROR, refuse_calls, refused_answer
 from gateway.rpc.served import served_headers
 from gateway.rpc.sinks import CallInsight, ErrorCounts
+from gateway.rpc.waiting import AdmissionWaits
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.pool import NodePool
 
@@ -72,6 +73,7 @@ class Pipeline:
         slots: asyncio.Semaphore | None = None,
         local: LocalMethods | None = None,
         insight: CallInsight | None = None,
+        waits: AdmissionWaits | None = None,
     ) -> None:
         """Built whole by the app's one RPC cleanup context, once the resources exist."""
         self.network = network
@@ -88,6 +90,8 @@ class Pipeline:
         self.max_batch = cfg.limits.max_batch
         self.max_depth = cfg.limits.max_json_depth
         self.limiter = limiter
+        # Shared by every network's pipeline: a key's waiting calls are counted per process.
+        self.waits = waits or AdmissionWaits(cfg, metrics.admission_wait)
         self.pool = pool
         self.errors = errors
         self.insight = insight  # None: request insight is off
@@ -218,6 +222,18 @@ class Pipeline:
             decision = await self.limiter.admit(
                 khash, n, counts, caller.origin, caller.ip_bits, per_call=per_call
             )
+            if decision.status is not Status.ADMITTED or decision.calls:  # may wait (waiting.py)
+                decision = await self.waits.after(
+                    decision,
+                    self.limiter,
+                    self.network.name,
+                    khash,
+                    n,
+                    counts,
+                    caller.origin,
+                    caller.ip_bits,
+                    per_call,
+                )
         except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
             if not self.redis_failed():
                 return R.request_error(rpc.SERVICE_UNAVAILABLE, req)
@@ -226,7 +242,7 @@ class Pipeline:
         if decision.calls:
             refuse_calls(req, decision)
         if decision.status is not Status.ADMITTED:
-            refused = self._refused(decision, req)
+            refused = self._refused(decision, req, caller)
             refused.key_id = decision.key_id  # run() reads it (known_key) as for any answer
             return refused
         if decision.refused_calls():
@@ -274,10 +290,11 @@ class Pipeline:
             f"reset={decision.reset_s}",
         }
 
-    def _refused(self, decision: Decision, req: R.ParsedRequest) -> R.Answer:
+    def _refused(self, decision: Decision, req: R.ParsedRequest, caller: Caller) -> R.Answer:
         if REFUSED_ERROR[decision.status] is rpc.RATE_LIMITED:
             self.net_metrics.rate_limited()
-        return refused_answer(decision, req, self.limit_headers(decision))
+        headers = self.limit_headers(decision)
+        return refused_answer(decision, req, headers, caller.origin, caller.ip)
 
 
 def _label(req: R.ParsedRequest) -> str:

@@ -24,6 +24,8 @@ REFUSED_ERROR: dict[Status, rpc.ErrorKind] = {
     Status.KEY_RATE_CAPPED: rpc.RATE_LIMITED,
     Status.KEY_DAILY_CAPPED: rpc.RATE_LIMITED,
 }
+_ECHO = 200  # an Origin or address is echoed cut to this many characters
+
 # error.data.reason of a 429: it names the limit that was reached, so a key
 # holder can tell the owner's own key caps (Infura-style "key limits") from
 # the plan's, and a refused call in a batch says why it was left out.
@@ -65,9 +67,35 @@ def refuse_calls(req: R.ParsedRequest, decision: Decision) -> None:
             call.reason["retry_after_ms"] = retry_ms
 
 
-def refused_answer(decision: Decision, req: R.ParsedRequest, headers: dict[str, str]) -> R.Answer:
-    """The answer to a request admission refused whole; ``headers``: its RateLimit ones."""
+def denied_reason(denied: str, origin: str, ip: str) -> str:
+    """The 403's reason: which of the key's allowlists refused (``Decision.denied``).
+
+    Only a key that exists gets here (an unknown one is a bare 401), and what
+    is named is the caller's own Origin, address or method.
+    """
+    if denied == "origin":
+        if not origin:
+            return "this key allows only listed origins, and the request sent no Origin"
+        return f"this key does not allow origin {origin[:_ECHO]}"
+    if denied == "ip":
+        return f"this key does not allow IP {ip[:_ECHO]}" if ip else "the client's IP is unknown"
+    if denied.startswith("method:"):
+        return f"this key does not allow method {denied[7:][: rpc.MAX_METHOD_NAME]}"
+    return "this key's allowlists do not allow this request"
+
+
+def refused_answer(
+    decision: Decision,
+    req: R.ParsedRequest,
+    headers: dict[str, str],
+    origin: str = "",
+    ip: str = "",
+) -> R.Answer:
+    """The answer to a request admission refused whole; ``headers``: its RateLimit ones;
+    ``origin`` and ``ip``: the caller's, for the reason of an allowlist's refusal."""
     kind = REFUSED_ERROR[decision.status]
+    if kind is rpc.FORBIDDEN:
+        return R.request_error(kind, req, None, denied_reason(decision.denied, origin, ip))
     if kind is not rpc.RATE_LIMITED:
         return R.request_error(kind, req)
     if decision.calls:  # a batch: each call its own refusal (refuse_calls)

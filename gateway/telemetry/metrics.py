@@ -45,6 +45,7 @@ LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
@@ -67,6 +68,14 @@ class Metrics:
             "Time from request read to answer written",
             ["network"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.admission_wait = Histogram(
+            "gateway_admission_wait_seconds",
+            "How long calls over their plan's rate waited for room in the bucket "
+            "(admitted after the wait, or refused once limits.max_wait_s ran out)",
+            ["network"],
+            buckets=WAIT_BUCKETS,
             registry=r,
         )
         self.rate_limited = Counter(

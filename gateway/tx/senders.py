@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from gateway.config import NetworkConfig
 from gateway.limits.limiter import LimiterUnavailable
 from gateway.redis import keyspace as ks
-from gateway.rpc.errors import RATE_LIMITED, SERVICE_UNAVAILABLE
+from gateway.rpc.errors import RATE_LIMITED, SERVICE_UNAVAILABLE, explain
 from gateway.rpc.localmethods import CallError
 from gateway.tx.bucket import Buckets
 from gateway.tx.codec import DecodedTx
@@ -49,7 +49,8 @@ class TxLimits:
                     f"the bundle holds {n} transactions of one sender, more than its burst "
                     f"({limit}): {sender}"
                 )
-                raise CallError(-32005, "Rate limit exceeded", {"reason": reason})
+                # 200, not 429: no wait would let it pass
+                raise CallError(RATE_LIMITED.code, *explain(RATE_LIMITED, {"reason": reason}))
         names = list(counts)
         costs = [(ks.sender_bucket(self.prefix, self.net.name, s), counts[s]) for s in names]
         wait, short = await self._take(costs, rate, burst)

@@ -64,8 +64,9 @@ async def test_the_calls_that_fit_go_through_and_the_rest_are_refused_in_place(
     assert all("result" in a for a in body[:3]), body
     for refused in body[3:]:
         error = refused["error"]
-        assert error["code"] == -32005 and error["message"] == "Rate limit exceeded"
-        assert error["data"]["reason"] and error["data"]["retry_after_ms"] >= 1
+        assert error["code"] == -32005 and error["data"]["reason"]
+        assert error["message"] == f"Rate limit exceeded: {error['data']['reason']}"
+        assert error["data"]["retry_after_ms"] >= 1
     # 1 unit left: the headers say so, and a 3-unit call is refused as they say
     assert remaining(resp.headers) == 1
     resp = await client.post(f"/bsc/{api_key}", json=[call(7), call(8)])

@@ -23,7 +23,11 @@ AiohttpClient = Callable[..., Any]
 def config(make_config: MakeConfig) -> Config:
     """Free plan of 1 request/s (burst 3) so a few calls hit the limit; fast insight flush."""
     return make_config(
-        {"insight": {"interval_s": 0.05}, "plans": {"free": {"rate": 1, "burst": 3}}}
+        # max_wait_s = 0: calls over the plan are refused, not slowed (the log shows them)
+        {
+            "insight": {"interval_s": 0.05},
+            "plans": {"free": {"rate": 1, "burst": 3, "max_wait_s": 0}},
+        }
     )
 
 

@@ -61,7 +61,8 @@ async def test_body_not_its_content_encoding_is_a_clean_400(
     (resp,), closed = await aexchange(gw.port, data, want=0)  # read to the close
     assert closed and resp.status == 400
     err = _rpc_error(resp)
-    assert err["code"] == -32600 and err["message"] == "Invalid Request"
+    assert err["code"] == -32600
+    assert err["message"] == "Invalid Request: body does not match its Content-Encoding"
     assert resp.headers.get("connection") == "close"  # the parser stopped: no reuse
     records = _own_records(caplog)
     assert len(records) <= 1, [r.getMessage() for r in records]

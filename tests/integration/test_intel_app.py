@@ -278,6 +278,9 @@ async def test_a_wide_get_logs_is_refused_before_any_node_sees_it(
     assert answer["error"]["code"] == -32602
     assert answer["error"]["data"]["max_logs_range"] == 10_000
     assert answer["error"]["data"]["requested_range"] == 20_001
+    reason = "eth_getLogs over 20001 blocks, the plan allows 10000"
+    assert answer["error"]["message"] == f"Invalid params: {reason}"
+    assert answer["error"]["data"]["reason"] == reason
     body = orjson.dumps(
         [
             {"jsonrpc": "2.0", "id": 1, "method": "eth_getLogs", "params": [wide]},

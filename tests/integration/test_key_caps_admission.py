@@ -39,9 +39,10 @@ async def test_rate_cap_refuses_below_the_plan(
 ) -> None:
     key, record = await store.create_key(account, name="capped")
     await KeyLimits(store, config.plans).set_key_limits(account, record.id, rate=1, daily_cu=None)
-    # 60 quick calls: the free plan (25/s, burst 50) alone would admit 50 of them.
-    answers = await _calls(client, key, 60)
-    refused = [body for status, body in answers if status == 429]
+    # 60 calls at once: the free plan (25/s, burst 50) alone would admit 50 of them.
+    # At 1/s the cap slows a few of them (limits.max_wait_s) and refuses the rest.
+    answers = await asyncio.gather(*(_calls(client, key, 1) for _ in range(60)))
+    refused = [body for [(status, body)] in answers if status == 429]
     assert len(refused) >= 10
     error = refused[0]["error"]
     assert error["code"] == -32005

@@ -164,7 +164,8 @@ async def test_connection_cap_answers_503_and_recovers(
         await _close(writer)
         assert sent.startswith(b"HTTP/1.1 503 ")
         body = orjson.loads(sent.split(b"\r\n\r\n", 1)[1])
-        assert body["error"]["code"] == -32603 and body["error"]["message"] == "Service unavailable"
+        assert body["error"]["code"] == -32603
+        assert body["error"]["message"] == "Service unavailable: too many connections"
         assert srv.runner.watch.rejected == 1
         for _, w in held:
             await _close(w)

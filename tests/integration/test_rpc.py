@@ -34,10 +34,20 @@ async def post(client: Client, path: str, body: bytes | Any, **headers: str) -> 
     return resp, (orjson.loads(text) if text else None)
 
 
-def assert_error(body: Any, code: int, message: str, id_: Any = None) -> None:
+def assert_error(
+    body: Any, code: int, message: str, id_: Any = None, reason: str | bool = False
+) -> None:
+    """``message``: the table's words. ``reason`` True (any) or the reason's text: the
+    message is those words, a colon and the reason, which ``error.data.reason`` holds
+    too; False: the bare words."""
     assert body["jsonrpc"] == "2.0"
     assert body["error"]["code"] == code
-    assert body["error"]["message"] == message
+    if reason is False:
+        assert body["error"]["message"] == message
+    else:
+        given = body["error"]["data"]["reason"]
+        assert given and (reason is True or given == reason), body
+        assert body["error"]["message"] == f"{message}: {given}"
     assert body["id"] == id_
 
 
@@ -123,18 +133,49 @@ async def test_allowlist_refusals_are_403(
     before = fwd(mock_nodes["bsc"])
     resp, body = await post(client, f"/bsc/{key}", CALL, Origin="https://evil.example")
     assert resp.status == 403
-    assert_error(body, -32001, "Invalid authentication credentials", 7)
+    words = "Invalid authentication credentials"
+    assert_error(body, -32001, words, 7, "this key does not allow origin https://evil.example")
     call = {**CALL, "method": "eth_blockNumber"}
     resp, body = await post(client, f"/bsc/{key}", call, Origin="https://dapp.example")
     assert resp.status == 403
+    assert_error(body, -32001, words, 7, "this key does not allow method eth_blockNumber")
     assert fwd(mock_nodes["bsc"]) == before
+
+
+@pytest.mark.parametrize("mode", ["lease", "exact"])
+async def test_a_403_names_the_allowlist_that_refused(
+    make_config: MakeConfig, aiohttp_client: Any, store: Store, account: str, mode: str
+) -> None:
+    """The key exists, so saying which list refused tells its holder nothing new;
+    admit.lua (exact) and the leased path (lease) say it alike."""
+    client: Client = await aiohttp_client(create_app(make_config({"admission": {"mode": mode}})))
+    words = "Invalid authentication credentials"
+    key, _ = await store.create_key(account, origins=["https://dapp.example"])
+    resp, body = await post(client, f"/bsc/{key}", CALL)
+    assert resp.status == 403
+    reason = "this key allows only listed origins, and the request sent no Origin"
+    assert_error(body, -32001, words, 7, reason)
+    key, _ = await store.create_key(account, methods=["eth_chainId"])
+    resp, body = await post(client, f"/bsc/{key}", [{**CALL, "method": "eth_getBalance"}])
+    assert resp.status == 403
+    assert_error(body[0], -32001, words, 7, "this key does not allow method eth_getBalance")
+    key, _ = await store.create_key(account, ips=["192.0.2.0/24"])
+    resp, body = await post(client, f"/bsc/{key}", CALL)
+    assert_error(body, -32001, words, 7, "this key does not allow IP 127.0.0.1")
+    # an unknown key: the bare words, whatever was wrong with it
+    resp, body = await post(client, f"/bsc/{key[:-4]}abcd", CALL, Origin="https://x.example")
+    assert resp.status == 401
+    assert_error(body, -32001, words, 7)
 
 
 async def test_ip_allowlist_uses_peer_address(client: Client, store: Store, account: str) -> None:
     ok, _ = await store.create_key(account, ips=["127.0.0.0/8"])
     bad, _ = await store.create_key(account, ips=["192.0.2.0/24"])
     assert (await post(client, f"/bsc/{ok}", CALL))[0].status == 200
-    assert (await post(client, f"/bsc/{bad}", CALL))[0].status == 403
+    resp, body = await post(client, f"/bsc/{bad}", CALL)
+    assert resp.status == 403
+    reason = "this key does not allow IP 127.0.0.1"
+    assert_error(body, -32001, "Invalid authentication credentials", 7, reason)
 
 
 # -- rate limits -------------------------------------------------------------
@@ -153,7 +194,7 @@ async def test_rate_limit_429_with_retry_after_and_headers(tight: Client, api_ke
         assert resp.headers["RateLimit"].startswith(f"limit=3, remaining={2 - i}, reset=")
     resp, body = await post(tight, f"/bsc/{api_key}", CALL)
     assert resp.status == 429
-    assert_error(body, -32005, "Rate limit exceeded", 7)
+    assert_error(body, -32005, "Rate limit exceeded", 7, "the plan's rate reached")
     assert 1000 <= body["error"]["data"]["retry_after_ms"] <= 2000
     assert resp.headers["Retry-After"] == "2"
     assert resp.headers["RateLimit"].startswith("limit=3, remaining=0")
@@ -205,17 +246,17 @@ async def test_parse_error_without_a_key_is_still_401(client: Client) -> None:
 async def test_invalid_request_objects(client: Client, api_key: str, call: Any, id_: Any) -> None:
     resp, body = await post(client, f"/bsc/{api_key}", call)
     assert resp.status == 200
-    assert_error(body, -32600, "Invalid Request", id_)
+    assert_error(body, -32600, "Invalid Request", id_, reason=True)
 
 
 async def test_empty_and_oversized_batches(client: Client, api_key: str) -> None:
     resp, body = await post(client, f"/bsc/{api_key}", [])
     assert resp.status == 200
-    assert_error(body, -32600, "Invalid Request", None)
+    assert_error(body, -32600, "Invalid Request", None, "empty batch")
     resp, body = await post(client, f"/bsc/{api_key}", [CALL] * 1001)
     assert resp.status == 200
-    assert_error(body, -32600, "Invalid Request", None)
-    assert body["error"]["data"] == "a batch holds at most 1000 calls, this one 1001"
+    reason = "a batch holds at most 1000 calls, this one 1001"
+    assert_error(body, -32600, "Invalid Request", None, reason)
     # viem's default batch (up to 1000 calls) is not refused for its size
     resp, answer = await post(client, f"/bsc/{api_key}", [CALL] * 150)
     assert resp.status == 200 and type(answer) is list and len(answer) == 150
@@ -253,7 +294,7 @@ async def test_body_over_limit_is_413(
     big = {**CALL, "params": ["x" * 2000]}
     resp, body = await post(client, f"/bsc/{api_key}", big)
     assert resp.status == 413
-    assert_error(body, -32600, "Invalid Request", None)
+    assert_error(body, -32600, "Invalid Request", None, "body exceeds 1000 bytes")
 
     async def chunks() -> Any:  # no Content-Length: the limit holds while reading
         for _ in range(5):
@@ -280,7 +321,8 @@ async def test_content_types(client: Client, api_key: str, ctype: str | None, st
     )
     assert resp.status == status
     if status == 415:
-        assert_error(await resp.json(content_type=None), -32600, "Invalid Request", None)
+        reason = "Content-Type must be application/json"
+        assert_error(await resp.json(content_type=None), -32600, "Invalid Request", None, reason)
 
 
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH"])
@@ -288,7 +330,7 @@ async def test_not_post_is_405(client: Client, api_key: str, method: str) -> Non
     resp = await client.request(method, f"/bsc/{api_key}")
     assert resp.status == 405
     assert "POST" in resp.headers["Allow"]
-    assert_error(await resp.json(), -32600, "Invalid Request", None)
+    assert_error(await resp.json(), -32600, "Invalid Request", None, "use POST")
 
 
 # -- upstream failures ---------------------------------------------------------

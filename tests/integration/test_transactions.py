@@ -135,7 +135,8 @@ async def test_no_node_in_service_is_502(
     for node in pool.nodes:
         node.healthy = False
     status, answer, _ = await rpc(client, api_key, SEND, [signed(sender_account(7))])
-    assert status == 502 and answer["error"]["message"] == "Upstream unavailable", answer
+    words = "Upstream unavailable: no upstream node in service"
+    assert status == 502 and answer["error"]["message"] == words, answer
 
 
 # -- the private route -------------------------------------------------------------

@@ -142,7 +142,7 @@ async def test_the_socket_cap_refusal_gives_its_reason_and_the_keys_limits(
         "id": None,
         "error": {
             "code": -32005,
-            "message": "Rate limit exceeded",
+            "message": "Rate limit exceeded: at most 1 open sockets per key",
             "data": {"reason": "at most 1 open sockets per key"},
         },
     }

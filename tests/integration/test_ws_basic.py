@@ -163,7 +163,8 @@ async def test_rate_limit_answers_the_call_and_keeps_the_socket(
     ws_nodes: dict[str, list[MockWsNode]],
 ) -> None:
     cfg = make_config(
-        {"plans": {"free": {"rate": 1, "burst": 3}}},
+        # max_wait_s = 0: the refusal itself is what is tested (1 s would let it wait)
+        {"plans": {"free": {"rate": 1, "burst": 3, "max_wait_s": 0}}},
         upstreams={name: [n.url for n in group] for name, group in ws_nodes.items()},
     )
     async with served(cfg) as srv, http.ws_connect(f"ws{srv.url[4:]}/bsc/{api_key}") as ws:

@@ -108,7 +108,8 @@ async def test_dropped_notifications_are_told_on_the_next_call(
             await asyncio.sleep(0.5)
         answer = await rpc(ws, {"jsonrpc": "2.0", "id": 77, "method": "eth_chainId"})
         assert answer["id"] == 77 and answer["error"]["code"] == -32005, answer
-        assert answer["error"]["message"] == "Rate limit exceeded"
+        reason = "notifications were dropped: this key is over its compute-unit budget"
+        assert answer["error"]["message"] == f"Rate limit exceeded: {reason}"
         assert answer["error"]["data"]["dropped_notifications"] == dropped
         # told once: the count starts again, the socket stays open
         batch = [{"jsonrpc": "2.0", "id": i, "method": "eth_chainId"} for i in (1, 2)]

@@ -148,3 +148,17 @@ def test_server_door_defaults_to_the_lean_door_and_is_checked() -> None:
     assert config_from_dict({}, {"GATEWAY_SERVER_DOOR": "app"}).server.door == "app"
     with pytest.raises(ConfigError, match=r'^server\.door: must be "app" or "lean"'):
         config_from_dict({"server": {"door": "fast"}})
+
+
+def test_waits_for_the_bucket_default_to_one_second_and_a_plan_may_set_its_own() -> None:
+    cfg = config_from_dict({})
+    assert (cfg.limits.max_wait_s, cfg.limits.max_waiting) == (1.0, 32)
+    assert cfg.max_wait_s("free") == 1.0 and cfg.max_wait_s("payg") == 1.0
+    cfg = config_from_dict({"limits": {"max_wait_s": 0.5}, "plans": {"payg": {"max_wait_s": 0}}})
+    assert cfg.max_wait_s("free") == 0.5 and cfg.max_wait_s("payg") == 0.0
+    with pytest.raises(ConfigError, match=r"^plans\.free\.max_wait_s: expected a non-negative"):
+        config_from_dict({"plans": {"free": {"max_wait_s": -1}}})
+    with pytest.raises(ConfigError, match=r"^limits\.max_waiting: must not be negative"):
+        config_from_dict({"limits": {"max_waiting": -1}})
+    with pytest.raises(ConfigError, match=r"^limits\.max_wait_s: must not be negative"):
+        config_from_dict({"limits": {"max_wait_s": -0.1}})

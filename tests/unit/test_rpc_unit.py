@@ -195,8 +195,9 @@ def test_restore_batch_maps_answers_back_by_gateway_id() -> None:
         b'{"jsonrpc":"2.0","id":"b","error":{"code":-32601,'
         b'"message":"the method nope does not exist/is not available"}},'
         b'{"jsonrpc":"2.0","id":null,"result":"0x2"},'
-        b'{"jsonrpc":"2.0","id":4,"error":{"code":-32603,"message":"Upstream unavailable",'
-        b'"data":"no answer from node"}}]'
+        b'{"jsonrpc":"2.0","id":4,"error":{"code":-32603,'
+        b'"message":"Upstream unavailable: no answer from node",'
+        b'"data":{"reason":"no answer from node"}}}]'
     )
     with pytest.raises(rpc.BadAnswer):
         rpc.restore_batch(b"not json", calls, 10)
