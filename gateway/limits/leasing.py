@@ -138,15 +138,13 @@ class LeaseLimiter:
     ) -> Decision:
         """Admit from the lease when it holds the cost; otherwise ask ``lease.lua``.
 
-        A batch admitted call by call (``per_call``) that the lease holds
-        whole is admitted here; otherwise ``lease.lua`` walks its calls
-        against the shared bucket, with this lease given back first, as
-        ``admit.lua`` does in exact mode.
+        A batch admitted call by call (``per_call``) that the lease holds whole
+        is admitted here; otherwise ``lease.lua`` walks its calls against the
+        shared bucket (this lease given back first), as ``admit.lua`` does.
 
-        The local path is written out here rather than split into helpers:
-        it runs for nearly every request, and each call, ``Decision`` or
-        float division saved shows in the gateway's CPU per request
-        (``python -m bench.micro.admission`` measures it).
+        The local path is written out here rather than split into helpers: it
+        runs for nearly every request, and each call, ``Decision`` or float
+        division saved shows (``python -m bench.micro.admission`` measures it).
         """
         # an injected time (tests) drives the local clock too, as it drives the script's
         now = self._clock() if now_ms is None else now_ms / 1000

@@ -14,9 +14,8 @@ answered, chain id verified) are ever picked: tier 0 "fresh", tier 1
 "cooling down" (taken out after ``fail_threshold`` failures in a row for
 ``cooldown_s``), tried only when nothing better is left. A node an operator
 cordoned (``Node.cordon``, the admin API) is never picked; calls already on
-it finish. With no node in
-service at all, ``forward`` fails at once (502): the gateway answers
-nothing it cannot vouch for.
+it finish. With no node in service at all, ``forward`` fails at once (502):
+the gateway answers nothing it cannot vouch for.
 
 Retries: a failed call is retried on a *different* node (once every node
 was tried, e.g. one by a hedge, on any node but the one that failed last) while the deadline
@@ -34,6 +33,9 @@ latency (clamped to ``[hedge].floor_s``/``ceiling_s``) is also sent to a
 second node; the first good answer wins, the other is cancelled. Hedges and
 retries draw from one budget (``retry_budget``). Writes are never hedged.
 Bodies travel as bytes: the pool never parses what it forwards.
+
+It stays whole because picking, retrying and hedging share one deadline and
+one budget per call, and each reads the tiers the picker ranks by.
 """
 
 from __future__ import annotations
