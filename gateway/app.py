@@ -51,6 +51,7 @@ from gateway.store.insight import InsightSink
 from gateway.store.keyevents import KeyEvents
 from gateway.store.usagesink import UsageSink
 from gateway.telemetry.metrics import METRICS, Metrics
+from gateway.tracing.setup import plug_tracing
 from gateway.tx.setup import plug_transactions
 from gateway.upstream.pool import NodePool
 from gateway.ws.service import WS
@@ -62,7 +63,13 @@ from gateway.ws.upgrade import WsRoute, is_upgrade
 HANDLERS: web.AppKey[list[RpcHttp]] = web.AppKey("handlers")
 
 # The optional parts, in the order they plug in (gateway.plugin says how).
-PLUGINS: tuple[Plugin, ...] = (plug_ws, plug_filters, plug_transactions, plug_dashboard)
+PLUGINS: tuple[Plugin, ...] = (
+    plug_ws,
+    plug_filters,
+    plug_transactions,
+    plug_dashboard,
+    plug_tracing,
+)
 
 
 def create_app(config: Config | None = None) -> web.Application:

@@ -43,6 +43,7 @@ from gateway.config.schema import (
     UpstreamConfig,
     data_dir,
 )
+from gateway.config.tracing import TracingConfig
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -68,6 +69,7 @@ __all__ = [
     "PlanConfig",
     "RedisConfig",
     "ServerConfig",
+    "TracingConfig",
     "UpstreamConfig",
     "WsConfig",
     "config_from_dict",

@@ -1,0 +1,173 @@
+"""OpenTelemetry spans of the gateway's calls: the SDK behind the few methods the call path uses.
+
+Imported only when ``tracing.otlp_endpoint`` is set: the tracing plug-in
+(``gateway.tracing``) builds one ``Tracer`` per app and shuts it down (a last
+flush) on exit. With tracing off nothing of OpenTelemetry is imported and the
+call path checks one ``None`` per step.
+
+Spans are sent by the SDK's ``BatchSpanProcessor`` and ``OTLPSpanExporter``
+(protobuf over HTTP, from the processor's own thread, in batches). One trace
+per call: the request span (its parent the client's W3C ``traceparent`` when
+it sent one, else a new trace, kept by ``sample_ratio``), and under it
+``admission``, ``cache``, one ``node`` span per attempt on a node (hedges and
+retries included; the node gets a ``traceparent`` naming that span),
+``logs.split`` and its ``logs.chunk`` spans. Children are made only under a
+recorded request span, so background work (probes, transaction tracking)
+starts no traces of its own.
+
+Attributes hold names, counts and codes only: never a key, a call's params
+(a raw transaction), a builder's secret or a URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Iterator, Mapping
+from typing import TypeVar
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
+
+from gateway.config.tracing import TracingConfig, traces_url
+
+T = TypeVar("T")
+Attributes = Mapping[str, AttributeValue]
+
+
+class NodeCall:
+    """One attempt on a node: its span (None when the trace is not recorded) and the
+    ``traceparent`` header the node gets; ended once, by the pool."""
+
+    __slots__ = ("span", "traceparent")
+
+    def __init__(self, span: Span | None, context: SpanContext) -> None:
+        self.span = span
+        self.traceparent = b"00-%032x-%016x-%02x" % (
+            context.trace_id,
+            context.span_id,
+            context.trace_flags,
+        )
+
+    def done(self) -> None:
+        """The node answered (any answer the pool relays)."""
+        if self.span is not None:
+            self.span.set_attribute("gateway.outcome", "ok")
+            self.span.end()
+
+    def failed(self, reason: str) -> None:
+        """The attempt failed; ``reason`` names the node, never its URL (``UpstreamError``)."""
+        if self.span is not None:
+            self.span.set_attribute("gateway.outcome", "error")
+            self.span.set_status(Status(StatusCode.ERROR, reason))
+            self.span.end()
+
+    def cancelled(self) -> None:
+        """Another attempt answered first (a hedge), or the caller went away."""
+        if self.span is not None:
+            self.span.set_attribute("gateway.outcome", "cancelled")
+            self.span.end()
+
+
+class Tracer:
+    """The app's tracer provider, exporter and the spans of its calls."""
+
+    def __init__(self, cfg: TracingConfig, version: str) -> None:
+        self.exporter = OTLPSpanExporter(
+            endpoint=traces_url(cfg.otlp_endpoint), timeout=cfg.export_timeout_s
+        )
+        resource = Resource.create({"service.name": cfg.service_name, "service.version": version})
+        self.provider = TracerProvider(
+            sampler=ParentBased(TraceIdRatioBased(cfg.sample_ratio)),
+            resource=resource,
+            shutdown_on_exit=False,  # the plug-in's cleanup context shuts it down
+        )
+        self.provider.add_span_processor(
+            BatchSpanProcessor(
+                self.exporter,
+                max_queue_size=cfg.max_queue_spans,
+                schedule_delay_millis=cfg.export_interval_s * 1000,
+                export_timeout_millis=cfg.export_timeout_s * 1000,
+            )
+        )
+        self._tracer = self.provider.get_tracer("rpc-gateway", version)
+        self._propagator = TraceContextTextMapPropagator()
+
+    def shutdown(self) -> None:
+        """Send what is left and stop the exporter's thread (blocking: run it off the loop)."""
+        self.provider.shutdown()
+
+    # -- spans -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def request(self, carrier: Mapping[str, str] | None, attributes: Attributes) -> Iterator[Span]:
+        """The request span, current while the call runs; continues ``carrier``'s trace."""
+        parent = self._propagator.extract(carrier) if carrier else Context()
+        with self._tracer.start_as_current_span(
+            "request",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,  # an exception's text is not vetted: its type only
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                yield span
+            except BaseException as exc:
+                failed(span, exc)
+                raise
+
+    @contextlib.contextmanager
+    def child(self, name: str, attributes: Attributes | None = None) -> Iterator[Span | None]:
+        """A step of the current call, current while it runs; None outside a recorded call."""
+        if not trace.get_current_span().is_recording():
+            yield None
+            return
+        with self._tracer.start_as_current_span(
+            name, attributes=attributes, record_exception=False, set_status_on_exception=False
+        ) as span:
+            try:
+                yield span
+            except BaseException as exc:
+                failed(span, exc)
+                raise
+
+    def fail(self, span: Span, description: str) -> None:
+        """Mark ``span`` failed; ``description`` names no key, params or URL."""
+        span.set_status(Status(StatusCode.ERROR, description))
+
+    async def within(self, name: str, work: Awaitable[T], attributes: Attributes) -> T:
+        """``work`` awaited inside a child span ``name``."""
+        with self.child(name, attributes):
+            return await work
+
+    def node_call(self, node: str, attempt: int) -> NodeCall | None:
+        """A span for one attempt on ``node`` under the current call, not made current
+        (nothing runs under it); None outside any trace."""
+        current = trace.get_current_span()
+        context = current.get_span_context()
+        if not context.is_valid:
+            return None
+        if not current.is_recording():  # not sampled: the node still gets the trace id
+            return NodeCall(None, context)
+        span = self._tracer.start_span(
+            "node",
+            kind=SpanKind.CLIENT,
+            attributes={"gateway.node": node, "gateway.attempt": attempt},
+        )
+        return NodeCall(span, span.get_span_context())
+
+
+def failed(span: Span, exc: BaseException) -> None:
+    """Mark ``span`` failed by ``exc``'s type (its text may hold what a span must not)."""
+    if isinstance(exc, asyncio.CancelledError):
+        span.set_attribute("gateway.outcome", "cancelled")
+        return
+    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
