@@ -2,8 +2,8 @@
 
 Imported only when ``tracing.otlp_endpoint`` is set: the tracing plug-in
 (``gateway.tracing``) builds one ``Tracer`` per app and shuts it down (a last
-flush) on exit. With tracing off nothing of OpenTelemetry is imported and the
-call path checks one ``None`` per step.
+flush) on exit. With tracing off no tracer, span processor or exporter is
+imported or made, and the call path checks one ``None`` per step.
 
 Spans are sent by the SDK's ``BatchSpanProcessor`` and ``OTLPSpanExporter``
 (protobuf over HTTP, from the processor's own thread, in batches). One trace

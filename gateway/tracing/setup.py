@@ -2,7 +2,7 @@
 the app's ``Tracer`` (provider, batch processor, OTLP/HTTP exporter), has every
 network's pipeline trace its calls, and on exit stops them and sends the last
 spans (the provider's shutdown flushes). Off (the default), nothing is added and
-OpenTelemetry is never imported.
+no tracer, span processor or exporter is ever imported.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def plug_tracing(app: web.Application, parts: Parts) -> None:
 
 
 async def _tracing_ctx(app: web.Application) -> AsyncIterator[None]:
-    from gateway.telemetry.tracer import Tracer  # only now: off, OpenTelemetry is not loaded
+    from gateway.telemetry.tracer import Tracer  # only now: off, it is never loaded
 
     cfg = app[T.CONFIG].tracing
     tracer = Tracer(cfg, _version())

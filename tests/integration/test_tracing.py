@@ -444,7 +444,8 @@ async def test_off_loads_no_tracing_code_and_starts_no_exporter(
     check, seeing them): the call's spans reach the collector."""
     endpoint = receiver.url if on else ""
     args = [redis_url, prefix, mock_nodes["bsc"].url, mock_nodes["opbnb"].url, endpoint]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
 
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
