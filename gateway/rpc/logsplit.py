@@ -176,7 +176,10 @@ class LogSplitter:
             async with asyncio.timeout(self.timeout_s):
                 fetch = self._fetch(spec, low, high, limit, served, budget)
                 if tracer is not None:
-                    blocks = {"gateway.logs.blocks": size, "gateway.logs.chunk_blocks": limit}
+                    blocks = {
+                        "rpc_gateway.logs.blocks": size,
+                        "rpc_gateway.logs.chunk_blocks": limit,
+                    }
                     fetch = tracer.within("logs.split", fetch, blocks)
                 parts = await fetch
         except _TooMany:
@@ -314,7 +317,9 @@ class LogSplitter:
         tracer = self.tracer
         if tracer is not None:
             chunks = [
-                tracer.within("logs.chunk", chunk, {"gateway.logs.from": lo, "gateway.logs.to": hi})
+                tracer.within(
+                    "logs.chunk", chunk, {"rpc_gateway.logs.from": lo, "rpc_gateway.logs.to": hi}
+                )
                 for chunk, (lo, hi) in zip(chunks, bounds, strict=True)
             ]
         return await _gather(chunks)

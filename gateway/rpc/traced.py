@@ -37,8 +37,8 @@ _MAX_METHODS = 32  # a batch's distinct methods named on its span, at most
 
 async def run(tracer: Tracer, steps: Steps, body: bytes, caller: Caller, network: str) -> R.Answer:
     """``steps(body, caller)`` (the pipeline's call) inside its request span."""
-    attributes = {"rpc.system": "jsonrpc", "gateway.network": network}
-    attributes["gateway.transport"] = caller.transport
+    attributes = {"rpc.system": "jsonrpc", "rpc_gateway.network": network}
+    attributes["rpc_gateway.transport"] = caller.transport
     with tracer.request(caller.trace, attributes) as span:
         answer = await steps(body, caller)
         _describe(tracer, span, network, answer)
@@ -51,12 +51,12 @@ def _describe(tracer: Tracer, span: Span, network: str, answer: R.Answer) -> Non
     span.set_attribute("http.response.status_code", answer.status)
     headers = answer.headers
     if CACHE_HEADER in headers:
-        span.set_attribute("gateway.cache", headers[CACHE_HEADER])
+        span.set_attribute("rpc_gateway.cache", headers[CACHE_HEADER])
     if NODE_HEADER in headers:
-        span.set_attribute("gateway.node", headers[NODE_HEADER])
+        span.set_attribute("rpc_gateway.node", headers[NODE_HEADER])
     calls = answer.calls
     if calls:  # a batch
-        span.set_attribute("gateway.batch_size", len(calls))
+        span.set_attribute("rpc_gateway.batch_size", len(calls))
         methods = sorted({c.method for c in calls if c.error is None})
         span.set_attribute("rpc.methods", methods[:_MAX_METHODS])
         codes = sorted({code for c in calls if (code := rpc.call_code(c))})
@@ -72,12 +72,12 @@ def _describe(tracer: Tracer, span: Span, network: str, answer: R.Answer) -> Non
 
 async def admission(tracer: Tracer, admit: Awaitable[Decision], units: int) -> Decision:
     """The limiter's decision inside the ``admission`` span."""
-    with tracer.child("admission", {"gateway.units": units}) as span:
+    with tracer.child("admission", {"rpc_gateway.units": units}) as span:
         decision = await admit
         if span is not None:
-            span.set_attribute("gateway.admission", decision.status.name.lower())
+            span.set_attribute("rpc_gateway.admission", decision.status.name.lower())
             if decision.plan:
-                span.set_attribute("gateway.plan", decision.plan)
+                span.set_attribute("rpc_gateway.plan", decision.plan)
         return decision
 
 
@@ -86,6 +86,6 @@ async def lookup(tracer: Tracer, reads: Reads, calls: list[rpc.Call], head: Netw
     with tracer.child("cache") as span:
         plans = await reads.lookup(calls, head)
         if span is not None:
-            span.set_attribute("gateway.cache.hits", sum(1 for c in calls if c.served == "hit"))
-            span.set_attribute("gateway.cache.misses", len(plans))
+            span.set_attribute("rpc_gateway.cache.hits", sum(1 for c in calls if c.served == "hit"))
+            span.set_attribute("rpc_gateway.cache.misses", len(plans))
         return plans

@@ -60,20 +60,20 @@ class NodeCall:
     def done(self) -> None:
         """The node answered (any answer the pool relays)."""
         if self.span is not None:
-            self.span.set_attribute("gateway.outcome", "ok")
+            self.span.set_attribute("rpc_gateway.outcome", "ok")
             self.span.end()
 
     def failed(self, reason: str) -> None:
         """The attempt failed; ``reason`` names the node, never its URL (``UpstreamError``)."""
         if self.span is not None:
-            self.span.set_attribute("gateway.outcome", "error")
+            self.span.set_attribute("rpc_gateway.outcome", "error")
             self.span.set_status(Status(StatusCode.ERROR, reason))
             self.span.end()
 
     def cancelled(self) -> None:
         """Another attempt answered first (a hedge), or the caller went away."""
         if self.span is not None:
-            self.span.set_attribute("gateway.outcome", "cancelled")
+            self.span.set_attribute("rpc_gateway.outcome", "cancelled")
             self.span.end()
 
 
@@ -160,7 +160,7 @@ class Tracer:
         span = self._tracer.start_span(
             "node",
             kind=SpanKind.CLIENT,
-            attributes={"gateway.node": node, "gateway.attempt": attempt},
+            attributes={"rpc_gateway.node": node, "rpc_gateway.attempt": attempt},
         )
         return NodeCall(span, span.get_span_context())
 
@@ -168,6 +168,6 @@ class Tracer:
 def failed(span: Span, exc: BaseException) -> None:
     """Mark ``span`` failed by ``exc``'s type (its text may hold what a span must not)."""
     if isinstance(exc, asyncio.CancelledError):
-        span.set_attribute("gateway.outcome", "cancelled")
+        span.set_attribute("rpc_gateway.outcome", "cancelled")
         return
     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))

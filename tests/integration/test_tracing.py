@@ -269,26 +269,26 @@ async def test_a_call_is_a_request_span_with_admission_cache_and_node_spans(
         sent = alpha.calls("eth_getBalance")
     miss, hit = receiver.requests()  # one request span per call, and nothing else
     assert miss.name == "bsc eth_getBalance" and miss.parent_id == ""
-    assert miss.attrs["gateway.network"] == "bsc"
+    assert miss.attrs["rpc_gateway.network"] == "bsc"
     assert miss.attrs["rpc.method"] == "eth_getBalance"
     assert miss.attrs["http.response.status_code"] == 200
-    assert (miss.attrs["gateway.cache"], miss.attrs["gateway.node"]) == ("miss", "alpha")
+    assert (miss.attrs["rpc_gateway.cache"], miss.attrs["rpc_gateway.node"]) == ("miss", "alpha")
     steps = {s.name: s for s in receiver.children(miss)}
     assert sorted(steps) == ["admission", "cache", "node"]
     assert {s.trace_id for s in steps.values()} == {miss.trace_id}
-    assert steps["admission"].attrs["gateway.admission"] == "admitted"
-    assert steps["cache"].attrs["gateway.cache.misses"] == 1
+    assert steps["admission"].attrs["rpc_gateway.admission"] == "admitted"
+    assert steps["cache"].attrs["rpc_gateway.cache.misses"] == 1
     node = steps["node"]
     assert node.kind == CLIENT and not node.error
-    assert node.attrs["gateway.node"] == "alpha" and node.attrs["gateway.outcome"] == "ok"
+    assert node.attrs["rpc_gateway.node"] == "alpha" and node.attrs["rpc_gateway.outcome"] == "ok"
     # the node got the trace, with the node call's span as parent
     assert _parents(sent) == [_named(node)]
     # the hit: answered from the cache, no node span
     assert hit.trace_id != miss.trace_id
-    assert (hit.attrs["gateway.cache"], hit.attrs["gateway.node"]) == ("hit", "cache")
+    assert (hit.attrs["rpc_gateway.cache"], hit.attrs["rpc_gateway.node"]) == ("hit", "cache")
     steps = {s.name: s for s in receiver.children(hit)}
     assert sorted(steps) == ["admission", "cache"]
-    assert steps["cache"].attrs["gateway.cache.hits"] == 1
+    assert steps["cache"].attrs["rpc_gateway.cache.hits"] == 1
 
 
 async def test_a_client_traceparent_is_continued_and_passed_to_the_node(
@@ -327,17 +327,20 @@ async def test_a_retry_is_a_second_node_span_each_node_named(
     (request,) = receiver.requests()
     attempts = sorted(
         (s for s in receiver.children(request) if s.name == "node"),
-        key=lambda s: s.attrs["gateway.attempt"],
+        key=lambda s: s.attrs["rpc_gateway.attempt"],
     )
-    assert [s.attrs["gateway.attempt"] for s in attempts] == [0, 1]
+    assert [s.attrs["rpc_gateway.attempt"] for s in attempts] == [0, 1]
     failed, answered = attempts
-    assert failed.error and failed.attrs["gateway.outcome"] == "error"
-    assert failed.message == f"{failed.attrs['gateway.node']}: HTTP 503"
-    assert not answered.error and answered.attrs["gateway.outcome"] == "ok"
-    assert {failed.attrs["gateway.node"], answered.attrs["gateway.node"]} == {"alpha", "beta"}
-    assert request.attrs["gateway.node"] == answered.attrs["gateway.node"]
+    assert failed.error and failed.attrs["rpc_gateway.outcome"] == "error"
+    assert failed.message == f"{failed.attrs['rpc_gateway.node']}: HTTP 503"
+    assert not answered.error and answered.attrs["rpc_gateway.outcome"] == "ok"
+    assert {failed.attrs["rpc_gateway.node"], answered.attrs["rpc_gateway.node"]} == {
+        "alpha",
+        "beta",
+    }
+    assert request.attrs["rpc_gateway.node"] == answered.attrs["rpc_gateway.node"]
     for span in attempts:  # each node got its own attempt's span as parent
-        assert _parents(sent[span.attrs["gateway.node"]]) == [_named(span)]
+        assert _parents(sent[span.attrs["rpc_gateway.node"]]) == [_named(span)]
 
 
 async def test_a_batch_is_one_request_span_with_one_node_call(
@@ -360,7 +363,7 @@ async def test_a_batch_is_one_request_span_with_one_node_call(
             assert [("error" in a) for a in answers] == [False, False, True], answers
     (request,) = receiver.requests()
     assert request.name == "bsc batch"
-    assert request.attrs["gateway.batch_size"] == 3
+    assert request.attrs["rpc_gateway.batch_size"] == 3
     assert request.attrs["rpc.methods"] == ["eth_getBalance", "eth_getCode"]
     assert request.attrs["rpc.jsonrpc.error_codes"] == [-32601]
     steps = sorted(s.name for s in receiver.children(request))
@@ -380,15 +383,15 @@ async def test_a_logs_split_has_a_split_span_and_a_span_per_chunk(
             assert answer.get("result") == [], answer
     (request,) = receiver.requests()
     (split,) = [s for s in receiver.children(request) if s.name == "logs.split"]
-    assert split.attrs["gateway.logs.blocks"] == 250
-    assert split.attrs["gateway.logs.chunk_blocks"] == 100
-    chunks = sorted(receiver.children(split), key=lambda s: s.attrs["gateway.logs.from"])
+    assert split.attrs["rpc_gateway.logs.blocks"] == 250
+    assert split.attrs["rpc_gateway.logs.chunk_blocks"] == 100
+    chunks = sorted(receiver.children(split), key=lambda s: s.attrs["rpc_gateway.logs.from"])
     assert {s.name for s in chunks} == {"logs.chunk"}
-    bounds = [(s.attrs["gateway.logs.from"], s.attrs["gateway.logs.to"]) for s in chunks]
+    bounds = [(s.attrs["rpc_gateway.logs.from"], s.attrs["rpc_gateway.logs.to"]) for s in chunks]
     assert bounds == [(high - 249, high - 150), (high - 149, high - 50), (high - 49, high)]
     for chunk in chunks:
         (call_span,) = receiver.children(chunk)
-        assert call_span.name == "node" and call_span.attrs["gateway.node"] == "alpha"
+        assert call_span.name == "node" and call_span.attrs["rpc_gateway.node"] == "alpha"
     assert len(alpha.calls("eth_getLogs")) == 3
 
 
