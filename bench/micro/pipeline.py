@@ -92,7 +92,8 @@ async def _collector(plan: CpuPlan, on: bool) -> AsyncIterator[str]:
 
 async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     plan, machine = pin_self()
-    async with private_redis(plan, "pipeline") as port, _collector(plan, args.tracing) as otlp:
+    traced = args.tracing is not None
+    async with private_redis(plan, "pipeline") as port, _collector(plan, traced) as otlp:
         chain = Chain(chain_id=56, start=HEAD, finality_depth=3, safe_depth=1)
         node = await start_chain_node(chain)
         other = await start_chain_node(Chain(chain_id=204, start=HEAD))  # opbnb, unused
@@ -105,7 +106,7 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
                     "opbnb": {"upstreams": [other.url], "block_time_s": 0},
                 },
                 "upstream": {"probe_interval_s": 60},
-                "tracing": {"otlp_endpoint": otlp},
+                "tracing": {"otlp_endpoint": otlp, "sample_ratio": args.tracing or 1.0},
             }
         )
         app = create_app(cfg)
@@ -151,11 +152,17 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
             await other.close()
     setup = (
         f"Pipeline.run + settle + record per call, every call a cache hit, leased admission, "
-        f"tracing {'on (an OTLP sink on the other CPUs)' if args.tracing else 'off'}, "
+        f"tracing {_tracing_label(args.tracing)}, "
         f"best of {args.repeats}; {where(plan, 'Redis and the mock node', 'benchmark')}; "
         "node calls: those made during the measured calls (0: every call was a hit)"
     )
     return rows, {"setup": setup, "machine": machine}
+
+
+def _tracing_label(ratio: float | None) -> str:
+    if ratio is None:
+        return "off"
+    return f"on, sample_ratio {ratio:g} (an OTLP sink on the other CPUs)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,9 +175,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs per call shape; best is kept")
     p.add_argument(
         "--tracing",
-        action="store_true",
-        help="trace every call (tracing.otlp_endpoint: an OTLP sink in another process, "
-        "bench.micro.otlpsink); the figure includes the exporter thread's CPU",
+        type=float,
+        nargs="?",
+        const=1.0,
+        default=None,
+        metavar="RATIO",
+        help="trace calls (tracing.otlp_endpoint: an OTLP sink in another process, "
+        "bench.micro.otlpsink; tracing.sample_ratio RATIO, default 1); the figure "
+        "includes the exporter thread's CPU",
     )
     args = p.parse_args(argv)
     loop = _new_loop()

@@ -23,8 +23,9 @@ class TracingConfig:
     ``http://collector:4318/v1/traces``). Headers the collector wants (a
     token) come from the standard ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` /
     ``OTEL_EXPORTER_OTLP_HEADERS`` environment variables, never from this
-    file. ``sample_ratio``: the share of new traces kept (a client's
-    ``traceparent`` carries its own decision, which is followed).
+    file: a URL with credentials or a query is refused. ``sample_ratio``: the
+    share of calls traced among those with no client ``traceparent`` (one
+    with it is continued, its sampled flag deciding).
     """
 
     otlp_endpoint: str = ""
@@ -52,6 +53,12 @@ def _check(cfg: TracingConfig) -> None:
             raise ConfigError(
                 "tracing.otlp_endpoint: expected an http(s) URL with a host "
                 '(e.g. "http://otel-collector:4318")'
+            )
+        if parts.username is not None or parts.query or parts.fragment:
+            # the exporter's own failure lines print the URL it posts to
+            raise ConfigError(
+                "tracing.otlp_endpoint: no credentials or query in the URL; a collector's "
+                "token goes in OTEL_EXPORTER_OTLP_TRACES_HEADERS"
             )
     if not cfg.service_name.strip():
         raise ConfigError("tracing.service_name: must not be empty")

@@ -132,10 +132,11 @@ class Pipeline:
         """Validate, admit, guard, answer: every transport's one entry (awaited).
 
         With tracing on the same steps run inside the call's request span
-        (``rpc.traced``); off, nothing but this ``None`` check is added.
+        (``rpc.traced``) when the call is drawn; off, nothing but this ``None``
+        check is added.
         """
         tracer = self.tracer
-        if tracer is None:
+        if tracer is None or not tracer.sampled(caller.trace):
             return self._run(body, caller)
         return traced.run(tracer, self._run, body, caller, self.network.name)
 

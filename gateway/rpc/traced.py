@@ -39,10 +39,15 @@ async def run(tracer: Tracer, steps: Steps, body: bytes, caller: Caller, network
     """``steps(body, caller)`` (the pipeline's call) inside its request span."""
     attributes = {"rpc.system": "jsonrpc", "rpc_gateway.network": network}
     attributes["rpc_gateway.transport"] = caller.transport
-    with tracer.request(caller.trace, attributes) as span:
+    step = tracer.request(caller.trace, attributes)
+    try:
         answer = await steps(body, caller)
-        _describe(tracer, span, network, answer)
-        return answer
+        _describe(tracer, step.span, network, answer)
+    except BaseException as exc:
+        step.close(exc)
+        raise
+    step.close()
+    return answer
 
 
 def _describe(tracer: Tracer, span: Span, network: str, answer: R.Answer) -> None:
@@ -72,20 +77,33 @@ def _describe(tracer: Tracer, span: Span, network: str, answer: R.Answer) -> Non
 
 async def admission(tracer: Tracer, admit: Awaitable[Decision], units: int) -> Decision:
     """The limiter's decision inside the ``admission`` span."""
-    with tracer.child("admission", {"rpc_gateway.units": units}) as span:
+    step = tracer.step("admission", {"rpc_gateway.units": units})
+    if step is None:
+        return await admit
+    try:
         decision = await admit
-        if span is not None:
-            span.set_attribute("rpc_gateway.admission", decision.status.name.lower())
-            if decision.plan:
-                span.set_attribute("rpc_gateway.plan", decision.plan)
-        return decision
+    except BaseException as exc:
+        step.close(exc)
+        raise
+    step.span.set_attribute("rpc_gateway.admission", decision.status.name.lower())
+    if decision.plan:
+        step.span.set_attribute("rpc_gateway.plan", decision.plan)
+    step.close()
+    return decision
 
 
 async def lookup(tracer: Tracer, reads: Reads, calls: list[rpc.Call], head: NetworkHead) -> Plans:
     """``Reads.lookup`` inside the ``cache`` span: how many reads it answered, how many not."""
-    with tracer.child("cache") as span:
+    step = tracer.step("cache")
+    if step is None:
+        return await reads.lookup(calls, head)
+    try:
         plans = await reads.lookup(calls, head)
-        if span is not None:
-            span.set_attribute("rpc_gateway.cache.hits", sum(1 for c in calls if c.served == "hit"))
-            span.set_attribute("rpc_gateway.cache.misses", len(plans))
-        return plans
+    except BaseException as exc:
+        step.close(exc)
+        raise
+    hits = sum(1 for c in calls if c.served == "hit")
+    step.span.set_attribute("rpc_gateway.cache.hits", hits)
+    step.span.set_attribute("rpc_gateway.cache.misses", len(plans))
+    step.close()
+    return plans

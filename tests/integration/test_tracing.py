@@ -314,6 +314,35 @@ async def test_a_client_traceparent_is_continued_and_passed_to_the_node(
     assert fresh.trace_id != CLIENT_TRACE and fresh.parent_id == ""
 
 
+async def test_sampling_draws_new_traces_and_follows_a_client_flag(
+    make_config: MakeConfig, mock_nodes: dict[str, MockNode], receiver: Receiver, api_key: str
+) -> None:
+    """``sample_ratio = 0``: a call of its own is not traced (no span, no traceparent to
+    the node); a client's sampled trace is; its unsampled one records nothing but still
+    reaches the node with the client's trace id."""
+    tracing = {"otlp_endpoint": receiver.url, "sample_ratio": 0.0}
+    unsampled = "5" * 32
+    async with fronts(mock_nodes["bsc"], 1) as (alpha,):
+        nodes = [{"url": alpha.url(), "name": "alpha"}]
+        async with gateway(make_config, nodes, tracing) as gw:
+            await call(gw, api_key, "eth_getBalance", [ADDRESS, "latest"])
+            sampled = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+            await call(gw, api_key, "eth_getCode", [ADDRESS, "latest"], sampled)
+            dropped = {"traceparent": f"00-{unsampled}-{CLIENT_SPAN}-00"}
+            await call(gw, api_key, "eth_getTransactionCount", [ADDRESS, "latest"], dropped)
+        sent = {m: alpha.calls(m) for m in ("eth_getBalance", "eth_getCode")}
+        dropped_sent = alpha.calls("eth_getTransactionCount")
+    (request,) = receiver.requests()
+    assert request.attrs["rpc.method"] == "eth_getCode" and request.trace_id == CLIENT_TRACE
+    assert {s.trace_id for s in receiver.spans} == {CLIENT_TRACE}
+    assert sent["eth_getBalance"] == [None]
+    (node,) = [s for s in receiver.children(request) if s.name == "node"]
+    assert _parents(sent["eth_getCode"]) == [_named(node)]
+    (header,) = dropped_sent
+    assert header is not None and header.startswith(f"00-{unsampled}-")
+    assert int(header.rpartition("-")[2], 16) & 1 == 0  # not sampled, passed on as such
+
+
 async def test_a_retry_is_a_second_node_span_each_node_named(
     make_config: MakeConfig, mock_nodes: dict[str, MockNode], receiver: Receiver, api_key: str
 ) -> None:
