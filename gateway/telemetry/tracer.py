@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Mapping
+from contextvars import ContextVar
 from typing import TypeVar
 
 from opentelemetry import context, trace
@@ -41,6 +42,13 @@ from gateway.config.tracing import TracingConfig, traces_url
 
 T = TypeVar("T")
 Attributes = Mapping[str, AttributeValue]
+
+# Where the running code is: 0 outside any traced call, 1 in a call whose trace is
+# not recorded (a client's unsampled one), 2 in a recorded one. Read by every step
+# of a traced pipeline: a context variable of its own is cheaper to read than the
+# current span from OpenTelemetry's context.
+_OUTSIDE, _UNRECORDED, _RECORDED = 0, 1, 2
+_STATE: ContextVar[int] = ContextVar("rpc_gateway_trace_state", default=_OUTSIDE)
 
 
 class NodeCall:
@@ -84,14 +92,16 @@ class Step:
     the same spans at about 20 % less CPU each.
     """
 
-    __slots__ = ("_token", "span")
+    __slots__ = ("_state", "_token", "span")
 
     def __init__(self, span: Span) -> None:
         self.span = span
         self._token = context.attach(trace.set_span_in_context(span))
+        self._state = _STATE.set(_RECORDED if span.is_recording() else _UNRECORDED)
 
     def close(self, exc: BaseException | None = None) -> None:
         """Detach and end the span; ``exc``: what it failed with (its type is recorded)."""
+        _STATE.reset(self._state)
         context.detach(self._token)
         if exc is not None:
             failed(self.span, exc)
@@ -150,7 +160,7 @@ class Tracer:
 
     def step(self, name: str, attributes: Attributes | None = None) -> Step | None:
         """A step of the current call, current until closed; None outside a recorded call."""
-        if not trace.get_current_span().is_recording():
+        if _STATE.get() != _RECORDED:
             return None
         return Step(self._tracer.start_span(name, attributes=attributes))
 
@@ -174,12 +184,14 @@ class Tracer:
     def node_call(self, node: str, attempt: int) -> NodeCall | None:
         """A span for one attempt on ``node`` under the current call, not made current
         (nothing runs under it); None outside any trace."""
+        if _STATE.get() == _OUTSIDE:
+            return None
         current = trace.get_current_span()
-        context = current.get_span_context()
-        if not context.is_valid:
+        parent = current.get_span_context()
+        if not parent.is_valid:
             return None
         if not current.is_recording():  # not sampled: the node still gets the trace id
-            return NodeCall(None, context)
+            return NodeCall(None, parent)
         span = self._tracer.start_span(
             "node",
             kind=SpanKind.CLIENT,

@@ -12,6 +12,7 @@ so nothing here waits for an export interval.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import os
@@ -122,11 +123,13 @@ class Receiver:
 
 
 class FailFirst:
-    """Answer HTTP 503 to the first ``times`` calls of ``method``, whichever node gets them."""
+    """The first ``times`` calls of ``method``, whichever node gets them: answered HTTP 503,
+    or with ``stall_s``, answered only after that long (a slow node)."""
 
-    def __init__(self, method: str, times: int) -> None:
+    def __init__(self, method: str, times: int, stall_s: float = 0.0) -> None:
         self.method = method.encode()
         self.left = times
+        self.stall_s = stall_s
 
     def take(self, body: bytes) -> bool:
         if self.left > 0 and self.method in body:
@@ -146,6 +149,7 @@ class NodeFront:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._closing = asyncio.Event()
 
     async def start(self) -> None:
         app = web.Application()
@@ -160,6 +164,7 @@ class NodeFront:
         return f"http://{userinfo}{LOOPBACK}:{self.port}/"
 
     async def close(self) -> None:
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:
@@ -173,7 +178,10 @@ class NodeFront:
         body = await request.read()
         self.seen.append((request.headers.get("traceparent"), body))
         if self.fail is not None and self.fail.take(body):
-            return web.Response(status=503, text="busy")
+            if not self.fail.stall_s:
+                return web.Response(status=503, text="busy")
+            with contextlib.suppress(TimeoutError):  # a stall ends early when the front closes
+                await asyncio.wait_for(self._closing.wait(), self.fail.stall_s)
         assert self._session is not None
         headers = {"Content-Type": "application/json"}
         async with self._session.post(self.node, data=body, headers=headers) as resp:
@@ -369,6 +377,31 @@ async def test_a_retry_is_a_second_node_span_each_node_named(
     }
     assert request.attrs["rpc_gateway.node"] == answered.attrs["rpc_gateway.node"]
     for span in attempts:  # each node got its own attempt's span as parent
+        assert _parents(sent[span.attrs["rpc_gateway.node"]]) == [_named(span)]
+
+
+async def test_a_hedge_is_a_second_node_span_and_the_loser_is_cancelled(
+    make_config: MakeConfig, mock_nodes: dict[str, MockNode], receiver: Receiver, api_key: str
+) -> None:
+    """The first node stalls past its hedge delay (at most hedge.ceiling_s): the other is
+    asked too and answers; the stalled attempt's span ends cancelled."""
+    stall = FailFirst("eth_getBalance", 1, stall_s=5.0)
+    async with fronts(mock_nodes["bsc"], 2, stall) as (alpha, beta):
+        nodes = [{"url": alpha.url(), "name": "alpha"}, {"url": beta.url(), "name": "beta"}]
+        async with gateway(make_config, nodes, {"otlp_endpoint": receiver.url}) as gw:
+            answer = await call(gw, api_key, "eth_getBalance", [ADDRESS, "latest"])
+            assert "result" in answer, answer
+        sent = {"alpha": alpha.calls("eth_getBalance"), "beta": beta.calls("eth_getBalance")}
+    (request,) = receiver.requests()
+    first, hedge = sorted(
+        (s for s in receiver.children(request) if s.name == "node"),
+        key=lambda s: s.attrs["rpc_gateway.attempt"],
+    )
+    assert first.attrs["rpc_gateway.outcome"] == "cancelled" and not first.error
+    assert hedge.attrs["rpc_gateway.outcome"] == "ok"
+    assert hedge.attrs["rpc_gateway.attempt"] == 1
+    assert {first.attrs["rpc_gateway.node"], hedge.attrs["rpc_gateway.node"]} == {"alpha", "beta"}
+    for span in (first, hedge):
         assert _parents(sent[span.attrs["rpc_gateway.node"]]) == [_named(span)]
 
 
