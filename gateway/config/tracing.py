@@ -24,13 +24,18 @@ class TracingConfig:
     token) come from the standard ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` /
     ``OTEL_EXPORTER_OTLP_HEADERS`` environment variables, never from this
     file: a URL with credentials or a query is refused. ``sample_ratio``: the
-    share of calls traced among those with no client ``traceparent`` (one
-    with it is continued, its sampled flag deciding).
+    share of calls traced (with ``follow_client_sampling``, a call with a
+    client's ``traceparent`` is traced as its sampled flag says instead).
     """
 
     otlp_endpoint: str = ""
     service_name: str = "rpc-gateway"
     sample_ratio: float = 1.0
+    # A client's traceparent is always continued (its trace id, its span as the
+    # parent). Whether its sampled flag decides if the call is traced: false, the
+    # default, draws every call by sample_ratio (a traced call costs several times
+    # an untraced one, and any client can send the flag); true follows the flag.
+    follow_client_sampling: bool = False
     # Spans wait in memory at most this long before they are sent, in batches;
     # beyond max_queue_spans waiting, new spans are dropped (never a stall).
     export_interval_s: float = 5.0

@@ -8,7 +8,7 @@ imported or made, and the call path checks one ``None`` per step.
 Spans are sent by the SDK's ``BatchSpanProcessor`` and ``OTLPSpanExporter``
 (protobuf over HTTP, from the processor's own thread, in batches). One trace
 per call: the request span (its parent the client's W3C ``traceparent`` when
-it sent one, else a new trace, kept by ``sample_ratio``), and under it
+it sent one, else a new trace; calls drawn by ``sample_ratio``), and under it
 ``admission``, ``cache``, one ``node`` span per attempt on a node (hedges and
 retries included; the node gets a ``traceparent`` naming that span),
 ``logs.split`` and its ``logs.chunk`` spans. Children are made only under a
@@ -33,7 +33,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
@@ -117,9 +117,12 @@ class Tracer:
         )
         resource = Resource.create({"service.name": cfg.service_name, "service.version": version})
         self.provider = TracerProvider(
-            # New traces are drawn by ``sampled`` before any span is made; a
-            # client's traceparent decides its own (parent-based).
-            sampler=ParentBased(ALWAYS_ON),
+            # Calls are drawn by ``sampled`` before any span is made; a drawn call is
+            # recorded, whatever a client's flag says unless it is followed.
+            sampler=ParentBased(
+                ALWAYS_ON,
+                remote_parent_not_sampled=ALWAYS_OFF if cfg.follow_client_sampling else ALWAYS_ON,
+            ),
             resource=resource,
             shutdown_on_exit=False,  # the plug-in's cleanup context shuts it down
         )
@@ -134,6 +137,7 @@ class Tracer:
         )
         self._tracer = self.provider.get_tracer("rpc-gateway", version)
         self._ratio = cfg.sample_ratio
+        self._follow = cfg.follow_client_sampling
         self._propagator = TraceContextTextMapPropagator()
 
     def shutdown(self) -> None:
@@ -142,10 +146,11 @@ class Tracer:
 
     # -- spans -------------------------------------------------------------------
     def sampled(self, carrier: Mapping[str, str] | None) -> bool:
-        """Whether to trace a call: one with a client's ``traceparent`` always (its own
-        sampled flag then decides), another at ``sample_ratio``. A call not drawn makes
-        no span at all: even an unsampled span costs the SDK a few microseconds."""
-        if carrier and "traceparent" in carrier:
+        """Whether to trace a call: at ``sample_ratio`` (with ``follow_client_sampling``,
+        one with a client's ``traceparent`` always, its sampled flag then deciding). A
+        call not drawn makes no span at all: even an unsampled span costs the SDK a few
+        microseconds."""
+        if self._follow and carrier and "traceparent" in carrier:
             return True
         ratio = self._ratio
         return ratio >= 1.0 or random.random() < ratio

@@ -322,13 +322,38 @@ async def test_a_client_traceparent_is_continued_and_passed_to_the_node(
     assert fresh.trace_id != CLIENT_TRACE and fresh.parent_id == ""
 
 
-async def test_sampling_draws_new_traces_and_follows_a_client_flag(
+async def test_the_ratio_draws_every_call_whatever_a_client_flag_says(
     make_config: MakeConfig, mock_nodes: dict[str, MockNode], receiver: Receiver, api_key: str
 ) -> None:
-    """``sample_ratio = 0``: a call of its own is not traced (no span, no traceparent to
-    the node); a client's sampled trace is; its unsampled one records nothing but still
-    reaches the node with the client's trace id."""
-    tracing = {"otlp_endpoint": receiver.url, "sample_ratio": 0.0}
+    """By default a client's sampled flag decides nothing (any client could have every
+    call traced): at ``sample_ratio = 0`` no call is, flag or not; at 1 a call whose
+    client said "not sampled" is traced too, continuing the client's trace."""
+    sampled = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+    unsampled = {"traceparent": f"00-{'5' * 32}-{CLIENT_SPAN}-00"}
+    async with fronts(mock_nodes["bsc"], 1) as (alpha,):
+        nodes = [{"url": alpha.url(), "name": "alpha"}]
+        tracing = {"otlp_endpoint": receiver.url, "sample_ratio": 0.0}
+        async with gateway(make_config, nodes, tracing) as gw:
+            await call(gw, api_key, "eth_getBalance", [ADDRESS, "latest"])
+            await call(gw, api_key, "eth_getCode", [ADDRESS, "latest"], sampled)
+        assert receiver.spans == []
+        assert alpha.calls("eth_getCode") == [None]  # not traced: nothing to pass on
+        async with gateway(make_config, nodes, {"otlp_endpoint": receiver.url}) as gw:
+            await call(gw, api_key, "eth_getTransactionCount", [ADDRESS, "latest"], unsampled)
+        sent = alpha.calls("eth_getTransactionCount")
+    (request,) = receiver.requests()
+    assert (request.trace_id, request.parent_id) == ("5" * 32, CLIENT_SPAN)
+    (node,) = [s for s in receiver.children(request) if s.name == "node"]
+    assert _parents(sent) == [_named(node)]  # recorded, and so sampled for the node
+
+
+async def test_following_client_sampling_draws_only_new_traces(
+    make_config: MakeConfig, mock_nodes: dict[str, MockNode], receiver: Receiver, api_key: str
+) -> None:
+    """``follow_client_sampling``, ``sample_ratio = 0``: a call of its own is not traced
+    (no span, no traceparent to the node); a client's sampled trace is; its unsampled one
+    records nothing but still reaches the node with the client's trace id."""
+    tracing = {"otlp_endpoint": receiver.url, "sample_ratio": 0.0, "follow_client_sampling": True}
     unsampled = "5" * 32
     async with fronts(mock_nodes["bsc"], 1) as (alpha,):
         nodes = [{"url": alpha.url(), "name": "alpha"}]
