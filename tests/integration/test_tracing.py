@@ -50,6 +50,7 @@ ADDRESS = "0x" + "ab" * 20
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 ROOT = Path(__file__).resolve().parents[2]
+JSON = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -213,12 +214,15 @@ async def fronts(
 
 @asynccontextmanager
 async def gateway(
-    make_config: MakeConfig, nodes: list[dict[str, Any]], tracing: dict[str, Any]
+    make_config: MakeConfig,
+    nodes: list[dict[str, Any]],
+    tracing: dict[str, Any],
+    door: str = "lean",
 ) -> AsyncIterator[Served]:
     """The app served with ``nodes`` as bsc's node table, its heads known."""
     cfg = make_config(
         {
-            "server": {"metrics_listen": ""},
+            "server": {"metrics_listen": "", "door": door},
             "plans": ROOMY,
             "upstream": {"probe_interval_s": 60},
             "networks": {"bsc": {"upstreams": nodes}},
@@ -299,12 +303,18 @@ async def test_a_call_is_a_request_span_with_admission_cache_and_node_spans(
     assert steps["cache"].attrs["rpc_gateway.cache.hits"] == 1
 
 
+@pytest.mark.parametrize("door", ["lean", "app"])
 async def test_a_client_traceparent_is_continued_and_passed_to_the_node(
-    make_config: MakeConfig, mock_nodes: dict[str, MockNode], receiver: Receiver, api_key: str
+    make_config: MakeConfig,
+    mock_nodes: dict[str, MockNode],
+    receiver: Receiver,
+    api_key: str,
+    door: str,
 ) -> None:
+    """Either door (server.door) reads the client's trace context."""
     async with fronts(mock_nodes["bsc"], 1) as (alpha,):
         nodes = [{"url": alpha.url(), "name": "alpha"}]
-        async with gateway(make_config, nodes, {"otlp_endpoint": receiver.url}) as gw:
+        async with gateway(make_config, nodes, {"otlp_endpoint": receiver.url}, door) as gw:
             header = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
             answer = await call(gw, api_key, "eth_getTransactionCount", [ADDRESS, "latest"], header)
             assert "result" in answer, answer
@@ -428,6 +438,40 @@ async def test_a_hedge_is_a_second_node_span_and_the_loser_is_cancelled(
     assert {first.attrs["rpc_gateway.node"], hedge.attrs["rpc_gateway.node"]} == {"alpha", "beta"}
     for span in (first, hedge):
         assert _parents(sent[span.attrs["rpc_gateway.node"]]) == [_named(span)]
+
+
+async def test_an_error_is_named_by_its_code_and_a_failed_call_marks_its_span(
+    make_config: MakeConfig, mock_nodes: dict[str, MockNode], receiver: Receiver, api_key: str
+) -> None:
+    """A JSON-RPC error in a 200 is an attribute; a call no node answered (its one node
+    failing every attempt) is an error span, and so is each attempt."""
+    async with fronts(mock_nodes["bsc"], 1, FailFirst("eth_getBalance", 10)) as (alpha,):
+        nodes = [{"url": alpha.url(), "name": "alpha"}]
+        async with gateway(make_config, nodes, {"otlp_endpoint": receiver.url}) as gw:
+            answer = await call(gw, api_key, "no_suchMethod", [])
+            assert answer["error"]["code"] == -32601, answer
+            body = orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "eth_getBalance",
+                    "params": [ADDRESS, "latest"],
+                }
+            )
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(f"{gw.url}/bsc/{api_key}", data=body, headers=JSON) as resp,
+            ):
+                status = resp.status
+    assert status >= 500
+    by_method = {s.attrs["rpc.method"]: s for s in receiver.requests()}
+    unknown, failed = by_method["-"], by_method["eth_getBalance"]
+    assert unknown.attrs["rpc.jsonrpc.error_code"] == -32601 and not unknown.error
+    assert failed.error and failed.message == f"HTTP {status}"
+    assert failed.attrs["http.response.status_code"] == status
+    attempts = [s for s in receiver.children(failed) if s.name == "node"]
+    assert attempts and all(s.error for s in attempts)
+    assert all(s.message == "alpha: HTTP 503" for s in attempts)
 
 
 async def test_a_batch_is_one_request_span_with_one_node_call(
