@@ -53,6 +53,7 @@ from gateway.store.insight import InsightSink
 from gateway.store.keyevents import KeyEvents
 from gateway.store.usagesink import UsageSink
 from gateway.telemetry.metrics import METRICS, Metrics
+from gateway.tracing.setup import plug_tracing
 from gateway.tx.setup import plug_transactions
 from gateway.upstream.pool import NodePool
 from gateway.ws.service import WS
@@ -71,6 +72,7 @@ PLUGINS: tuple[Plugin, ...] = (
     plug_filters,
     plug_transactions,
     plug_dashboard,
+    plug_tracing,
 )
 
 

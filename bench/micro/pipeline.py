@@ -22,7 +22,10 @@ figure is at most 25 µs, about twice Go's.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -30,6 +33,8 @@ from aiohttp import web
 
 from bench.loadgen import _new_loop
 from bench.micro.common import Row, add_common, emit, pin_self, private_redis, where
+from bench.procs import ManagedProcess
+from bench.stack import CpuPlan
 from gateway import typedefs as T
 from gateway.app import HANDLERS, create_app
 from gateway.config import config_from_dict
@@ -70,9 +75,25 @@ async def one_call(pipeline: Pipeline, body: bytes, caller: Caller) -> bytes:
     return answer.body
 
 
+@contextlib.asynccontextmanager
+async def _collector(plan: CpuPlan, on: bool) -> AsyncIterator[str]:
+    """With ``on``, an OTLP/HTTP sink on the "others" CPUs (``bench.micro.otlpsink``): its URL."""
+    if not on:
+        yield ""
+        return
+    argv = [sys.executable, "-m", "bench.micro.otlpsink"]
+    sink = ManagedProcess("otlp-sink", argv, cpus=plan.others)
+    await sink.start(read_url=True)
+    try:
+        yield sink.url
+    finally:
+        await sink.stop()
+
+
 async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     plan, machine = pin_self()
-    async with private_redis(plan, "pipeline") as port:
+    traced = args.tracing is not None
+    async with private_redis(plan, "pipeline") as port, _collector(plan, traced) as otlp:
         chain = Chain(chain_id=56, start=HEAD, finality_depth=3, safe_depth=1)
         node = await start_chain_node(chain)
         other = await start_chain_node(Chain(chain_id=204, start=HEAD))  # opbnb, unused
@@ -85,6 +106,7 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
                     "opbnb": {"upstreams": [other.url], "block_time_s": 0},
                 },
                 "upstream": {"probe_interval_s": 60},
+                "tracing": {"otlp_endpoint": otlp, "sample_ratio": args.tracing or 1.0},
             }
         )
         app = create_app(cfg)
@@ -130,10 +152,17 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
             await other.close()
     setup = (
         f"Pipeline.run + settle + record per call, every call a cache hit, leased admission, "
+        f"tracing {_tracing_label(args.tracing)}, "
         f"best of {args.repeats}; {where(plan, 'Redis and the mock node', 'benchmark')}; "
         "node calls: those made during the measured calls (0: every call was a hit)"
     )
     return rows, {"setup": setup, "machine": machine}
+
+
+def _tracing_label(ratio: float | None) -> str:
+    if ratio is None:
+        return "off"
+    return f"on, sample_ratio {ratio:g} (an OTLP sink on the other CPUs)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -144,6 +173,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_common(p)
     p.add_argument("--repeats", type=int, default=3, help="runs per call shape; best is kept")
+    p.add_argument(
+        "--tracing",
+        type=float,
+        nargs="?",
+        const=1.0,
+        default=None,
+        metavar="RATIO",
+        help="trace calls (tracing.otlp_endpoint: an OTLP sink in another process, "
+        "bench.micro.otlpsink; tracing.sample_ratio RATIO, default 1); the figure "
+        "includes the exporter thread's CPU",
+    )
     args = p.parse_args(argv)
     loop = _new_loop()
     try:
@@ -155,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         info["setup"],
         rows,
         as_json=args.json,
-        params={"seconds": args.seconds, "repeats": args.repeats},
+        params={"seconds": args.seconds, "repeats": args.repeats, "tracing": args.tracing},
         machine=info["machine"],
         cpu_label="CPU µs/call",
     )

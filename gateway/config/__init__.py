@@ -44,6 +44,7 @@ from gateway.config.schema import (
     UpstreamConfig,
     data_dir,
 )
+from gateway.config.tracing import TracingConfig
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -71,6 +72,7 @@ __all__ = [
     "PlanConfig",
     "RedisConfig",
     "ServerConfig",
+    "TracingConfig",
     "UpstreamConfig",
     "WsConfig",
     "config_from_dict",

@@ -4,7 +4,7 @@ Every mistake is reported with the config path that caused it, e.g.
 ``networks.bsc.upstreams[0]: not an http(s) URL``, so an operator can find it.
 
 It stays whole because every section goes through the same stages (the
-``_SECTIONS`` table, env, unknown keys, defaults, validation) and reports with
+``SECTIONS`` table, env, unknown keys, defaults, validation) and reports with
 the same config path, so a check added in one place reads like its neighbours.
 """
 
@@ -38,12 +38,12 @@ from gateway.config.txconfig import NETWORK_KEYS, network_tx, non_negative, plan
 
 # The TOML sections: every field of Config that holds a section dataclass, in
 # Config's order (networks, plans: tables of tables, read below; admin: adminload).
-_SECTIONS: dict[str, type[Any]] = {
+SECTIONS: dict[str, type[Any]] = {
     name: hint
     for name, hint in typing.get_type_hints(Config).items()
     if isinstance(hint, type) and dataclasses.is_dataclass(hint) and name != "admin"
 }
-_TOP_KEYS = {*_SECTIONS, "admin", "networks", "plans", "default_plan"}
+_TOP_KEYS = {*SECTIONS, "admin", "networks", "plans", "default_plan"}
 
 
 def load_config(
@@ -76,7 +76,7 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if unknown:
         raise ConfigError(f"{sorted(unknown)[0]}: unknown config key")
     sections: dict[str, Any] = {}
-    for name, cls in _SECTIONS.items():
+    for name, cls in SECTIONS.items():
         table = dict(_table(raw, name))
         if name == "redis" and env.get("GATEWAY_REDIS_URL"):
             table["url"] = env["GATEWAY_REDIS_URL"]

@@ -3,9 +3,9 @@
 Nothing is mutable after loading: the app gets one ``Config`` and passes pieces
 down. Field defaults are the shipped defaults; load.py type-checks every TOML
 value against these annotations. ``[ws]`` and ``[filters]``: listening.py;
-``[head]``: head.py; the node table's entries: nodeshape.py. It stays whole
-because load.py takes its sections from ``Config``'s fields: one file is the
-whole list of settings.
+``[head]``: head.py; ``[tracing]``: tracing.py; the node table's entries:
+nodeshape.py. It stays whole because load.py takes its sections from
+``Config``'s fields: one file is the whole list of settings.
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.config.admin import AdminConfig
+from gateway.config.errors import ConfigError as ConfigError  # re-exported
 from gateway.config.head import HeadConfig
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.nodeshape import MethodRoute, NodeConfig
-
-
-class ConfigError(ValueError):
-    """A config value is wrong; the message starts with its path."""
+from gateway.config.tracing import TracingConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +344,7 @@ class Config:
     admission: AdmissionConfig = AdmissionConfig()
     ws: WsConfig = field(default_factory=WsConfig)  # frozen: a fresh one equals a shared one
     log: LogConfig = LogConfig()
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     filters: FiltersConfig = field(default_factory=FiltersConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)  # read by config.adminload
     networks: tuple[NetworkConfig, ...] = ()

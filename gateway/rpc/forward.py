@@ -10,18 +10,22 @@ in-flight slot is given back.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.config import Config, NetworkConfig
 from gateway.intel.methods import READS
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
+from gateway.rpc import traced
 from gateway.rpc.delivery import node_failed
-from gateway.rpc.reads import Reads
+from gateway.rpc.reads import Plans, Reads
 from gateway.rpc.relay import STREAM_OVER, Relay
 from gateway.rpc.sinks import ErrorCounts
 from gateway.upstream.nodeclient import NodeStream
 from gateway.upstream.pool import NodePool, UpstreamError
+
+if TYPE_CHECKING:
+    from gateway.telemetry.tracer import Tracer
 
 NON_IDEMPOTENT = frozenset({"eth_sendRawTransaction"})
 
@@ -34,6 +38,7 @@ class ForwardContext(Protocol):
     pool: NodePool
     reads: Reads
     errors: ErrorCounts
+    tracer: Tracer | None
 
     def next_gids(self, n: int) -> int: ...
 
@@ -89,7 +94,13 @@ async def forward_calls(
     forward = [c for c in calls if c.error is None and c.local is None]
     reads = pipe.reads
     head = pipe.pool.intel.heads.head
-    plans = await reads.lookup(forward, head) if forward else {}
+    tracer = pipe.tracer
+    if not forward:
+        plans: Plans = {}
+    elif tracer is None:
+        plans = await reads.lookup(forward, head)
+    else:
+        plans = await traced.lookup(tracer, reads, forward, head)
     forward = [c for c in forward if c.local is None]
     if not forward:
         return R.local_answer(req, headers)

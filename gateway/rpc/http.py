@@ -45,6 +45,8 @@ log = logging.getLogger("gateway.rpc")
 R = TypeVar("R")
 Refusal = tuple[Answer, Mapping[str, str] | None]
 
+# The W3C trace-context headers a client may send; read only when tracing is on.
+TRACE_HEADERS = ("traceparent", "tracestate")
 JSON_TYPES = frozenset({"application/json", "application/json-rpc", "application/jsonrequest"})
 # Set on a request whose body was refused (server.connection closes its connection).
 BODY_REFUSED: web.RequestKey[bool] = web.RequestKey("gateway_body_refused", bool)
@@ -126,9 +128,14 @@ class RpcHttp:
     def _caller(self, request: RpcRequest) -> Caller:
         key = rpc_key(request)
         if key is None:
-            return Caller(None)
-        ip = self.client_ip(request)
-        return Caller(key_hash(key), request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip))
+            caller = Caller(None)
+        else:
+            ip = self.client_ip(request)
+            caller = Caller(key_hash(key), request.headers.get(hdrs.ORIGIN, ""), ip, ip_bits(ip))
+        if self.pipeline.tracer is not None:  # the client's trace context, continued
+            headers = request.headers
+            caller.trace = {h: headers[h] for h in TRACE_HEADERS if h in headers}
+        return caller
 
     def _check_http(self, request: RpcRequest) -> Refusal | bool | None:
         """The preflight (True), a path with no key, 405 / 415 / 413 (declared length).

@@ -113,6 +113,8 @@ class Caller:
     ip_bits: str = ""
     transport: str = HTTP
     session: Any = None
+    # The client's W3C trace-context headers, read only when tracing is on.
+    trace: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -56,6 +56,9 @@ from gateway.intel.policy import classify
 from gateway.rpc import protocol as rpc
 from gateway.rpc.logsparts import before, learn, merge, named_above, refusal_text
 from gateway.upstream.pool import Node, NodePool, UpstreamError
+
+if TYPE_CHECKING:
+    from gateway.telemetry.tracer import Tracer
 
 METHOD: Final = "eth_getLogs"
 # Reads of a split's blocks above the finalized one until they are one chain.
@@ -114,6 +117,7 @@ class LogSplitter:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.max_chunks = max(1, max_chunks)
+        self.tracer: Tracer | None = None  # set by Pipeline.trace_with
 
     def limit(self) -> int:
         """The widest range a node in service takes (0: one takes any range).
@@ -167,9 +171,17 @@ class LogSplitter:
             return self._too_many(call, size), True
         spec = dict(param(call.params, 0))
         served: list[str] = []  # the node of each chunk a node answered
+        tracer = self.tracer
         try:
             async with asyncio.timeout(self.timeout_s):
-                parts = await self._fetch(spec, low, high, limit, served, budget)
+                fetch = self._fetch(spec, low, high, limit, served, budget)
+                if tracer is not None:
+                    blocks = {
+                        "rpc_gateway.logs.blocks": size,
+                        "rpc_gateway.logs.chunk_blocks": limit,
+                    }
+                    fetch = tracer.within("logs.split", fetch, blocks)
+                parts = await fetch
         except _TooMany:
             return self._too_many(call, size), True
         except TimeoutError:
@@ -301,9 +313,16 @@ class LogSplitter:
     ) -> list[bytes]:
         """``low..high`` in chunks of ``size`` blocks, in order (``fresh``: not from the cache)."""
         bounds = [(lo, min(high, lo + size - 1)) for lo in range(low, high + 1, size)]
-        return await _gather(
-            [self._chunk(spec, lo, hi, gate, served, budget, fresh) for lo, hi in bounds]
-        )
+        chunks = [self._chunk(spec, lo, hi, gate, served, budget, fresh) for lo, hi in bounds]
+        tracer = self.tracer
+        if tracer is not None:
+            chunks = [
+                tracer.within(
+                    "logs.chunk", chunk, {"rpc_gateway.logs.from": lo, "rpc_gateway.logs.to": hi}
+                )
+                for chunk, (lo, hi) in zip(chunks, bounds, strict=True)
+            ]
+        return await _gather(chunks)
 
     async def _chunk(
         self,

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -30,6 +31,7 @@ from gateway.config import Config, NetworkConfig
 from gateway.limits.limiter import Decision, Limiter, LimiterUnavailable, Status
 from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
+from gateway.rpc import traced
 from gateway.rpc.forward import forward_calls
 from gateway.rpc.guard import LogsGuard
 from gateway.rpc.history import refuse_missing_state
@@ -51,6 +53,9 @@ from gateway.rpc.sinks import CallInsight, ErrorCounts
 from gateway.rpc.waiting import AdmissionWaits
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.pool import NodePool
+
+if TYPE_CHECKING:
+    from gateway.telemetry.tracer import Tracer
 
 __all__ = ["REFUSED_ERROR", "Caller", "Pipeline"]
 
@@ -100,6 +105,7 @@ class Pipeline:
         self._policies = {
             p.name: f"{p.burst};w={max(1, math.ceil(p.burst / p.rate))}" for p in cfg.plans
         }
+        self.tracer: Tracer | None = None  # None: tracing is off (trace_with)
         self._gid = 1  # the next id a node sees; the client's id never leaves the gateway
         self._local_version = -1
         self._methods: dict[str, frozenset[str]] = {}
@@ -118,9 +124,27 @@ class Pipeline:
             self._local_version = local.version
         return self._methods[transport]
 
+    def trace_with(self, tracer: Tracer | None) -> None:
+        """Trace every call from now on (None: stop): this pipeline's steps, its log
+        splits and its pool's node calls (the tracing plug-in, ``gateway.tracing``)."""
+        self.tracer = tracer
+        self.reads.logs.tracer = tracer
+        self.pool.tracer = tracer
+
     # -- the steps -------------------------------------------------------------
-    async def run(self, body: bytes, caller: Caller) -> R.Answer:
-        """Validate, admit, guard, answer: every transport's one entry."""
+    def run(self, body: bytes, caller: Caller) -> Coroutine[Any, Any, R.Answer]:
+        """Validate, admit, guard, answer: every transport's one entry (awaited).
+
+        With tracing on the same steps run inside the call's request span
+        (``rpc.traced``) when the call is drawn; off, nothing but this ``None``
+        check is added.
+        """
+        tracer = self.tracer
+        if tracer is None or not tracer.sampled(caller.trace):
+            return self._run(body, caller)
+        return traced.run(tracer, self._run, body, caller, self.network.name)
+
+    async def _run(self, body: bytes, caller: Caller) -> R.Answer:
         req = self.parse(body, caller.transport)
         khash = caller.khash
         if khash is None:
@@ -218,10 +242,12 @@ class Pipeline:
         counts: dict[str, int],
         per_call: list[str] | tuple[()],
     ) -> Decision | R.Answer:
+        admit = self.limiter.admit(
+            khash, n, counts, caller.origin, caller.ip_bits, per_call=per_call
+        )
+        tracer = self.tracer
         try:
-            decision = await self.limiter.admit(
-                khash, n, counts, caller.origin, caller.ip_bits, per_call=per_call
-            )
+            decision = await (admit if tracer is None else traced.admission(tracer, admit, n))
             if decision.status is not Status.ADMITTED or decision.calls:  # may wait (waiting.py)
                 decision = await self.waits.after(
                     decision,

@@ -56,6 +56,7 @@ import orjson
 
 from gateway.config import AdminToken, Config, MethodSet
 from gateway.config.adminload import admin_to_raw
+from gateway.config.load import SECTIONS
 from gateway.config.diff import config_changes
 from gateway.config.nodes import network_raw
 from gateway.ops.metricsport import SupervisorMetricsListener
@@ -104,23 +105,7 @@ def config_to_raw(cfg: Config) -> dict[str, Any]:
             if f.name not in skip
         }
 
-    raw: dict[str, Any] = {
-        name: table(getattr(cfg, name))
-        for name in (
-            "server",
-            "limits",
-            "redis",
-            "upstream",
-            "dashboard",
-            "cache",
-            "hedge",
-            "insight",
-            "admission",
-            "ws",
-            "log",
-            "filters",
-        )
-    }
+    raw: dict[str, Any] = {name: table(getattr(cfg, name)) for name in SECTIONS}
     raw["networks"] = {n.name: table(n, ("name",)) for n in cfg.networks}
     for net in cfg.networks:  # nodes and routes as the TOML tables they came from
         network_raw(net, raw["networks"][net.name])

@@ -325,16 +325,22 @@ class NodeClient:
         *,
         max_bytes: int | None = None,
         stream_over: int | None = None,
+        traceparent: bytes | None = None,
     ) -> tuple[int, bytes | NodeStream]:
         """(status, answer) of one POST, or ``UpstreamError``.
 
         The answer is its bytes, or a ``NodeStream`` for a 2xx answer longer
         than ``stream_over`` (or of unknown length) when that is given.
+        ``traceparent``: one more header, the call's W3C trace context.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         conn = await self._acquire(loop, timeout_s)
-        data = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+        if traceparent is None:
+            data = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+        else:
+            head = b"%s%d\r\ntraceparent: %s" % (self._head, len(body), traceparent)
+            data = b"%s\r\n\r\n%s" % (head, body)
         waiter = conn.request(data, max_bytes, stream_over, timeout_s)
         timer = loop.call_at(deadline, conn.on_timeout)
         try:

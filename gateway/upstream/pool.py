@@ -34,8 +34,8 @@ second node; the first good answer wins, the other is cancelled. Hedges and
 retries draw from one budget (``retry_budget``). Writes are never hedged.
 Bodies travel as bytes: the pool never parses what it forwards.
 
-It stays whole because picking, retrying and hedging share one deadline and
-one budget per call, and each reads the tiers the picker ranks by.
+It stays whole because picking, retrying and hedging share one call's
+attempts: the nodes tried, the deadline and the budget.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from gateway.intel.hedge import Launch, run_hedged, timed
 from gateway.upstream.eligible import ANY, Route
@@ -51,6 +51,9 @@ from gateway.upstream.errors import UpstreamError
 from gateway.upstream.lifecycle import PoolLifecycle
 from gateway.upstream.node import Node
 from gateway.upstream.nodeclient import NodeStream
+
+if TYPE_CHECKING:
+    from gateway.telemetry.tracer import Tracer
 
 # Node and UpstreamError live in their own modules; importers reach them here too.
 __all__ = ["Node", "NodePool", "UpstreamError"]
@@ -68,6 +71,9 @@ class CallOptions(TypedDict, total=False):
 
 class NodePool(PoolLifecycle):
     """The nodes of one network; ``forward`` is the only hot-path entry."""
+
+    # Each attempt's span (None: tracing is off); set by ``Pipeline.trace_with``.
+    tracer: Tracer | None = None
 
     # -- routing -------------------------------------------------------------
     def pick(
@@ -203,13 +209,13 @@ class NodePool(PoolLifecycle):
             if n and tried and tried[-1].metrics is not None:
                 tried[-1].metrics.retry.inc()
             tried.append(node)
-            return Launch(attempt(node), latency.delay(node.name) if hedging else None)
+            return Launch(attempt(node, n), latency.delay(node.name) if hedging else None)
 
-        async def attempt(node: Node) -> tuple[bytes | NodeStream, Node]:
+        async def attempt(node: Node, n: int) -> tuple[bytes | NodeStream, Node]:
             # The attempt's coroutine is made only once its task runs: a task
             # cancelled before its first step (a hedge that lost at once, the
             # deadline) leaves no coroutine that was never awaited.
-            one = self._attempt_on(node, body, deadline, stream_over, attempt_s)
+            one = self._attempt_on(node, body, deadline, stream_over, attempt_s, n)
             flying.append(node)
             try:
                 return await timed(latency, node.name, one, self.clock)
@@ -263,11 +269,13 @@ class NodePool(PoolLifecycle):
         deadline: float,
         stream_over: int | None,
         attempt_s: float,
+        nth: int = 0,
     ) -> tuple[bytes | NodeStream, Node]:
         """One attempt on ``node``, capped at the attempt timeout and what is left of the deadline.
 
         A cancelled attempt (a hedge's loser, or the caller gone) is not the
-        node's failure: it was merely slower.
+        node's failure: it was merely slower. ``nth``: the call's attempt
+        number (0 first; hedges and retries after), for its span.
         """
         remaining = deadline - self.clock()
         if remaining <= 0.001:
@@ -275,21 +283,35 @@ class NodePool(PoolLifecycle):
         transport = node.transport
         assert transport is not None, "NodePool.start() was not awaited"
         metrics = node.metrics
+        tracer = self.tracer
+        span = None if tracer is None else tracer.node_call(node.name, nth)
         started = time.perf_counter()
         node.in_flight += 1
         try:
             payload = await transport.post(
-                body, min(remaining, attempt_s), self.max_response_bytes, stream_over
+                body,
+                min(remaining, attempt_s),
+                self.max_response_bytes,
+                stream_over,
+                None if span is None else span.traceparent,
             )
         except UpstreamError as exc:
             node.calls_failed += 1
             if metrics is not None:
                 metrics.latency.observe(time.perf_counter() - started)
             self._failed(node, exc)
+            if span is not None:
+                span.failed(str(exc))  # named after the node, never its URL
+            raise
+        except BaseException:
+            if span is not None:
+                span.cancelled()
             raise
         finally:
             node.in_flight -= 1
         node.calls_ok += 1
+        if span is not None:
+            span.done()
         node.consecutive_failures = 0
         if metrics is not None:
             metrics.latency.observe(time.perf_counter() - started)

@@ -25,12 +25,18 @@ class Transport(Protocol):
     """Sends one body to one node; the answer to relay, or ``UpstreamError``."""
 
     async def post(
-        self, body: bytes, timeout_s: float, max_bytes: int | None, stream_over: int | None
+        self,
+        body: bytes,
+        timeout_s: float,
+        max_bytes: int | None,
+        stream_over: int | None,
+        traceparent: bytes | None = None,
     ) -> bytes | NodeStream:
         """The node's answer (any 2xx, or a relayed 4xx JSON-RPC error).
 
         ``stream_over``: a longer 2xx answer may come as a ``NodeStream`` the
         caller must read to the end or close (a transport may ignore it).
+        ``traceparent``: the W3C header the node gets (tracing on).
         """
         ...
 
@@ -47,11 +53,20 @@ class LeanTransport:
         self.client = client
 
     async def post(
-        self, body: bytes, timeout_s: float, max_bytes: int | None, stream_over: int | None
+        self,
+        body: bytes,
+        timeout_s: float,
+        max_bytes: int | None,
+        stream_over: int | None,
+        traceparent: bytes | None = None,
     ) -> bytes | NodeStream:
         try:
             status, payload = await self.client.post(
-                body, timeout_s, max_bytes=max_bytes, stream_over=stream_over
+                body,
+                timeout_s,
+                max_bytes=max_bytes,
+                stream_over=stream_over,
+                traceparent=traceparent,
             )
         except UpstreamError as exc:
             if exc.too_large:
@@ -78,13 +93,21 @@ class AiohttpTransport:
         self.connect_timeout_s = connect_timeout_s
 
     async def post(
-        self, body: bytes, timeout_s: float, max_bytes: int | None, stream_over: int | None
+        self,
+        body: bytes,
+        timeout_s: float,
+        max_bytes: int | None,
+        stream_over: int | None,
+        traceparent: bytes | None = None,
     ) -> bytes | NodeStream:
         name = self.name
         limit = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self.connect_timeout_s)
+        headers = JSON_HEADERS
+        if traceparent is not None:
+            headers = {**JSON_HEADERS, "traceparent": traceparent.decode("ascii")}
         try:
             async with self.session.post(
-                self.url, data=body, headers=JSON_HEADERS, timeout=limit
+                self.url, data=body, headers=headers, timeout=limit
             ) as resp:
                 status = resp.status
                 if max_bytes is None:

@@ -78,15 +78,19 @@ def test_micro_benchmark_runs(module: str, names: list[str]) -> None:
 
 
 @pytest.mark.slow
-def test_pipeline_cache_hits_cost_no_node_call() -> None:
-    """The pipeline's own CPU per call: a real app, Redis and node; every measured call a hit."""
+@pytest.mark.parametrize("tracing", [[], ["--tracing"]], ids=["off", "traced"])
+def test_pipeline_cache_hits_cost_no_node_call(tracing: list[str]) -> None:
+    """The pipeline's own CPU per call: a real app, Redis and node; every measured call a hit
+    (traced: with every call's spans sent to an OTLP sink in another process)."""
     out = subprocess.run(
         [sys.executable, "-m", "bench.micro.pipeline", "--seconds", "0.3", "--repeats", "1",
-         "--json"],
+         "--json", *tracing],
         capture_output=True, text=True, timeout=120, env=child_env(),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {r["name"]: r for r in json.loads(out.stdout)["rows"]}
+    report = json.loads(out.stdout)
+    assert report["params"]["tracing"] == (1.0 if tracing else None)
+    rows = {r["name"]: r for r in report["rows"]}
     assert set(rows) == {f"pipeline, cache hit: {n}" for n in ("block", "balance", "batch of 3")}
     for row in rows.values():
         assert row["calls"] > 0 and row["cpu_us_per_call"] > 0

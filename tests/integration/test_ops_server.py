@@ -313,6 +313,9 @@ def test_worker_config_round_trip(make_config: MakeConfig) -> None:
             },
             "networks": {"bsc": {"extra_methods": ["eth_newFilter"]}},
             "default_plan": "gold",
+            # every section travels, not a list of them (head and tracing once did not)
+            "head": {"quorum": 3, "solo_lead": 2},
+            "tracing": {"otlp_endpoint": "http://127.0.0.1:4318", "sample_ratio": 0.5},
         }
     )
     raw = orjson.loads(orjson.dumps(config_to_raw(cfg)))
