@@ -56,8 +56,8 @@ import orjson
 
 from gateway.config import AdminToken, Config, MethodSet
 from gateway.config.adminload import admin_to_raw
-from gateway.config.load import SECTIONS
 from gateway.config.diff import config_changes
+from gateway.config.load import SECTIONS
 from gateway.config.nodes import network_raw
 from gateway.ops.metricsport import SupervisorMetricsListener
 from gateway.server.listener import ListenError, bind_listener
