@@ -20,6 +20,13 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 
+def cancelling() -> bool:
+    """Whether the running task is being cancelled, even where redis-py swallowed the
+    cancellation: every background loop that talks to Redis tests this, not ``True``."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 async def flush_every(interval_s: float, flush: Callable[[], Awaitable[object]]) -> None:
     """Run ``flush()`` every ``interval_s`` until cancelled, then once more."""
     task = asyncio.current_task()

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.redis import keyspace as ks
+from gateway.redis.flushing import cancelling
 from gateway.store.keyevents import KeyEvents
 
 log = logging.getLogger("gateway.cordons")
@@ -109,7 +110,7 @@ class CordonBook:
         """Follow the channel and re-read every ``reread_s`` until cancelled."""
         listener = asyncio.create_task(self._events.run(), name="cordon-events")
         try:
-            while True:
+            while not cancelling():  # a cancellation redis-py swallowed still ends it
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.reread_s):
                         await self._due.wait()

@@ -46,6 +46,7 @@ import orjson
 
 from gateway.config import NetworkConfig
 from gateway.redis import keyspace as ks
+from gateway.redis.flushing import cancelling
 from gateway.tx.codec import DecodedTx
 from gateway.tx.txlog import TxLog
 from gateway.upstream.pool import NodePool, UpstreamError
@@ -184,7 +185,7 @@ class Tracker:
 
     async def run(self) -> None:
         """Look the followed transactions up every ``tx_track_interval_s`` until cancelled."""
-        while True:
+        while not cancelling():  # a cancellation redis-py swallowed still ends it
             await asyncio.sleep(self._net.tx_track_interval_s)
             if self._followed:
                 try:

@@ -35,6 +35,7 @@ from redis.exceptions import RedisError
 from gateway import typedefs as T
 from gateway.config import Config, PlanConfig
 from gateway.limits.limiter import Limiter
+from gateway.redis.flushing import cancelling
 from gateway.redis.keyspace import record_key
 from gateway.telemetry.metrics import Metrics
 from gateway.ws.charging import Charger
@@ -188,7 +189,7 @@ class WsService:
 
     # -- charging ------------------------------------------------------------
     async def _charge_forever(self) -> None:
-        while True:
+        while not cancelling():  # redis-py may swallow a cancel
             await asyncio.sleep(self.wcfg.charge_interval_s)
             try:
                 await self.charge_once()
@@ -229,7 +230,7 @@ class WsService:
         self._apply(khash, rev, exp, key_id)
 
     async def _renew_forever(self) -> None:
-        while True:
+        while not cancelling():  # redis-py may swallow a cancel
             await asyncio.sleep(self.wcfg.socket_lease_s / 3)
             held = [
                 (khash, [s.lease for s in key.sessions if s.lease])
@@ -238,7 +239,7 @@ class WsService:
             await self.leases.renew(held)
 
     async def _recheck_forever(self) -> None:
-        while True:
+        while not cancelling():  # redis-py may swallow a cancel
             await asyncio.sleep(self.wcfg.recheck_interval_s)
             try:
                 await self.recheck_all()

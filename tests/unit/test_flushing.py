@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from gateway.redis.flushing import flush_every
+from gateway.redis.flushing import cancelling, flush_every
 
 
 async def test_a_swallowed_cancel_still_ends_the_loop() -> None:
@@ -84,3 +84,29 @@ async def test_key_events_stop_when_a_cancel_is_swallowed() -> None:
     async with asyncio.timeout(2):  # before the fix: reconnects forever
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_loop_on_cancelling_ends_when_its_step_swallowed_the_cancellation() -> None:
+    """redis-py may turn a cancellation inside a command into an ordinary error: a
+    ``while True`` loop that logs errors then ran on forever and hung the app's
+    cleanup; ``while not cancelling()`` ends."""
+    rounds = 0
+
+    async def step() -> None:  # as a redis-py command does when a cancel lands in it
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            raise ConnectionError("connection dropped") from None
+
+    async def loop() -> None:
+        nonlocal rounds
+        while not cancelling():
+            rounds += 1
+            with contextlib.suppress(ConnectionError):
+                await step()
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.wait_for(asyncio.shield(task), 1.0)  # ended on its own, not by a second cancel
+    assert rounds == 1
