@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import typedefs as T
+from gateway.alerts import plug_alerts
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import plug_dashboard
 from gateway.filters.setup import plug_filters
@@ -62,7 +63,13 @@ from gateway.ws.upgrade import WsRoute, is_upgrade
 HANDLERS: web.AppKey[list[RpcHttp]] = web.AppKey("handlers")
 
 # The optional parts, in the order they plug in (gateway.plugin says how).
-PLUGINS: tuple[Plugin, ...] = (plug_ws, plug_filters, plug_transactions, plug_dashboard)
+PLUGINS: tuple[Plugin, ...] = (
+    plug_ws,
+    plug_filters,
+    plug_transactions,
+    plug_dashboard,
+    plug_alerts,
+)
 
 
 def create_app(config: Config | None = None) -> web.Application:

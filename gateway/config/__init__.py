@@ -7,6 +7,7 @@ way callers reach them. Everything else of gateway imports this package.
 May import: nothing.
 """
 
+from gateway.config.alerts import AlertsConfig
 from gateway.config.defaults import (
     DEFAULT_METHODS,
     DEFAULT_NETWORKS,
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_PLANS",
     "FORBIDDEN_METHOD_PREFIXES",
     "AdmissionConfig",
+    "AlertsConfig",
     "BuilderConfig",
     "CacheConfig",
     "Config",

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.config.alerts import AlertsConfig
 from gateway.config.head import HeadConfig
 from gateway.config.listening import FiltersConfig, WsConfig
 from gateway.config.nodeshape import MethodRoute, NodeConfig
@@ -335,6 +336,7 @@ class Config:
     ws: WsConfig = field(default_factory=WsConfig)  # frozen: a fresh one equals a shared one
     log: LogConfig = LogConfig()
     filters: FiltersConfig = field(default_factory=FiltersConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"

@@ -38,6 +38,17 @@ Dashboard state (``S`` = SHA-256 of a secret: a Redis dump hands out nothing usa
     p:t:{login}:<name>   log-in attempt counters (one tag: one script touches several)
     p:keys               pub/sub channel: a key record changed (payload H)
 
+Usage alerts (gateway/alerts; ``{<acct>}`` tags an account's alert state):
+
+    p:al:accts           set of the account ids that have alert rules
+    p:al:{<acct>}:wh     webhooks: id -> JSON (url, signing secret, created)
+    p:al:{<acct>}:ru     rules: id -> JSON (rule, threshold, window_s, created)
+    p:al:{<acct>}:lg:<w> a webhook's delivery log (sorted set delivery id -> ms)
+    p:al:{<acct>}:d:<id> one delivery: its body and state (JSON), kept 2 days
+    p:al:q               deliveries due (sorted set "<acct> <id>" -> due ms)
+    p:al:w:{<rule>:<key id>}          a rule's counter readings for one key
+    p:al:f:{<rule>:<key id>}:<start>  the rule fired for the key in that window
+
 (``p:cache:<network>:...``, the shared response cache, is named by
 gateway/intel/sharedcache.py, which may import config only.)
 
@@ -187,3 +198,41 @@ def tx_claim(prefix: str, network: str, tx_hash: str) -> str:
 def sender_bucket(prefix: str, network: str, sender: str) -> str:
     """One sender's raw-transaction bucket on one network, shared by every key it uses."""
     return f"{prefix}:x:{{{network}:{sender}}}"
+
+
+# -- usage alerts (gateway/alerts) ---------------------------------------------------
+def alert_accounts(prefix: str) -> str:
+    """The set of account ids with at least one alert rule (what the evaluator reads)."""
+    return f"{prefix}:al:accts"
+
+
+def alert_webhooks(prefix: str, account_id: str) -> str:
+    return f"{prefix}:al:{{{account_id}}}:wh"
+
+
+def alert_rules(prefix: str, account_id: str) -> str:
+    return f"{prefix}:al:{{{account_id}}}:ru"
+
+
+def alert_log(prefix: str, account_id: str, webhook_id: str) -> str:
+    """A webhook's recent deliveries: delivery id -> ms it was queued (capped)."""
+    return f"{prefix}:al:{{{account_id}}}:lg:{webhook_id}"
+
+
+def alert_delivery(prefix: str, account_id: str, delivery_id: str) -> str:
+    return f"{prefix}:al:{{{account_id}}}:d:{delivery_id}"
+
+
+def alert_queue(prefix: str) -> str:
+    """Deliveries by due time (ms); a process claims one by pushing its time forward."""
+    return f"{prefix}:al:q"
+
+
+def alert_readings(prefix: str, rule_id: str, key_id: str) -> str:
+    """One rule's counter readings of one key: its window's baseline and the last one."""
+    return f"{prefix}:al:w:{{{rule_id}:{key_id}}}"
+
+
+def alert_fired(prefix: str, rule_id: str, key_id: str, window_start_ms: int) -> str:
+    """Set once (NX) by the process that fires the rule for the key in that window."""
+    return f"{prefix}:al:f:{{{rule_id}:{key_id}}}:{window_start_ms}"
