@@ -64,12 +64,12 @@ def checked_rule(rule: str, threshold: object, window_s: object = None) -> tuple
     """
     kind = RULES.get(rule) if isinstance(rule, str) else None
     if kind is None:
-        raise RuleRefused(f"rule must be one of {', '.join(RULES)}")
+        raise RuleRefused(f"the rule must be one of {', '.join(RULES)}")
     n = _number(threshold, "threshold")
     if not kind.low <= n <= kind.high:
-        raise RuleRefused(f"threshold of {rule} must be {_show(kind.low)} to {_show(kind.high)}")
+        raise RuleRefused(f"the threshold of {rule} must be {_show(kind.low)} to {_show(kind.high)}")
     if rule == "key_expiring_days" and not n.is_integer():
-        raise RuleRefused("threshold of key_expiring_days must be a whole number of days")
+        raise RuleRefused("the threshold of key_expiring_days must be a whole number of days")
     if not kind.windowed:
         window = MAX_WINDOW_S if rule == "quota_percent" else int(n) * MAX_WINDOW_S
         return rule, n, window
@@ -77,7 +77,7 @@ def checked_rule(rule: str, threshold: object, window_s: object = None) -> tuple
         return rule, n, DEFAULT_WINDOW_S
     w = _number(window_s, "window_s")
     if not w.is_integer() or not MIN_WINDOW_S <= w <= MAX_WINDOW_S:
-        raise RuleRefused(f"window_s must be whole seconds, {MIN_WINDOW_S} to {MAX_WINDOW_S}")
+        raise RuleRefused(f"the window (window_s) must be whole seconds, {MIN_WINDOW_S} to {MAX_WINDOW_S}")
     return rule, n, int(w)
 
 
@@ -89,14 +89,14 @@ def describe(rule: str, threshold: float, window_s: int) -> str:
 
 def _number(value: object, name: str) -> float:
     if isinstance(value, bool):
-        raise RuleRefused(f"{name} must be a number")
+        raise RuleRefused(f"the {name} must be a number")
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
-            raise RuleRefused(f"{name} must be a number") from None
+            raise RuleRefused(f"the {name} must be a number") from None
     if not isinstance(value, int | float) or not math.isfinite(value):
-        raise RuleRefused(f"{name} must be a number")
+        raise RuleRefused(f"the {name} must be a number")
     return float(value)
 
 
