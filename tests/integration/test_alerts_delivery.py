@@ -11,6 +11,7 @@ measured at the default in test_alerts_latency.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from redis.asyncio import Redis
 from gateway.alerts import api
 from gateway.app import create_app
 from gateway.config import Config
+from gateway.demo.mocknode import MockNode
 from gateway.redis import keyspace as ks
 from gateway.store.accounts import DAY_MS, Store
 from tests.helpers.config import Client, MakeConfig
@@ -181,3 +183,32 @@ async def test_key_expiring_days_fires_for_the_expiring_key_only(
         started = time.monotonic()
         await asyncio.sleep(2.5 * config.alerts.interval_s)
         assert len(rec.got) == 1, (rec.got, time.monotonic() - started)
+
+
+async def test_error_percent_fires_once_enough_calls_fail(
+    client: Client,
+    store: Store,
+    account: str,
+    config: Config,
+    redis: Redis,
+    prefix: str,
+    mock_nodes: dict[str, MockNode],
+) -> None:
+    key, record = await store.create_key(account, name="failing")
+    base = str(client.make_url("")).rstrip("/")
+    async with receiver() as rec:
+        await _webhook(store, config, account, rec)
+        rule = await api.create_rule(store, config.alerts, account, "error_percent", 50)
+        await _read_once(redis, prefix, rule["id"], record.id)
+        node = mock_nodes["bsc"]
+        node.options = dataclasses.replace(node.options, error_rate=1.0)  # every call fails
+        few = config.alerts.error_min_calls - 5
+        for _ in range(few):  # all failing, but too few calls to judge
+            assert (await _calls(base, key, 1, "eth_getBalance"))[0] != 200
+        await asyncio.sleep(2.5 * config.alerts.interval_s)
+        assert rec.got == []
+        for _ in range(10):
+            await _calls(base, key, 1, "eth_getBalance")
+        (event,) = await rec.wait_for(1)
+        assert event["rule"] == "error_percent" and event["key_id"] == record.id
+        assert event["value"] > 50 and event["window_s"] == 300
