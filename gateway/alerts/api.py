@@ -28,12 +28,12 @@ returned after ``create_webhook``.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from gateway.alerts import queue, rules
+from gateway.alerts.evaluator import seed_readings
 from gateway.alerts.signing import new_secret
 from gateway.alerts.targets import TargetRefused, check_url
 from gateway.config import AlertsConfig
@@ -123,7 +123,7 @@ async def send_test(
     account_id = await account_id_of(store, account)
     await _webhook(store, account_id, webhook_id)
     now = await store.now_ms()
-    body = event_body("test", account_id, None, 0, 0, 0, now)
+    body = queue.event_body("test", account_id, None, 0, 0, 0, now)
     delivery_id = await queue.enqueue(
         store.redis, store.prefix, account_id, webhook_id, body, now, cfg.log_cap
     )
@@ -157,6 +157,7 @@ async def create_rule(
         record,
         f"an account has at most {cfg.max_rules} alert rules; remove one first",
     )
+    await seed_readings(store.redis, store.prefix, account_id, record)
     await store.redis.sadd(ks.alert_accounts(store.prefix), account_id)
     return _rule_out(record)
 
@@ -177,29 +178,7 @@ async def delete_rule(store: Store, account: str, rule_id: str) -> dict[str, Any
     return {"id": rule_id, "deleted": True}
 
 
-# -- shared with the evaluator and the deliverer ---------------------------------------
-def event_body(
-    rule: str,
-    account_id: str,
-    key_id: str | None,
-    value: float,
-    threshold: float,
-    window_s: int,
-    at_ms: int,
-) -> dict[str, Any]:
-    """What a webhook receives: ``{id, rule, account, key_id, value, threshold, window_s, at}``."""
-    return {
-        "id": queue.new_id("evt"),
-        "rule": rule,
-        "account": account_id,
-        "key_id": key_id,
-        "value": value,
-        "threshold": threshold,
-        "window_s": window_s,
-        "at": _iso(at_ms),
-    }
-
-
+# -- shared with the deliverer -------------------------------------------------------
 async def webhooks_of(redis: Any, prefix: str, account_id: str) -> dict[str, dict[str, Any]]:
     raw = await redis.hgetall(ks.alert_webhooks(prefix, account_id))
     return {k: orjson.loads(v) for k, v in raw.items()}
@@ -228,9 +207,3 @@ async def _add_capped(store: Store, name: str, cap: int, record: dict[str, Any],
     )
     if not added:
         raise StoreError(full)
-
-
-def _iso(ms: int) -> str:
-    return (
-        datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-    )

@@ -12,8 +12,9 @@ winner queues the deliveries.
 
 A windowed rule (``rate_limited``, ``error_percent``) counts from the
 reading taken when its window began: the last reading of the previous
-window if there is one (so calls right at the boundary count), else the
-first of this window (a new rule starts counting when it is first read).
+window if there is one (so calls right at the boundary count). A rule's
+first readings are taken when it is made (``seed_readings``); a key made
+after the rule counts from zero.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.alerts import queue, rules
-from gateway.alerts.api import event_body
 from gateway.config import Config
 from gateway.redis import keyspace as ks
 from gateway.store.core import DAY_MS
@@ -36,16 +37,20 @@ from gateway.store.core import DAY_MS
 log = logging.getLogger("gateway.alerts")
 
 COUNTERS = ("cu", "lim", "req", "err", "ans")
+NO_READING = b"{}"  # the baseline of a key made after its rule: every count is new
 
 # KEYS[1] the rule's readings of one key  ARGV[1] window start (ms)  ARGV[2] this
-# reading (JSON)  ARGV[3] now (ms)  ARGV[4] previous window's start (ms)  ARGV[5] TTL (ms)
+# reading (JSON)  ARGV[3] now (ms)  ARGV[4] previous window's start (ms)  ARGV[5] TTL
+# (ms)  ARGV[6] the baseline if the key was never read for this rule (JSON)
 # returns the window's baseline reading (JSON)
 READINGS_LUA = """
 local h = KEYS[1]
 if redis.call('HGET', h, 'w') ~= ARGV[1] then
   local base = ARGV[2]
-  local last_at = tonumber(redis.call('HGET', h, 'lt') or '0')
-  if last_at >= tonumber(ARGV[4]) and last_at < tonumber(ARGV[1]) then
+  local last_at = redis.call('HGET', h, 'lt')
+  if not last_at then
+    base = ARGV[6]
+  elseif tonumber(last_at) >= tonumber(ARGV[4]) and tonumber(last_at) < tonumber(ARGV[1]) then
     base = redis.call('HGET', h, 'last')
   end
   redis.call('HSET', h, 'w', ARGV[1], 'b', base)
@@ -54,6 +59,92 @@ redis.call('HSET', h, 'last', ARGV[2], 'lt', ARGV[3])
 redis.call('PEXPIRE', h, ARGV[5])
 return redis.call('HGET', h, 'b')
 """
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFacts:
+    stops: float  # ms the key stops working (inf: no end)
+    plan: str
+    daily_cap: int  # the owner's daily unit cap, 0: the plan's
+    created_at: int
+    reading: dict[str, dict[str, int]]  # today's and yesterday's counters, by day
+
+
+async def key_facts(
+    redis: Any, prefix: str, keys: list[tuple[str, float]], now: int
+) -> dict[str, KeyFacts]:
+    """(key id, stops) -> what the rules read of each key: two pipelines."""
+    pipe = redis.pipeline(transaction=False)
+    for key_id, _ in keys:
+        pipe.get(ks.key_index(prefix, key_id))
+    hashes = await pipe.execute()
+    known = [(k, h) for k, h in zip(keys, hashes, strict=True) if h]
+    if not known:
+        return {}
+    today = now // DAY_MS
+    days = (today - 1, today)
+    pipe = redis.pipeline(transaction=False)
+    for _, khash in known:
+        pipe.hmget(ks.record_key(prefix, khash), "plan", "dcap", "created")
+        for day in days:
+            pipe.hmget(ks.usage_day(prefix, khash, day), *COUNTERS)
+    replies = await pipe.execute()
+    facts = {}
+    for i, ((key_id, stops), _) in enumerate(known):
+        (plan, dcap, created), *per_day = replies[3 * i : 3 * i + 3]
+        reading = {
+            str(day): {c: int(v or 0) for c, v in zip(COUNTERS, values, strict=True)}
+            for day, values in zip(days, per_day, strict=True)
+        }
+        facts[key_id] = KeyFacts(
+            float(stops),
+            plan or "",
+            int(dcap) if dcap and dcap.isdigit() else 0,
+            int(created) if created and created.isdigit() else 0,
+            reading,
+        )
+    return facts
+
+
+async def record_readings(
+    redis: Any, prefix: str, pairs: list[tuple[dict[str, Any], str, KeyFacts]], now: int
+) -> list[dict[str, dict[str, int]]]:
+    """Store each (windowed rule, key id, facts) reading; each one's window baseline."""
+    if not pairs:
+        return []
+    pipe = redis.pipeline(transaction=False)
+    for rule, key_id, facts in pairs:
+        span = rule["window_s"] * 1000
+        start = rules.window_start(rule["rule"], rule["window_s"], now, math.inf)
+        reading = orjson.dumps(facts.reading)
+        fresh = facts.created_at >= int(rule.get("created_at", 0))
+        # EVAL, not EVALSHA: a Cluster pipeline loads no scripts (off the hot path)
+        pipe.eval(
+            READINGS_LUA,
+            1,
+            ks.alert_readings(prefix, rule["id"], key_id),
+            start,
+            reading,
+            now,
+            start - span,
+            3 * span,
+            NO_READING if fresh else reading,
+        )
+    return [orjson.loads(b) for b in await pipe.execute()]
+
+
+async def seed_readings(redis: Any, prefix: str, account_id: str, rule: dict[str, Any]) -> None:
+    """A new windowed rule's first readings of the account's working keys, so it counts
+    from the moment it was made."""
+    if not rules.RULES[rule["rule"]].windowed:
+        return
+    now = int(rule["created_at"])
+    working = await redis.zrangebyscore(
+        ks.account_working(prefix, account_id), now, "+inf", withscores=True
+    )
+    facts = await key_facts(redis, prefix, list(working), now)
+    seeded = {**rule, "created_at": now + 1}  # keys made before now: read, not from zero
+    await record_readings(redis, prefix, [(seeded, k, f) for k, f in facts.items()], now)
 
 
 class Evaluator:
@@ -94,61 +185,30 @@ class Evaluator:
             pipe.hkeys(ks.alert_webhooks(p, account_id))
             pipe.zrangebyscore(ks.account_working(p, account_id), now, "+inf", withscores=True)
         replies = await pipe.execute()
-        work: list[tuple[str, list[dict[str, Any]], list[str], list[tuple[str, float]]]] = []
+        work: list[_Account] = []
         for i, account_id in enumerate(accounts):
             raw_rules, hooks, working = replies[3 * i : 3 * i + 3]
             if raw_rules and hooks and working:
                 found = [orjson.loads(v) for v in raw_rules.values()]
                 work.append((account_id, found, list(hooks), list(working)))
-        keys = [(a, key_id, stops) for a, _, _, working in work for key_id, stops in working]
+        keys = [(key_id, stops) for _, _, _, working in work for key_id, stops in working]
         if not keys:
             return 0
-        facts = await self._key_facts(keys, now)
+        facts = await key_facts(self._redis, p, keys, now)
         candidates = await self._conditions(work, facts, now)
         return await self._fire(candidates, now)
 
-    async def _key_facts(
-        self, keys: list[tuple[str, str, float]], now: int
-    ) -> dict[str, tuple[float, int, dict[str, dict[str, int]]]]:
-        """key id -> (expiry ms or inf, daily quota or 0, reading of today and yesterday)."""
-        p = self._prefix
-        pipe = self._redis.pipeline(transaction=False)
-        for _, key_id, _ in keys:
-            pipe.get(ks.key_index(p, key_id))
-        hashes = await pipe.execute()
-        today = now // DAY_MS
-        days = (today - 1, today)
-        pipe = self._redis.pipeline(transaction=False)
-        known = [(k, h) for k, h in zip(keys, hashes, strict=True) if h]
-        for _, khash in known:
-            pipe.hmget(ks.record_key(p, khash), "plan", "dcap")
-            for day in days:
-                pipe.hmget(ks.usage_day(p, khash, day), *COUNTERS)
-        replies = await pipe.execute()
-        facts = {}
-        for i, ((_, key_id, stops), _) in enumerate(known):
-            (plan, dcap), *per_day = replies[3 * i : 3 * i + 3]
-            reading = {
-                str(day): {c: int(v or 0) for c, v in zip(COUNTERS, values, strict=True)}
-                for day, values in zip(days, per_day, strict=True)
-            }
-            facts[key_id] = (float(stops), self._quota(plan, dcap), reading)
-        return facts
-
-    def _quota(self, plan: str | None, dcap: str | None) -> int:
+    def _quota(self, facts: KeyFacts) -> int:
         try:
-            quota = self._cfg.plan(plan or "").daily_quota
+            quota = self._cfg.plan(facts.plan).daily_quota
         except KeyError:
             quota = 0
-        cap = int(dcap) if dcap and dcap.isdigit() else 0
-        return min(q for q in (quota, cap) if q) if quota or cap else 0
+        caps = [q for q in (quota, facts.daily_cap) if q]
+        return min(caps) if caps else 0
 
     async def _conditions(
-        self,
-        work: list[tuple[str, list[dict[str, Any]], list[str], list[tuple[str, float]]]],
-        facts: dict[str, tuple[float, int, dict[str, dict[str, int]]]],
-        now: int,
-    ) -> list[tuple[str, list[str], dict[str, Any], str, float, int]]:
+        self, work: list[_Account], facts: dict[str, KeyFacts], now: int
+    ) -> list[_Fired]:
         """(account, webhooks, rule, key id, value, window start) of each condition that holds."""
         pairs = [
             (account_id, hooks, rule, key_id)
@@ -157,51 +217,34 @@ class Evaluator:
             for key_id, _ in working
             if key_id in facts and rule.get("rule") in rules.RULES
         ]
-        bases: list[Any] = []
         windowed = [pair for pair in pairs if rules.RULES[pair[2]["rule"]].windowed]
-        if windowed:
-            pipe = self._redis.pipeline(transaction=False)
-            for _, _, rule, key_id in windowed:
-                span = rule["window_s"] * 1000
-                start = rules.window_start(rule["rule"], rule["window_s"], now, math.inf)
-                # EVAL, not EVALSHA: a Cluster pipeline loads no scripts (off the hot path)
-                pipe.eval(
-                    READINGS_LUA,
-                    1,
-                    ks.alert_readings(self._prefix, rule["id"], key_id),
-                    start,
-                    orjson.dumps(facts[key_id][2]),
-                    now,
-                    start - span,
-                    3 * span,
-                )
-            bases = list(await pipe.execute())
+        bases = await record_readings(
+            self._redis, self._prefix, [(r, k, facts[k]) for _, _, r, k in windowed], now
+        )
         base_of = {
-            (rule["id"], key_id): orjson.loads(b)
-            for (_, _, rule, key_id), b in zip(windowed, bases, strict=True)
+            (rule["id"], key_id): base
+            for (_, _, rule, key_id), base in zip(windowed, bases, strict=True)
         }
         out = []
         for account_id, hooks, rule, key_id in pairs:
-            stops, quota, reading = facts[key_id]
+            key = facts[key_id]
             name = rule["rule"]
             value = rules.value_of(
                 name,
                 now_ms=now,
-                expires_ms=stops,
-                quota=quota,
-                today=reading[str(now // DAY_MS)],
-                now=reading,
-                base=base_of.get((rule["id"], key_id), reading),
+                expires_ms=key.stops,
+                quota=self._quota(key),
+                today=key.reading[str(now // DAY_MS)],
+                now=key.reading,
+                base=base_of.get((rule["id"], key_id), key.reading),
                 min_calls=self._cfg.alerts.error_min_calls,
             )
             if value is not None and rules.fires(name, value, float(rule["threshold"])):
-                start = rules.window_start(name, rule["window_s"], now, stops)
+                start = rules.window_start(name, rule["window_s"], now, key.stops)
                 out.append((account_id, hooks, rule, key_id, value, start))
         return out
 
-    async def _fire(
-        self, candidates: list[tuple[str, list[str], dict[str, Any], str, float, int]], now: int
-    ) -> int:
+    async def _fire(self, candidates: list[_Fired], now: int) -> int:
         if not candidates:
             return 0
         p = self._prefix
@@ -216,7 +259,7 @@ class Evaluator:
             if not ok:
                 continue
             fired += 1
-            body = event_body(
+            body = queue.event_body(
                 rule["rule"], account_id, key_id, value, rule["threshold"], rule["window_s"], now
             )
             for webhook_id in hooks:
@@ -227,3 +270,9 @@ class Evaluator:
         if fired:
             self._fired()
         return fired
+
+
+# (account id, its rules, its webhook ids, its working keys (id, stops ms))
+_Account = tuple[str, list[dict[str, Any]], list[str], list[tuple[str, float]]]
+# (account id, webhook ids, rule, key id, value, window start ms)
+_Fired = tuple[str, list[str], dict[str, Any], str, float, int]

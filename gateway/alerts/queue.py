@@ -15,6 +15,7 @@ attempts, last error) is kept two days; the webhook's log lists its latest
 from __future__ import annotations
 
 import secrets
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -141,3 +142,30 @@ async def log_of(
             }
         )
     return out
+
+
+def event_body(
+    rule: str,
+    account_id: str,
+    key_id: str | None,
+    value: float,
+    threshold: float,
+    window_s: int,
+    at_ms: int,
+) -> dict[str, Any]:
+    """What a webhook receives: ``{id, rule, account, key_id, value, threshold, window_s, at}``."""
+    return {
+        "id": new_id("evt"),
+        "rule": rule,
+        "account": account_id,
+        "key_id": key_id,
+        "value": value,
+        "threshold": threshold,
+        "window_s": window_s,
+        "at": _iso(at_ms),
+    }
+
+
+def _iso(ms: int) -> str:
+    stamp = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+    return f"{stamp}{ms % 1000:03d}Z"

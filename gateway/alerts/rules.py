@@ -67,7 +67,9 @@ def checked_rule(rule: str, threshold: object, window_s: object = None) -> tuple
         raise RuleRefused(f"the rule must be one of {', '.join(RULES)}")
     n = _number(threshold, "threshold")
     if not kind.low <= n <= kind.high:
-        raise RuleRefused(f"the threshold of {rule} must be {_show(kind.low)} to {_show(kind.high)}")
+        raise RuleRefused(
+            f"the threshold of {rule} must be {_show(kind.low)} to {_show(kind.high)}"
+        )
     if rule == "key_expiring_days" and not n.is_integer():
         raise RuleRefused("the threshold of key_expiring_days must be a whole number of days")
     if not kind.windowed:
@@ -77,7 +79,9 @@ def checked_rule(rule: str, threshold: object, window_s: object = None) -> tuple
         return rule, n, DEFAULT_WINDOW_S
     w = _number(window_s, "window_s")
     if not w.is_integer() or not MIN_WINDOW_S <= w <= MAX_WINDOW_S:
-        raise RuleRefused(f"the window (window_s) must be whole seconds, {MIN_WINDOW_S} to {MAX_WINDOW_S}")
+        raise RuleRefused(
+            f"the window (window_s) must be whole seconds, {MIN_WINDOW_S} to {MAX_WINDOW_S}"
+        )
     return rule, n, int(w)
 
 

@@ -50,7 +50,8 @@ async def test_add_a_webhook_and_a_rule_and_send_a_test(
         webhook_id = hook.attrs["data-webhook-id"]
 
         resp = await user.post(
-            "/dashboard/alerts/rules", {"rule": "rate_limited", "threshold": "50", "window_s": "300"}
+            "/dashboard/alerts/rules",
+            {"rule": "rate_limited", "threshold": "50", "window_s": "300"},
         )
         assert resp.status == 303 and resp.headers["Location"].endswith("msg=rule-added")
         page = await user.get("/dashboard/alerts")

@@ -18,14 +18,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 from redis.asyncio import Redis
 
 from gateway.alerts import api
 from gateway.app import create_app
 from gateway.config import Config
 from gateway.demo.mocknode import MockNode
-from gateway.redis import keyspace as ks
 from gateway.store.accounts import DAY_MS, Store
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.waiting import eventually
@@ -59,25 +57,16 @@ async def _calls(base: str, key: str, n: int, method: str = "eth_chainId") -> li
         return list(await asyncio.gather(*(one() for _ in range(n))))
 
 
-async def _read_once(redis: Redis, prefix: str, rule_id: str, key_id: str) -> None:
-    """Wait until the evaluator has read the key for the rule (its window's baseline)."""
-
-    async def read() -> bool:
-        return bool(await redis.exists(ks.alert_readings(prefix, rule_id, key_id)))
-
-    await eventually(read, 10, "the evaluator's first reading")
-
-
 async def test_a_key_over_its_rate_limit_gets_exactly_one_rate_limited_delivery(
     client: Client, store: Store, account: str, config: Config, redis: Redis, prefix: str
 ) -> None:
-    key, record = await store.create_key(account, name="busy")
     base = str(client.make_url("")).rstrip("/")
     async with receiver() as rec:
         await _webhook(store, config, account, rec)
         rule = await api.create_rule(store, config.alerts, account, "rate_limited", 5)
         assert rule["window_s"] == 300
-        await _read_once(redis, prefix, rule["id"], record.id)
+        # a key made after its rule counts from zero: called before the evaluator's next tick
+        key, record = await store.create_key(account, name="busy")
         statuses = await _calls(base, key, 80)  # the free plan's burst is 50
         refused = statuses.count(429)
         assert refused > 5, statuses
@@ -87,7 +76,16 @@ async def test_a_key_over_its_rate_limit_gets_exactly_one_rate_limited_delivery(
         assert event["account"] == account and event["threshold"] == 5
         assert event["window_s"] == 300 and event["value"] > 5
         assert event["id"].startswith("evt_") and event["at"].endswith("Z")
-        assert set(event) == {"id", "rule", "account", "key_id", "value", "threshold", "window_s", "at"}
+        assert set(event) == {
+            "id",
+            "rule",
+            "account",
+            "key_id",
+            "value",
+            "threshold",
+            "window_s",
+            "at",
+        }
         more = await _calls(base, key, 40)  # still over, same window: no second alert
         assert 429 in more
         ticks = 3.5 * config.alerts.interval_s
@@ -151,7 +149,7 @@ async def test_quota_percent_fires_once_the_day_s_units_reach_it(
 ) -> None:
     await store.set_plan(account, "payg")  # 20 units a day in this module's config
     key, record = await store.create_key(account, name="metered")
-    idle, _ = await store.create_key(account, name="idle")
+    await store.create_key(account, name="idle")
     base = str(client.make_url("")).rstrip("/")
     async with receiver() as rec:
         await _webhook(store, config, account, rec)
@@ -198,8 +196,14 @@ async def test_error_percent_fires_once_enough_calls_fail(
     base = str(client.make_url("")).rstrip("/")
     async with receiver() as rec:
         await _webhook(store, config, account, rec)
-        rule = await api.create_rule(store, config.alerts, account, "error_percent", 50)
-        await _read_once(redis, prefix, rule["id"], record.id)
+        # counted from the rule's making: the key's earlier calls are not in it
+        assert set(await _calls(base, key, 30, "eth_blockNumber")) == {200}
+
+        async def flushed() -> bool:  # each process writes its counts once a second
+            return (await store.usage(record.id)).total == 30
+
+        await eventually(flushed, 10, "the 30 calls to be counted")
+        await api.create_rule(store, config.alerts, account, "error_percent", 50)
         node = mock_nodes["bsc"]
         node.options = dataclasses.replace(node.options, error_rate=1.0)  # every call fails
         few = config.alerts.error_min_calls - 5

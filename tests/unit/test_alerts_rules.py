@@ -72,7 +72,9 @@ def test_conditions() -> None:
     assert _value("quota_percent", quota=200, today={"cu": 150}) == 75.0
     assert _value("quota_percent", quota=0, today={"cu": 150}) is None  # no quota: never
     assert _value("key_expiring_days", expires_ms=NOW + DAY_MS // 2) == 0.5
-    assert _value("key_expiring_days") is None and _value("key_expiring_days", expires_ms=NOW) is None
+    assert (
+        _value("key_expiring_days") is None and _value("key_expiring_days", expires_ms=NOW) is None
+    )
     assert _value("rate_limited", now={"1": {"lim": 9}}, base={"1": {"lim": 2}}) == 7
     one_of_one = {"1": {"req": 1, "ans": 1}}
     assert _value("error_percent", now=one_of_one) is None  # 1 of 1 is not "100 %"
@@ -109,6 +111,11 @@ def test_address_classes() -> None:
         assert not is_public(private), private
     assert parse_url("https://example.com/x", False) == ("https", "example.com")
     assert parse_url("http://127.0.0.1:9/x", True) == ("http", "127.0.0.1")
-    for bad in ("http://example.com/", "https://example.com:port/", "https://h/#frag", "https://é.com/"):
+    for bad in (
+        "http://example.com/",
+        "https://example.com:port/",
+        "https://h/#frag",
+        "https://é.com/",
+    ):
         with pytest.raises(TargetRefused):
             parse_url(bad, False)
