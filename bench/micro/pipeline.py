@@ -17,6 +17,12 @@ figure is its CPU time (``time.process_time``) over the calls, best of
 The reference point is eRPC's published Go executor, 11 to 12 µs per forward
 (its ``specs/failsafe-perf-report.md``, Apple M1 Pro): the goal for this
 figure is at most 25 µs, about twice Go's.
+
+``--alerts off`` turns the usage alerts off (``alerts.enabled``); on (the
+shipped default), the bench account has a rule and a webhook, so each
+process's evaluator reads its counters every ``alerts.interval_s`` beside the
+calls: A B runs show what alerts cost a call (their timer's CPU is in this
+process's CPU time too).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from aiohttp import web
 from bench.loadgen import _new_loop
 from bench.micro.common import Row, add_common, emit, pin_self, private_redis, where
 from gateway import typedefs as T
+from gateway.alerts import api as alerts_api
 from gateway.app import HANDLERS, create_app
 from gateway.config import config_from_dict
 from gateway.demo.chainnode import Chain, start_chain_node
@@ -85,6 +92,7 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
                     "opbnb": {"upstreams": [other.url], "block_time_s": 0},
                 },
                 "upstream": {"probe_interval_s": 60},
+                "alerts": {"enabled": args.alerts == "on"},
             }
         )
         app = create_app(cfg)
@@ -94,6 +102,10 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
             store = app[T.STORE]
             account = await store.create_account("bench@example.com", "bench password")
             key, _ = await store.create_key(account.id, name="bench")
+            if args.alerts == "on":  # work for the evaluator: one rule on the bench key
+                hook = "https://93.184.216.34/bench"  # public; the rule never fires
+                await alerts_api.create_webhook(store, cfg.alerts, account.id, hook)
+                await alerts_api.create_rule(store, cfg.alerts, account.id, "rate_limited", 10**6)
             pipeline = next(h.pipeline for h in app[HANDLERS] if h.network.name == "bsc")
             await app[T.POOLS]["bsc"].probe_once()
             ip = "203.0.113.7"
@@ -130,7 +142,8 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
             await other.close()
     setup = (
         f"Pipeline.run + settle + record per call, every call a cache hit, leased admission, "
-        f"best of {args.repeats}; {where(plan, 'Redis and the mock node', 'benchmark')}; "
+        f"best of {args.repeats}; alerts {args.alerts}; "
+        f"{where(plan, 'Redis and the mock node', 'benchmark')}; "
         "node calls: those made during the measured calls (0: every call was a hit)"
     )
     return rows, {"setup": setup, "machine": machine}
@@ -144,6 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_common(p)
     p.add_argument("--repeats", type=int, default=3, help="runs per call shape; best is kept")
+    p.add_argument(
+        "--alerts", choices=("on", "off"), default="on", help="usage alerts (default on, shipped)"
+    )
     args = p.parse_args(argv)
     loop = _new_loop()
     try:
@@ -155,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         info["setup"],
         rows,
         as_json=args.json,
-        params={"seconds": args.seconds, "repeats": args.repeats},
+        params={"seconds": args.seconds, "repeats": args.repeats, "alerts": args.alerts},
         machine=info["machine"],
         cpu_label="CPU µs/call",
     )

@@ -8,10 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from gateway.config import Config
+from gateway.redis import keyspace as ks
 from tests.helpers.config import Client, MakeConfig
-from tests.helpers.dashboard import User, new_email, parse
+from tests.helpers.dashboard import PASSWORD, User, new_email, parse
 from tests.helpers.waiting import eventually
 from tests.helpers.webhooks import receiver
 
@@ -120,3 +122,29 @@ async def test_no_change_without_the_csrf_token_or_on_another_account(
         resp = await other.post(f"/dashboard/alerts/webhooks/{webhook_id}/{action}")
         assert resp.status == 404, action
     assert (await owner.get("/dashboard/alerts")).find_all(data_testid="webhook")
+
+
+async def test_deleting_the_account_removes_its_webhooks_and_rules(
+    client: Client, aiohttp_client: AiohttpClient, redis: Redis, prefix: str
+) -> None:
+    user = await _user(client, aiohttp_client)
+    resp = await user.post("/dashboard/alerts/webhooks", {"url": "https://93.184.216.34/h"})
+    assert resp.status == 200
+    await user.get("/dashboard/alerts")
+    resp = await user.post("/dashboard/alerts/rules", {"rule": "quota_percent", "threshold": "80"})
+    assert resp.status == 303
+    account_id = str(await redis.get(ks.email(prefix, user.email)))
+    assert (
+        await redis.exists(
+            ks.alert_webhooks(prefix, account_id), ks.alert_rules(prefix, account_id)
+        )
+        == 2
+    )
+    assert await redis.sismember(ks.alert_accounts(prefix), account_id)
+    await user.get("/dashboard/security")
+    form = {"current_password": PASSWORD, "confirm": "DELETE"}
+    assert (await user.post("/dashboard/security/delete", form)).status == 200
+    assert not await redis.exists(
+        ks.alert_webhooks(prefix, account_id), ks.alert_rules(prefix, account_id)
+    )
+    assert not await redis.sismember(ks.alert_accounts(prefix), account_id)
