@@ -2,13 +2,14 @@
 path already keeps and fires the rules whose condition holds.
 
 It runs beside the hot path, on the Store's own Redis client, and adds
-nothing to a call. Per tick: the accounts that have rules (one set), their
-rules, webhooks and working keys (one pipeline), the keys' records and
-today's and yesterday's day counters (one pipeline), one readings script per
-windowed rule and key (one pipeline), then one ``SET NX PX`` per rule whose
-condition holds, named after the rule, the key and the window's start: of
-any number of processes and replicas exactly one wins it, and only the
-winner queues the deliveries.
+nothing to a call. Per tick: the accounts that have rules (one set), the
+buckets of them this process claims for this interval (one pipeline; see
+``Evaluator.tick``), then per ten accounts their rules, webhooks and working
+keys (one pipeline), the keys' records and today's and yesterday's day
+counters (one pipeline), one readings script per windowed rule and key (one
+pipeline), and one ``SET NX PX`` per rule whose condition holds, named after
+the rule, the key and the window's start: of any number of processes and
+replicas exactly one wins it, and only the winner queues the deliveries.
 
 A windowed rule (``rate_limited``, ``error_percent``) counts from the
 reading taken when its window began: the last reading of the previous
@@ -23,6 +24,7 @@ import asyncio
 import logging
 import math
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,8 @@ log = logging.getLogger("gateway.alerts")
 
 COUNTERS = ("cu", "lim", "req", "err", "ans")
 NO_READING = b"{}"  # the baseline of a key made after its rule: every count is new
+BUCKETS = 64  # the accounts' share-out between processes (claimed per interval)
+CHUNK = 10  # accounts read per round of pipelines
 
 # KEYS[1] the rule's readings of one key  ARGV[1] window start (ms)  ARGV[2] this
 # reading (JSON)  ARGV[3] now (ms)  ARGV[4] previous window's start (ms)  ARGV[5] TTL
@@ -173,12 +177,42 @@ class Evaluator:
             await asyncio.sleep(self._cfg.alerts.interval_s)
 
     async def tick(self) -> int:
-        """Evaluate every rule of every account once; how many fired here."""
+        """Evaluate the accounts this process claims for this interval; how many fired here.
+
+        The accounts fall in ``BUCKETS`` fixed buckets (by a hash of their id);
+        each interval, the first process to reach a bucket claims it (``SET NX``)
+        and evaluates it, so the work is shared by every process and replica,
+        not repeated by each. A bucket's accounts are read ``CHUNK`` at a time,
+        yielding to the event loop in between, so a tick never holds the loop
+        for long.
+        """
         now = self._clock_ms()
         p = self._prefix
-        accounts = sorted(await self._redis.smembers(ks.alert_accounts(p)))
+        accounts = await self._redis.smembers(ks.alert_accounts(p))
         if not accounts:
             return 0
+        buckets: dict[int, list[str]] = {}
+        for account_id in sorted(accounts):
+            buckets.setdefault(zlib.crc32(account_id.encode()) % BUCKETS, []).append(account_id)
+        span = max(1, int(self._cfg.alerts.interval_s * 1000))
+        period = now // span
+        pipe = self._redis.pipeline(transaction=False)
+        for bucket in buckets:
+            pipe.set(ks.alert_tick(p, bucket, period), 1, nx=True, px=2 * span)
+        won = await pipe.execute()
+        mine = [a for bucket, ok in zip(buckets, won, strict=True) if ok for a in buckets[bucket]]
+        fired = 0
+        for i in range(0, len(mine), CHUNK):
+            fired += await self._evaluate(mine[i : i + CHUNK])
+            await asyncio.sleep(0)
+        if fired:
+            self._fired()
+        return fired
+
+    async def _evaluate(self, accounts: list[str]) -> int:
+        """Evaluate every rule of ``accounts``; how many fired."""
+        now = self._clock_ms()
+        p = self._prefix
         pipe = self._redis.pipeline(transaction=False)
         for account_id in accounts:
             pipe.hgetall(ks.alert_rules(p, account_id))
@@ -267,8 +301,6 @@ class Evaluator:
                     self._redis, p, account_id, webhook_id, body, now, self._cfg.alerts.log_cap
                 )
             log.info("alert fired rule=%s key_id=%s value=%s", rule["rule"], key_id, value)
-        if fired:
-            self._fired()
         return fired
 
 

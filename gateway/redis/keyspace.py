@@ -48,6 +48,7 @@ Usage alerts (gateway/alerts; ``{<acct>}`` tags an account's alert state):
     p:al:q               deliveries due (sorted set "<acct> <id>" -> due ms)
     p:al:w:{<rule>:<key id>}          a rule's counter readings for one key
     p:al:f:{<rule>:<key id>}:<start>  the rule fired for the key in that window
+    p:al:t:<bucket>:<period>          a process evaluates that bucket of accounts then
 
 (``p:cache:<network>:...``, the shared response cache, is named by
 gateway/intel/sharedcache.py, which may import config only.)
@@ -236,3 +237,8 @@ def alert_readings(prefix: str, rule_id: str, key_id: str) -> str:
 def alert_fired(prefix: str, rule_id: str, key_id: str, window_start_ms: int) -> str:
     """Set once (NX) by the process that fires the rule for the key in that window."""
     return f"{prefix}:al:f:{{{rule_id}:{key_id}}}:{window_start_ms}"
+
+
+def alert_tick(prefix: str, bucket: int, period: int) -> str:
+    """Claimed (NX) by the one process that evaluates a bucket of accounts in a period."""
+    return f"{prefix}:al:t:{bucket}:{period}"
