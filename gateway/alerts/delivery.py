@@ -75,8 +75,11 @@ class Deliverer:
         async with aiohttp.ClientSession(
             connector=connector, timeout=timeout, trust_env=False, auto_decompress=False
         ) as http:
+            # a cancellation swallowed inside a redis-py command (see
+            # gateway.redis.flushing) still ends the loop: it checks cancelling()
+            me = asyncio.current_task()
             try:
-                while True:
+                while me is None or not me.cancelling():
                     await self._slots.acquire()
                     try:
                         claimed = await self._claim(

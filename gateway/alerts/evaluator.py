@@ -168,12 +168,20 @@ class Evaluator:
         self._clock_ms = clock_ms
 
     async def run(self) -> None:
-        """Tick every ``alerts.interval_s`` until cancelled (a failed tick is logged)."""
-        while True:
+        """Tick every ``alerts.interval_s`` until cancelled (a failed tick is logged).
+
+        A cancellation that lands inside a redis-py command can be swallowed
+        there (gateway.redis.flushing says how), so the loop also ends when
+        its task is being cancelled.
+        """
+        task = asyncio.current_task()
+        while task is None or not task.cancelling():
             try:
                 await self.tick()
             except Exception as exc:  # Redis away, a record half-written: next tick
                 log.warning("alert rules not evaluated: %s", exc)
+            if task is not None and task.cancelling():
+                return
             await asyncio.sleep(self._cfg.alerts.interval_s)
 
     async def tick(self) -> int:
