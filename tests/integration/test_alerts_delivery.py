@@ -57,6 +57,19 @@ async def _calls(base: str, key: str, n: int, method: str = "eth_chainId") -> li
         return list(await asyncio.gather(*(one() for _ in range(n))))
 
 
+async def _ticks_pass(redis: Redis, prefix: str, cfg: Config, n: int = 2) -> None:
+    """Wait until the evaluators have evaluated ``n`` more intervals (their claims show it),
+    plus the usage flush, so "no further delivery" is checked after real evaluations."""
+    span = int(cfg.alerts.interval_s * 1000)
+    target = int(time.time() * 1000) // span + n
+
+    async def evaluated() -> bool:
+        return bool(await redis.keys(f"{prefix}:al:t:*:{target}"))
+
+    await eventually(evaluated, (n + 3) * cfg.alerts.interval_s, f"{n} more evaluations")
+    await asyncio.sleep(0.5)  # the deliverer polls the queue every second
+
+
 async def test_a_key_over_its_rate_limit_gets_exactly_one_rate_limited_delivery(
     client: Client, store: Store, account: str, config: Config, redis: Redis, prefix: str
 ) -> None:
@@ -88,8 +101,7 @@ async def test_a_key_over_its_rate_limit_gets_exactly_one_rate_limited_delivery(
         }
         more = await _calls(base, key, 40)  # still over, same window: no second alert
         assert 429 in more
-        ticks = 3.5 * config.alerts.interval_s
-        await asyncio.sleep(ticks)  # a few evaluator ticks that must not fire again
+        await _ticks_pass(redis, prefix, config, 3)  # evaluations that must not fire again
         assert len(rec.got) == 1 and rec.refused == [], (rec.got, rec.refused)
 
 
@@ -119,7 +131,12 @@ async def test_a_failing_receiver_gets_the_delivery_on_the_third_attempt(
 
 
 async def test_two_gateways_on_one_redis_deliver_once(
-    make_config: MakeConfig, store: Store, account: str, aiohttp_server: AiohttpServer
+    make_config: MakeConfig,
+    store: Store,
+    account: str,
+    aiohttp_server: AiohttpServer,
+    redis: Redis,
+    prefix: str,
 ) -> None:
     cfg = make_config({"alerts": ALERTS, "plans": {"payg": {"daily_quota": 10}}})
     first = await aiohttp_server(create_app(cfg))
@@ -136,7 +153,7 @@ async def test_two_gateways_on_one_redis_deliver_once(
         got = await rec.wait_for(2)
         assert [e["rule"] for e in got] == ["test", "quota_percent"]
         assert got[1]["key_id"] == record.id and got[1]["value"] >= 50
-        await asyncio.sleep(3.5 * cfg.alerts.interval_s)  # both evaluators tick again
+        await _ticks_pass(redis, prefix, cfg, 3)  # both evaluators tick again
         assert len(rec.got) == 2 and rec.tries == 2, rec.got
 
 
@@ -145,7 +162,7 @@ async def _hooks(store: Store, cfg: Config, account: str) -> list[str]:
 
 
 async def test_quota_percent_fires_once_the_day_s_units_reach_it(
-    client: Client, store: Store, account: str, config: Config
+    client: Client, store: Store, account: str, config: Config, redis: Redis, prefix: str
 ) -> None:
     await store.set_plan(account, "payg")  # 20 units a day in this module's config
     key, record = await store.create_key(account, name="metered")
@@ -155,18 +172,18 @@ async def test_quota_percent_fires_once_the_day_s_units_reach_it(
         await _webhook(store, config, account, rec)
         await api.create_rule(store, config.alerts, account, "quota_percent", 40)
         assert set(await _calls(base, key, 3)) == {200}  # 15 %: not yet
-        await asyncio.sleep(2.5 * config.alerts.interval_s)
+        await _ticks_pass(redis, prefix, config)
         assert rec.got == []
         assert set(await _calls(base, key, 6)) == {200}  # 45 % of the day's 20 units
         (event,) = await rec.wait_for(1)
         assert event["rule"] == "quota_percent" and event["key_id"] == record.id
         assert event["value"] >= 40 and event["window_s"] == 86_400
-        await asyncio.sleep(2.5 * config.alerts.interval_s)
+        await _ticks_pass(redis, prefix, config)
         assert len(rec.got) == 1, rec.got  # once a day; the idle key never reached it
 
 
 async def test_key_expiring_days_fires_for_the_expiring_key_only(
-    client: Client, store: Store, account: str, config: Config
+    client: Client, store: Store, account: str, config: Config, redis: Redis, prefix: str
 ) -> None:
     _, soon = await store.create_key(account, name="soon", expires_in_ms=2 * DAY_MS)
     await store.create_key(account, name="later", expires_in_ms=30 * DAY_MS)
@@ -179,7 +196,7 @@ async def test_key_expiring_days_fires_for_the_expiring_key_only(
         assert event["rule"] == "key_expiring_days" and event["key_id"] == soon.id
         assert 1.9 < event["value"] <= 2.0
         started = time.monotonic()
-        await asyncio.sleep(2.5 * config.alerts.interval_s)
+        await _ticks_pass(redis, prefix, config)
         assert len(rec.got) == 1, (rec.got, time.monotonic() - started)
 
 
@@ -209,7 +226,7 @@ async def test_error_percent_fires_once_enough_calls_fail(
         few = config.alerts.error_min_calls - 5
         for _ in range(few):  # all failing, but too few calls to judge
             assert (await _calls(base, key, 1, "eth_getBalance"))[0] != 200
-        await asyncio.sleep(2.5 * config.alerts.interval_s)
+        await _ticks_pass(redis, prefix, config)
         assert rec.got == []
         for _ in range(10):
             await _calls(base, key, 1, "eth_getBalance")
