@@ -22,6 +22,7 @@ from aiohttp import web
 
 from gateway import typedefs as T
 from gateway.admin import plug_admin
+from gateway.alerts import plug_alerts
 from gateway.config import Config, data_dir, load_config
 from gateway.dashboard import plug_dashboard
 from gateway.filters.setup import plug_filters
@@ -73,6 +74,7 @@ PLUGINS: tuple[Plugin, ...] = (
     plug_transactions,
     plug_dashboard,
     plug_tracing,
+    plug_alerts,
 )
 
 

@@ -36,6 +36,9 @@ _.address_family  # socketserver.TCPServer attribute (ops.metricsport): IPv6 bin
 _.error_count  # store.insightquery.MethodRow
 _.time_ms  # store.insightquery.LogRow
 
+# -- the functions the admin API calls (gateway.alerts.api), tested through them -
+_.delivery_log  # GET /admin/accounts/<email>/webhooks/<id>; tests/integration/test_alerts_*.py
+
 # -- demo nodes: the API the tests and bench drive (mine, reorg, inspect) --------
 _.advance  # demo.chainnode.ChainNode
 _.reorg  # demo.chainnode / demo.mockws Chain

@@ -17,6 +17,12 @@ figure is its CPU time (``time.process_time``) over the calls, best of
 The reference point is eRPC's published Go executor, 11 to 12 µs per forward
 (its ``specs/failsafe-perf-report.md``, Apple M1 Pro): the goal for this
 figure is at most 25 µs, about twice Go's.
+
+``--alerts off`` turns the usage alerts off (``alerts.enabled``); on (the
+shipped default), the bench account has a rule and a webhook, so each
+process's evaluator reads its counters every ``alerts.interval_s`` beside the
+calls: A B runs show what alerts cost a call (their timer's CPU is in this
+process's CPU time too).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from bench.micro.common import Row, add_common, emit, pin_self, private_redis, w
 from bench.procs import ManagedProcess
 from bench.stack import CpuPlan
 from gateway import typedefs as T
+from gateway.alerts import api as alerts_api
 from gateway.app import HANDLERS, create_app
 from gateway.config import config_from_dict
 from gateway.demo.chainnode import Chain, start_chain_node
@@ -107,6 +114,7 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
                 },
                 "upstream": {"probe_interval_s": 60},
                 "tracing": {"otlp_endpoint": otlp, "sample_ratio": args.tracing or 1.0},
+                "alerts": {"enabled": args.alerts == "on"},
             }
         )
         app = create_app(cfg)
@@ -116,6 +124,10 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
             store = app[T.STORE]
             account = await store.create_account("bench@example.com", "bench password")
             key, _ = await store.create_key(account.id, name="bench")
+            if args.alerts == "on":  # work for the evaluator: one rule on the bench key
+                hook = "https://93.184.216.34/bench"  # public; the rule never fires
+                await alerts_api.create_webhook(store, cfg.alerts, account.id, hook)
+                await alerts_api.create_rule(store, cfg.alerts, account.id, "rate_limited", 10**6)
             pipeline = next(h.pipeline for h in app[HANDLERS] if h.network.name == "bsc")
             await app[T.POOLS]["bsc"].probe_once()
             ip = "203.0.113.7"
@@ -152,7 +164,7 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
             await other.close()
     setup = (
         f"Pipeline.run + settle + record per call, every call a cache hit, leased admission, "
-        f"tracing {_tracing_label(args.tracing)}, "
+        f"tracing {_tracing_label(args.tracing)}, alerts {args.alerts}, "
         f"best of {args.repeats}; {where(plan, 'Redis and the mock node', 'benchmark')}; "
         "node calls: those made during the measured calls (0: every call was a hit)"
     )
@@ -184,6 +196,9 @@ def main(argv: list[str] | None = None) -> None:
         "bench.micro.otlpsink; tracing.sample_ratio RATIO, default 1); the figure "
         "includes the exporter thread's CPU",
     )
+    p.add_argument(
+        "--alerts", choices=("on", "off"), default="on", help="usage alerts (default on, shipped)"
+    )
     args = p.parse_args(argv)
     loop = _new_loop()
     try:
@@ -195,7 +210,12 @@ def main(argv: list[str] | None = None) -> None:
         info["setup"],
         rows,
         as_json=args.json,
-        params={"seconds": args.seconds, "repeats": args.repeats, "tracing": args.tracing},
+        params={
+            "seconds": args.seconds,
+            "repeats": args.repeats,
+            "tracing": args.tracing,
+            "alerts": args.alerts,
+        },
         machine=info["machine"],
         cpu_label="CPU µs/call",
     )

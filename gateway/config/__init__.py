@@ -9,6 +9,7 @@ May import: nothing.
 
 from gateway.config.addresses import listen_address
 from gateway.config.admin import AdminConfig, AdminToken
+from gateway.config.alerts import AlertsConfig
 from gateway.config.defaults import (
     DEFAULT_METHODS,
     DEFAULT_NETWORKS,
@@ -54,6 +55,7 @@ __all__ = [
     "AdminConfig",
     "AdminToken",
     "AdmissionConfig",
+    "AlertsConfig",
     "BuilderConfig",
     "CacheConfig",
     "Config",

@@ -22,6 +22,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from gateway.config.addresses import listen_address
 from gateway.config.adminload import admin_from_raw
+from gateway.config.alerts import alerts_problem
 from gateway.config.defaults import DEFAULT_NETWORKS, DEFAULT_PLANS, DEFAULT_WEIGHTS
 from gateway.config.listening import FiltersConfig
 from gateway.config.methods import NEVER_FREE, ExtraWeights, merge_weights, network_methods
@@ -122,6 +123,8 @@ def config_from_dict(raw: Mapping[str, Any], env: Mapping[str, str] | None = Non
     _floor("head.clock_skew_s", head.clock_skew_s, 0)
     _floor("head.inconsistent_cooldown_s", head.inconsistent_cooldown_s, 0, above=True)
     _check_filters(sections["filters"])
+    if (problem := alerts_problem(sections["alerts"])) is not None:
+        raise ConfigError(problem)
     _floor("limits.max_inflate_ratio", sections["limits"].max_inflate_ratio, 1)
     _floor("server.refused_linger_s", sections["server"].refused_linger_s, 0)
     if sections["insight"].interval_s <= 0 or sections["insight"].log_cap < 1:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.config.admin import AdminConfig
+from gateway.config.alerts import AlertsConfig
 from gateway.config.errors import ConfigError as ConfigError  # re-exported
 from gateway.config.head import HeadConfig
 from gateway.config.listening import FiltersConfig, WsConfig
@@ -347,6 +348,7 @@ class Config:
     tracing: TracingConfig = field(default_factory=TracingConfig)
     filters: FiltersConfig = field(default_factory=FiltersConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)  # read by config.adminload
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     networks: tuple[NetworkConfig, ...] = ()
     plans: tuple[PlanConfig, ...] = ()
     default_plan: str = "free"

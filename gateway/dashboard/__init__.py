@@ -5,7 +5,8 @@ run for dashboard paths only: RPC paths stay cookie-free and pay nothing
 for them. Pages are server-rendered with Jinja2; the only script is the
 copy button. All data goes through the shared ``Store``.
 
-May import: store, rpc.clientip (the client's address), config, typedefs, plugin.
+May import: store, rpc.clientip (the client's address), config, typedefs, plugin,
+alerts (the Alerts page's functions).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from aiohttp import web
 from gateway.config import Config
 from gateway.dashboard import (
     account_security,
+    alerts,
     auth,
     endpoints,
     key_insight,
@@ -76,6 +78,7 @@ def setup_dashboard(app: web.Application, cfg: Config) -> None:
     r.add_get("/plan", plan.plan_page)
     r.add_post("/plan", plan.switch_plan)
     r.add_get("/endpoints", endpoints.endpoints_page)
+    _alerts_routes(r)
     _security_routes(r)
     r.add_get("/keys/{key_id}/limits", key_insight.limits_page)
     r.add_post("/keys/{key_id}/limits", key_insight.save_limits)
@@ -85,6 +88,15 @@ def setup_dashboard(app: web.Application, cfg: Config) -> None:
     r.add_static("/static", _HERE / "static", name="static", append_version=True)
     app.add_subapp(PREFIX, dash)
     app.router.add_get("/", to_dashboard)
+
+
+def _alerts_routes(r: web.UrlDispatcher) -> None:
+    r.add_get("/alerts", alerts.alerts_page)
+    r.add_post("/alerts/webhooks", alerts.add_webhook)
+    r.add_post("/alerts/webhooks/{item_id}/test", alerts.test_webhook)
+    r.add_post("/alerts/webhooks/{item_id}/delete", alerts.remove_webhook)
+    r.add_post("/alerts/rules", alerts.add_rule)
+    r.add_post("/alerts/rules/{item_id}/delete", alerts.remove_rule)
 
 
 def _security_routes(r: web.UrlDispatcher) -> None:

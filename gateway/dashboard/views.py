@@ -32,6 +32,10 @@ MESSAGES: Mapping[str, str] = {
     "revoked": "The key was revoked. Requests with it are refused from now on.",
     "plan": "Your plan was changed. All your keys use it from their next request.",
     "same-plan": "You are already on that plan.",
+    "webhook-removed": "The webhook was removed. Nothing more is delivered to it.",
+    "test-queued": "A test delivery was queued; its row appears in the delivery log below.",
+    "rule-added": "The rule was added. It applies to every key of your account.",
+    "rule-removed": "The rule was removed.",
 }
 
 

@@ -43,6 +43,17 @@ Operator state (the admin API):
     p:cordons            hash "<network>/<node>" -> JSON {by, at}: nodes given no calls
     p:cordon             pub/sub channel: the cordons changed (every process re-reads)
     p:audit              list of JSON entries, newest first, capped (admin.audit_cap)
+Usage alerts (gateway/alerts; ``{<acct>}`` tags an account's alert state):
+
+    p:al:accts           set of the account ids that have alert rules
+    p:al:{<acct>}:wh     webhooks: id -> JSON (url, signing secret, created)
+    p:al:{<acct>}:ru     rules: id -> JSON (rule, threshold, window_s, created)
+    p:al:{<acct>}:lg:<w> a webhook's delivery log (sorted set delivery id -> ms)
+    p:al:{<acct>}:d:<id> one delivery: its body and state (JSON), kept 2 days
+    p:al:q               deliveries due (sorted set "<acct> <id>" -> due ms)
+    p:al:w:{<rule>:<key id>}          a rule's counter readings for one key
+    p:al:f:{<rule>:<key id>}:<start>  the rule fired for the key in that window
+    p:al:t:<bucket>:<period>          a process evaluates that bucket of accounts then
 
 (``p:cache:<network>:...``, the shared response cache, is named by
 gateway/intel/sharedcache.py, which may import config only.)
@@ -209,3 +220,46 @@ def cordon_channel(prefix: str) -> str:
 def audit_log(prefix: str) -> str:
     """The admin API's audit log: JSON entries, newest first, capped."""
     return f"{prefix}:audit"
+
+
+# -- usage alerts (gateway/alerts) ---------------------------------------------------
+def alert_accounts(prefix: str) -> str:
+    """The set of account ids with at least one alert rule (what the evaluator reads)."""
+    return f"{prefix}:al:accts"
+
+
+def alert_webhooks(prefix: str, account_id: str) -> str:
+    return f"{prefix}:al:{{{account_id}}}:wh"
+
+
+def alert_rules(prefix: str, account_id: str) -> str:
+    return f"{prefix}:al:{{{account_id}}}:ru"
+
+
+def alert_log(prefix: str, account_id: str, webhook_id: str) -> str:
+    """A webhook's recent deliveries: delivery id -> ms it was queued (capped)."""
+    return f"{prefix}:al:{{{account_id}}}:lg:{webhook_id}"
+
+
+def alert_delivery(prefix: str, account_id: str, delivery_id: str) -> str:
+    return f"{prefix}:al:{{{account_id}}}:d:{delivery_id}"
+
+
+def alert_queue(prefix: str) -> str:
+    """Deliveries by due time (ms); a process claims one by pushing its time forward."""
+    return f"{prefix}:al:q"
+
+
+def alert_readings(prefix: str, rule_id: str, key_id: str) -> str:
+    """One rule's counter readings of one key: its window's baseline and the last one."""
+    return f"{prefix}:al:w:{{{rule_id}:{key_id}}}"
+
+
+def alert_fired(prefix: str, rule_id: str, key_id: str, window_start_ms: int) -> str:
+    """Set once (NX) by the process that fires the rule for the key in that window."""
+    return f"{prefix}:al:f:{{{rule_id}:{key_id}}}:{window_start_ms}"
+
+
+def alert_tick(prefix: str, bucket: int, period: int) -> str:
+    """Claimed (NX) by the one process that evaluates a bucket of accounts in a period."""
+    return f"{prefix}:al:t:{bucket}:{period}"

@@ -19,8 +19,10 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway import typedefs as T
+from gateway.alerts import api as alerts_api
 from gateway.app import create_app
 from gateway.config import BuilderConfig, Config, NetworkConfig
+from gateway.demo.alertsink import AlertSink
 from gateway.demo.mockbuilder import lands_on, start_mock_builder
 from gateway.demo.mockws import Chain, start_ws_node
 from gateway.redis.embedded import RedisProcess
@@ -35,6 +37,9 @@ DEMO_BLOCK_TIME_S = {56: 0.45, 97: 0.45, 204: 0.25, 5611: 0.25}
 DEMO_FINALITY_DEPTH = 3
 
 DEMO_EMAIL = "demo@example.com"
+# The demo's alert rule: the free plan's burst is 50 calls, so 100 at once get
+# more than this many refused.
+DEMO_ALERT_THRESHOLD = 5
 DEMO_PASSWORD = "demo-password"
 
 
@@ -77,6 +82,8 @@ def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
             # No access log: a line per request would scroll the banner (the key,
             # the CLI line) away; the dashboard's Requests page shows the calls.
             server=dataclasses.replace(cfg.server, access_log=False),
+            # the demo's webhook receiver listens on loopback
+            alerts=dataclasses.replace(cfg.alerts, allow_private_targets=True),
         )
         app = create_app(demo_cfg)
 
@@ -92,7 +99,17 @@ def demo_app(cfg: Config) -> Iterator[Awaitable[web.Application]]:
         # first in, so last out: the pools and head followers stop before their
         # nodes do (stopped after them, each logged a probe failure on the way out)
         app.cleanup_ctx.insert(0, nodes_ctx)
-        app.on_startup.append(_demo_key)
+        sink = AlertSink(show=lambda line: print(line, flush=True))
+
+        async def sink_ctx(app: web.Application) -> AsyncIterator[None]:
+            await sink.start()
+            try:
+                yield
+            finally:
+                await sink.close()
+
+        app.cleanup_ctx.insert(0, sink_ctx)
+        app.on_startup.append(lambda app: _demo_key(app, sink))
         return app
 
     try:
@@ -107,7 +124,7 @@ def demo_block_time(chain_id: int) -> float:
     return DEMO_BLOCK_TIME_S.get(chain_id, DEMO_BLOCK_TIME_S[56])
 
 
-async def _demo_key(app: web.Application) -> None:
+async def _demo_key(app: web.Application, sink: AlertSink) -> None:
     cfg = app[T.CONFIG]
     store = app[T.STORE]
     acct = await store.create_account(DEMO_EMAIL, DEMO_PASSWORD, "free")
@@ -118,6 +135,35 @@ async def _demo_key(app: web.Application) -> None:
     base = f"http://{cfg.server.host}:{cfg.server.port}"
     print(_demo_banner(base, key, cfg.networks, cfg.redis.url), flush=True)
     print(f"Demo API key with private transactions on (mock builder): {private}\n", flush=True)
+    print(await _demo_alert(app, sink), flush=True)
+
+
+async def _demo_alert(app: web.Application, sink: AlertSink) -> str:
+    """One rate_limited rule and the loopback receiver as the account's webhook; the lines
+    that say how to see it fire."""
+    cfg = app[T.CONFIG]
+    store = app[T.STORE]
+    hook = await alerts_api.create_webhook(store, cfg.alerts, DEMO_EMAIL, sink.url)
+    sink.secret = hook["secret"]
+    await alerts_api.create_rule(
+        store, cfg.alerts, DEMO_EMAIL, "rate_limited", DEMO_ALERT_THRESHOLD, 300
+    )
+    base = f"http://{cfg.server.host}:{cfg.server.port}"
+    first = cfg.networks[0].prefix if cfg.networks else "/bsc"
+    body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+    return "\n".join(
+        [
+            f"Alerts: the demo account has a rule (more than {DEMO_ALERT_THRESHOLD} rate-limited "
+            "calls in 5 minutes) and a webhook",
+            f"on a receiver here ({sink.url}) that prints what it gets. Send 100 calls at once",
+            f"(the free plan's burst is 50) to see a rate_limited alert here within about "
+            f"{cfg.alerts.interval_s + 1:g} s, and on {base}/dashboard/alerts:",
+            f"  curl -sZ -o /dev/null -w '%{{http_code}}\\n' -X POST "
+            f"\"{base}{first}/$RPC_KEY?n=[1-100]\" -H 'Content-Type: application/json' "
+            f"-d '{body}' 2>/dev/null | sort | uniq -c",
+            "",
+        ]
+    )
 
 
 def _python() -> str:

@@ -101,8 +101,14 @@ class SecurityStore(SessionList, TwoFactor, ResetLinks):
             await pipe.execute()
         await self.end_sessions(account.id)
         await self.redis.delete(
-            ks.account_keys(self.prefix, account.id), ks.account_working(self.prefix, account.id)
+            ks.account_keys(self.prefix, account.id),
+            ks.account_working(self.prefix, account.id),
+            # its webhooks (URLs, signing secrets) and alert rules; queued
+            # deliveries find their webhook gone and are dropped
+            ks.alert_webhooks(self.prefix, account.id),
+            ks.alert_rules(self.prefix, account.id),
         )
+        await self.redis.srem(ks.alert_accounts(self.prefix), account.id)
         return revoked
 
     async def _revoke_all(self, account_id: str) -> int:
