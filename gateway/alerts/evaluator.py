@@ -16,6 +16,9 @@ reading taken when its window began: the last reading of the previous
 window if there is one (so calls right at the boundary count). A rule's
 first readings are taken when it is made (``seed_readings``); a key made
 after the rule counts from zero.
+
+It stays whole because a tick is one sequence of pipelines whose answers feed
+the next: split, each part would need the tick's whole state.
 """
 
 from __future__ import annotations
