@@ -5,7 +5,8 @@ most once per window, decided in Redis) and the deliverer (the Redis queue,
 retried with backoff); ``gateway.alerts.api`` is what the dashboard and the
 admin API call. Nothing here runs on a call's path.
 
-May import: config, redis.keyspace, store, typedefs, plugin.
+May import: config, redis.keyspace, store, typedefs, plugin, admin (its endpoints join the
+admin API through ``add_admin_routes``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway import typedefs as T
+from gateway.admin import add_admin_routes
+from gateway.alerts.adminroutes import add_alert_routes
 from gateway.alerts.delivery import Deliverer
 from gateway.alerts.evaluator import Evaluator
 from gateway.plugin import Parts
 
 
 def plug_alerts(app: web.Application, parts: Parts) -> None:
-    """Run the evaluator and the deliverer in this process when ``alerts.enabled``."""
+    """Run the evaluator and the deliverer in this process when ``alerts.enabled``;
+    the webhooks and rules of every account through the admin API either way."""
+    add_admin_routes(app, add_alert_routes)
     if parts.cfg.alerts.enabled:
         app.cleanup_ctx.append(_alerts_ctx)
 
