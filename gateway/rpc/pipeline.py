@@ -34,7 +34,6 @@ from gateway.rpc import replies as R
 from gateway.rpc import traced
 from gateway.rpc.forward import forward_calls
 from gateway.rpc.guard import LogsGuard
-from gateway.rpc.history import refuse_missing_state
 from gateway.rpc.ids import keep_raw_ids
 from gateway.rpc.insightrecord import record_answer
 from gateway.rpc.localmethods import (
@@ -284,7 +283,6 @@ class Pipeline:
             kind, reason = req.error
             return R.error_answer(kind, None, reason, headers)
         self.guard.after(req)
-        refuse_missing_state(self.pool, req)  # old state no node in service keeps
         followups = (
             await run_locals(self.local, self.reads, caller, req)
             if self.local.names(caller.transport)
