@@ -150,7 +150,11 @@ class Pipeline:
             return R.request_error(rpc.UNAUTHORIZED, req)
         method = _label(req)
         self.guard.before(req, khash)
-        async with self.slots:  # only now: the body is whole and the key well formed
+        slots = self.slots
+        # Only now: the body is whole and the key well formed. acquire/release
+        # rather than ``async with``: two coroutine layers fewer per call.
+        await slots.acquire()
+        try:
             admitted = await self._admit(caller, khash, req)
             if isinstance(admitted, R.Answer):
                 answer = admitted
@@ -158,6 +162,8 @@ class Pipeline:
                 answer = await self._answer(caller, khash, req, self.limit_headers(admitted))
             answer.key_id = admitted.key_id
             answer.known_key = bool(admitted.key_id)
+        finally:
+            slots.release()
         answer.method = method
         if req.is_batch:
             answer.calls = req.calls
@@ -283,9 +289,10 @@ class Pipeline:
             kind, reason = req.error
             return R.error_answer(kind, None, reason, headers)
         self.guard.after(req)
+        names = self.local.names(caller.transport)
         followups = (
             await run_locals(self.local, self.reads, caller, req)
-            if self.local.names(caller.transport)
+            if names and _calls_local(names, req.calls)
             else _NONE
         )
         try:
@@ -330,6 +337,14 @@ def _label(req: R.ParsedRequest) -> str:
     if len(methods) == 1:
         return methods.pop()
     return "batch" if methods else "-"
+
+
+def _calls_local(names: frozenset[str], calls: list[rpc.Call]) -> bool:
+    """Whether a valid call of ``calls`` names a local method (``run_locals`` has work)."""
+    for call in calls:
+        if call.error is None and call.method in names:
+            return True
+    return False
 
 
 async def run_locals(
