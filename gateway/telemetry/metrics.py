@@ -285,9 +285,9 @@ class NetworkMetrics:
         self._latency = latency = metrics.latency.labels(name)
         self._limited = metrics.rate_limited.labels(name)
         self._children: dict[tuple[str, int], Any] = {}
-        bounds = getattr(latency, "_upper_bounds", None)
-        buckets = getattr(latency, "_buckets", None)
-        total = getattr(latency, "_sum", None)
+        bounds: Any = getattr(latency, "_upper_bounds", None)
+        buckets: Any = getattr(latency, "_buckets", None)
+        total: Any = getattr(latency, "_sum", None)
         fast = (
             _value_of(self._limited) is not None
             and isinstance(bounds, list)
