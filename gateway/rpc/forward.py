@@ -18,6 +18,7 @@ from gateway.rpc import protocol as rpc
 from gateway.rpc import replies as R
 from gateway.rpc import traced
 from gateway.rpc.delivery import node_failed
+from gateway.rpc.history import refuse_missing_state
 from gateway.rpc.reads import Plans, Reads
 from gateway.rpc.relay import STREAM_OVER, Relay
 from gateway.rpc.sinks import ErrorCounts
@@ -102,6 +103,13 @@ async def forward_calls(
     else:
         plans = await traced.lookup(tracer, reads, forward, head)
     forward = [c for c in forward if c.local is None]
+    # Old state no node in service keeps: refused unasked. Only the misses are
+    # checked, since a cached answer for a block stays right (and is cheaper).
+    if forward and refuse_missing_state(pipe.pool, forward):
+        for call in forward:
+            if call.error is not None:
+                plans.pop(id(call), None)
+        forward = [c for c in forward if c.error is None]
     if not forward:
         return R.local_answer(req, headers)
     if not req.is_batch and plans:  # a lone read: coalesced, hedged, streamed when large

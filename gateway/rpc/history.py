@@ -11,10 +11,10 @@ here: the usual 502 answers then.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from gateway.rpc import protocol as rpc
-from gateway.rpc.replies import ParsedRequest
 from gateway.upstream.eligible import STATE_READS
 from gateway.upstream.pool import NodePool
 
@@ -22,12 +22,17 @@ from gateway.upstream.pool import NodePool
 MISSING_STATE: Final = rpc.ErrorKind(-32000, "missing trie node", 200, explained=False)
 
 
-def refuse_missing_state(pool: NodePool, req: ParsedRequest) -> None:
-    """Mark each state read whose block no node in service keeps with ``MISSING_STATE``."""
+def refuse_missing_state(pool: NodePool, calls: Sequence[rpc.Call]) -> bool:
+    """Mark each state read whose block no node in service keeps with ``MISSING_STATE``.
+
+    Asked only for the calls the cache did not answer: a cached answer for a
+    block stays right whichever nodes are in service. True: a call was marked.
+    """
     eligibility = pool.eligibility
     nodes = pool.nodes
     serving: bool | None = None
-    for call in req.calls:
+    refused = False
+    for call in calls:
         if call.error is not None or call.local is not None or call.method not in STATE_READS:
             continue
         block = eligibility.state_block(call.method, call.params, nodes)
@@ -36,10 +41,12 @@ def refuse_missing_state(pool: NodePool, req: ParsedRequest) -> None:
         if serving is None:
             serving = any(node.in_service() for node in nodes)
         if not serving:
-            return
+            return refused
+        refused = True
         call.error = MISSING_STATE
         call.reason = {
             "reason": f"the state of block {block} is kept only by archive nodes, "
             "and none is in service",
             "block": block,
         }
+    return refused

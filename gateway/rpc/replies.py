@@ -132,9 +132,16 @@ def refused_calls(req: ParsedRequest, headers: dict[str, str]) -> Answer:
 
 def local_answer(req: ParsedRequest, headers: dict[str, str]) -> Answer:
     """Answers made without a node: our errors, local methods, cached answers in a batch."""
+    calls = req.calls
+    if not req.is_batch and len(calls) == 1 and calls[0].local is not None:
+        # a lone cached or local answer (only a call with an id gets one): its bytes as
+        # they are, which is what dumping them as the one item's Fragment gives
+        if req.headers:
+            headers = {**headers, **req.headers}
+        return Answer(calls[0].local, req.status, headers)
     items: list[Any] = [
         orjson.Fragment(c.local) if c.local is not None else rpc.call_error_obj(c)
-        for c in req.calls
+        for c in calls
         if c.answered
     ]
     if not items:

@@ -24,9 +24,17 @@ BY_GATEWAY: Final = {CACHE_HEADER: "miss", NODE_HEADER: "gateway"}
 
 def served_headers(req: ParsedRequest) -> dict[str, str]:
     """The two headers for a request's answer."""
+    calls = req.calls
+    if len(calls) == 1:  # the usual request: one call, most often a cache hit
+        call = calls[0]
+        if call.has_id:  # answered; a notification takes the general path
+            served = call.served
+            if not served:
+                return dict(BY_GATEWAY)
+            return {CACHE_HEADER: served, NODE_HEADER: call.node or "gateway"}
     states: list[str] = []
     nodes: list[str] = []
-    for call in req.calls:
+    for call in calls:
         if not call.answered:
             continue
         if call.served:

@@ -210,3 +210,50 @@ async def test_bscs_own_reads_reach_the_node(
                 direct = await _post(chain_node, method, params)
                 assert answer.get("error") == direct[0].get("error"), method
                 assert node.calls(method) == [params]
+
+
+async def test_a_cached_old_state_answer_is_served_with_no_archive_in_service(
+    make_config: MakeConfig, api_key: str, chain_node: str
+) -> None:
+    """Only a cache miss is refused for old state: a final block's cached answer stays right."""
+    from gateway.typedefs import POOLS
+
+    async with NodeRelay(chain_node, state_blocks=128) as pruned:
+        archive = await NodeRelay(chain_node).__aenter__()
+        stopped = False
+        try:
+            nodes = [
+                {"url": pruned.url, "name": "full", "state_blocks": 128},
+                {"url": archive.url, "name": "archive", "archive": True},
+            ]
+            cfg = make_config(
+                {
+                    "server": {"metrics_listen": ""},
+                    "plans": {"free": {"rate": 1_000_000, "burst": 1_000_000}},
+                    "upstream": {"probe_interval_s": 0.2},
+                    "networks": {"bsc": {"upstreams": nodes}},
+                }
+            )
+            async with served(cfg) as gw:
+                await _in_service(gw, {"full", "archive"})
+                url = f"{gw.url}/bsc/{api_key}"
+                direct = await rpc(chain_node, "eth_getBalance", [OTHER, "0x1"])
+                answer, headers = await _post(url, "eth_getBalance", [OTHER, "0x1"])
+                assert answer["result"] == direct and headers["X-Gateway-Node"] == "archive"
+                await archive.__aexit__(None, None, None)  # the only archive node goes away
+                stopped = True
+                pool = gw.app[POOLS]["bsc"]
+                deadline = asyncio.get_running_loop().time() + 20
+                while any(n.in_service() for n in pool.nodes if n.name == "archive"):
+                    assert asyncio.get_running_loop().time() < deadline, "archive still in service"
+                    await asyncio.sleep(0.05)
+                answer, headers = await _post(url, "eth_getBalance", [OTHER, "0x1"])
+                assert answer["result"] == direct
+                assert headers["X-Gateway-Cache"] == "hit"
+                # a block the cache does not hold is refused unasked, as before
+                answer, _h = await _post(url, "eth_getBalance", [OTHER, "0x2"])
+                assert answer["error"]["message"].startswith("missing trie node")
+                assert pruned.calls("eth_getBalance") == []
+        finally:
+            if not stopped:
+                await archive.__aexit__(None, None, None)
