@@ -57,6 +57,8 @@ ADMIN_ROUTES: web.AppKey[list[Callable[[web.Application], None]]] = web.AppKey("
 CORDONS = web.AppKey("cordons", CordonBook)
 AUDIT = web.AppKey("audit", AuditLog)
 CONFIG_CHECK: web.AppKey[Callable[[], tuple[Config | None, list[str]]]] = web.AppKey("config_check")
+# Where a single process takes a checked config to serve next (server.inplace).
+CONFIG_APPLY: web.AppKey[Callable[[Config], None]] = web.AppKey("config_apply")
 # On the admin app: the gateway app it serves.
 ADMIN_SOURCE = web.AppKey("admin_source", web.Application)
 # Per admin request: the caller's token (name and role), and what a write did

@@ -8,10 +8,10 @@ listing them all. A config that loads is compared with the running one
 Where it is applied: under ``serve --workers N`` the supervisor answers
 this call itself and reloads as SIGHUP does (new workers start with the new
 config; the old ones drain once they listen: no call dropped). A single
-process has no supervisor to start new workers, so it answers the check
-and the changes with ``"applied": false``: restart it (or run it under
-``serve --workers``) to apply them. A process started without a config
-source (an app built in code) answers 409.
+``gateway serve`` process swaps apps inside itself the same way
+(``server.inplace``: ``T.CONFIG_APPLY``). An app served by someone else
+(gunicorn, one built in code) answers the check and the changes with
+``"applied": false``; one without a config source answers 409.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from gateway import typedefs as T
 from gateway.admin.calls import admin_source, answer, audit, json_error
 from gateway.config.diff import config_changes
 
-SINGLE_PROCESS = (
-    "a single process applies a new config when restarted; under serve --workers "
-    "the reload starts new workers with it and drains the old ones"
+NOT_HERE = (
+    "this process was not started by gateway serve: restart it to apply the new config "
+    "(gateway serve applies it in place, and serve --workers with new workers)"
 )
 
 
@@ -45,5 +45,11 @@ async def reload(request: web.Request) -> web.Response:
         audit(request, "reload", "config", ok=False, errors=len(problems))
         return answer({"ok": False, "applied": False, "errors": problems}, 400)
     changed = config_changes(source[T.CONFIG], cfg)
-    audit(request, "reload", "config", ok=True, changed=changed, applied=False)
-    return answer({"ok": True, "applied": False, "changed": changed, "note": SINGLE_PROCESS})
+    apply = source.get(T.CONFIG_APPLY)
+    if apply is not None:
+        apply(cfg)  # a new app with it listens, then this one drains (server.inplace)
+    applied = apply is not None
+    audit(request, "reload", "config", ok=True, changed=changed, applied=applied)
+    if applied:
+        return answer({"ok": True, "applied": True, "changed": changed})
+    return answer({"ok": True, "applied": False, "changed": changed, "note": NOT_HERE})

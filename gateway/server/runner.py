@@ -21,12 +21,12 @@ from collections.abc import Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from gateway import typedefs as T
 from gateway.app import create_app
 from gateway.config import Config, data_dir
 from gateway.ops.logsetup import setup_logging
 from gateway.redis.embedded import RedisProcess, ensure_embedded
 from gateway.server.demo import demo_app
+from gateway.server.inplace import InPlace
 from gateway.server.listener import ListenError, bind_listener, serve_app
 from gateway.server.workers import Supervisor, config_to_raw
 
@@ -98,11 +98,10 @@ def serve(
                 return (as_served(fresh) if fresh is not None else None), problems
 
             checker = checked if check is not None else None
-            if cfg.server.workers <= 1:
-                served = create_app(cfg)
-                if checker is not None:
-                    served[T.CONFIG_CHECK] = checker
-                _run(served, cfg)
+            if cfg.server.workers <= 1:  # reloads swap apps in this process
+                _raise_open_files(cfg.server.max_connections + _SPARE_FILES)
+                with asyncio.Runner(loop_factory=_new_loop) as loop:
+                    loop.run(InPlace(cfg, checker, _banner(cfg)).run())
                 return 0
 
             def reloaded() -> Config:
@@ -155,11 +154,7 @@ def _run(
         if print_banner:
             ready.add_done_callback(
                 lambda f: (
-                    print(
-                        f"======== Running on http://{cfg.server.host}:{f.result()} ========\n"
-                        "(Press CTRL+C to quit)",
-                        flush=True,
-                    )
+                    _banner(cfg)(f.result())
                     if not f.cancelled() and f.exception() is None
                     else None
                 )
@@ -179,6 +174,16 @@ def _run(
 
     with asyncio.Runner(loop_factory=_new_loop) as runner:
         runner.run(main())
+
+
+def _banner(cfg: Config) -> Callable[[int], None]:
+    def say(port: int) -> None:
+        print(
+            f"======== Running on http://{cfg.server.host}:{port} ========\n(Press CTRL+C to quit)",
+            flush=True,
+        )
+
+    return say
 
 
 _SPARE_FILES = 1024  # upstream pools, Redis, logs: descriptors beyond client connections

@@ -32,6 +32,9 @@ from tests.helpers.waiting import eventually
 
 HOST = "127.0.0.1"
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
+READ = b'{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x%s","latest"]}' % (
+    b"11" * 20
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -218,10 +221,18 @@ async def test_admin_api_through_the_supervisor(
     assert "Traceback" not in gw.output()
 
 
-async def test_reload_in_a_single_process_checks_and_lists_what_changed(
-    tmp_path: Path, redis_url: str, prefix: str, mock_nodes: dict[str, MockNode]
+async def test_reload_in_a_single_process_applies_it_in_place_under_load(
+    tmp_path: Path,
+    redis_url: str,
+    prefix: str,
+    mock_nodes: dict[str, MockNode],
+    extra_node: MockNode,
+    api_key: str,
 ) -> None:
-    """``gateway serve`` without workers: the whole check, the changes, nothing applied."""
+    """``gateway serve`` without workers: a bad config is refused whole (nothing
+    applied); a good one that points bsc at another node is applied in place (a
+    new app listens beside the old, which drains) while four keep-alive clients
+    call steadily: every call answered, and the calls after it reach the new node."""
     tokens = admin_tokens()
     port, metrics = free_port(), free_port()
     cfg = tmp_path / "one.toml"
@@ -250,10 +261,43 @@ async def test_reload_in_a_single_process_checks_and_lists_what_changed(
                 "hedge.floor_s",
                 "hedge.not_a_setting",
             ]
-            cfg.write_text(good.replace("probe_interval_s = 0.5", "probe_interval_s = 0.4"))
+            stop = False
+            answered = 0
+            failed: list[str] = []
+
+            async def steady() -> None:
+                nonlocal answered
+                url = f"http://{HOST}:{port}/bsc/{api_key}"
+                headers = {"Content-Type": "application/json"}
+                async with aiohttp.ClientSession() as mine:  # keep-alive, as a dapp's client
+                    while not stop:
+                        try:
+                            async with mine.post(url, data=READ, headers=headers) as resp:
+                                await resp.read()
+                                if resp.status == 200:
+                                    answered += 1
+                                else:
+                                    failed.append(f"HTTP {resp.status}")
+                        except aiohttp.ClientError as exc:
+                            failed.append(repr(exc))
+                        await asyncio.sleep(0.05)
+
+            clients = [asyncio.create_task(steady()) for _ in range(4)]
+            await asyncio.sleep(1.0)
+            before = extra_node.by_method["eth_getBalance"]
+            cfg.write_text(good.replace(mock_nodes["bsc"].url, extra_node.url))
             status, body = await _admin(session, gw, "POST", "/reload", tokens.write)
-            assert status == 200 and body["ok"] is True and body["applied"] is False
-            assert body["changed"] == ["upstream.probe_interval_s"]  # the flags are not changes
+            assert status == 200 and body["ok"] is True and body["applied"] is True, body
+            assert "networks.bsc.upstreams" in body["changed"], body["changed"]
+            await eventually(
+                lambda: "draining the old app" in gw.output(), 20, "the new app to serve"
+            )
+            await asyncio.sleep(1.5)  # the old app's notice, then calls on the new one only
+            stop = True
+            await asyncio.gather(*clients)
+            print(f"\nADMIN in-place reload under load: {answered} answered, {len(failed)} lost")
+            assert answered > 50 and not failed, failed[:5]
+            assert extra_node.by_method["eth_getBalance"] > before  # the new node list serves
     finally:
         proc.terminate()
         proc.wait(timeout=20)
