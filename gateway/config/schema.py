@@ -133,6 +133,10 @@ class BuilderConfig:
     dialect: str = "plain"  # "plain" | "48club" | "blockrazor" | "bloxroute"
     auth_header_env: str = ""  # the Authorization header's value (bloXroute's key)
     sign_key_env: str = ""  # 48 Club: the SoulPoint member's private key (hex)
+    # The builder's own status method (params [hash], result {status, blockNumber?}),
+    # asked while a transaction it accepted is followed; "" = not asked.
+    status_method: str = ""
+    status_batch: bool = False  # the status calls of a round go in one JSON-RPC batch
 
 
 @dataclass(frozen=True, slots=True)

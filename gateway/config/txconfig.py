@@ -5,7 +5,8 @@ Network table keys (``[networks.<name>]``)::
     tx_broadcast = "all"        # "all": every node in service at once; "one": like any call
     private_tx = ["https://...",  # builder / relay endpoints of the private route: a URL
       { url = "https://...", name = "bloxroute", dialect = "bloxroute",
-        auth_header_env = "BLXR_AUTH" }]  # or a table (dialect, secrets' env names)
+        auth_header_env = "BLXR_AUTH" }]  # or a table (dialect, secrets' env names;
+      # status_method = "eth_getTxStatus", status_batch = false: its own status API)
     tx_per_sender_rate = 5.0    # raw transactions per second per sender, all processes
     tx_per_sender_burst = 20
     tx_timeout_s = 5.0          # one private endpoint / broadcast attempt
@@ -60,7 +61,9 @@ NETWORK_KEYS: Final = frozenset(
     }
 )
 DIALECTS: Final = ("plain", "48club", "blockrazor", "bloxroute")
-_BUILDER_KEYS: Final = frozenset({"url", "name", "dialect", "auth_header_env", "sign_key_env"})
+_BUILDER_KEYS: Final = frozenset(
+    {"url", "name", "dialect", "auth_header_env", "sign_key_env", "status_method", "status_batch"}
+)
 RAW_TX_METHODS: Final = (
     "eth_sendRawTransaction",
     "eth_sendRawTransactionConditional",
@@ -118,7 +121,7 @@ def _builder(where: str, entry: Any, env: Mapping[str, str]) -> BuilderConfig:
             raise ConfigError(f"{where}.{key}: unknown config key")
     url = _url(entry.get("url"), f"{where}.url")
     fields: dict[str, str] = {}
-    for key in ("name", "dialect", "auth_header_env", "sign_key_env"):
+    for key in ("name", "dialect", "auth_header_env", "sign_key_env", "status_method"):
         value = entry.get(key, "")
         if not isinstance(value, str):
             raise ConfigError(f"{where}.{key}: expected a string")
@@ -132,12 +135,22 @@ def _builder(where: str, entry: Any, env: Mapping[str, str]) -> BuilderConfig:
             raise ConfigError(f"{where}.{key}: the environment variable {var} is not set")
     if fields["sign_key_env"] and dialect != "48club":
         raise ConfigError(f"{where}.sign_key_env: only the 48club dialect signs bundles")
+    status = fields["status_method"]
+    if status and not status.replace("_", "").isalnum():
+        raise ConfigError(f"{where}.status_method: expected a JSON-RPC method name")
+    batch = entry.get("status_batch", False)
+    if not isinstance(batch, bool):
+        raise ConfigError(f"{where}.status_batch: expected true or false")
+    if batch and not status:
+        raise ConfigError(f"{where}.status_batch: needs {where}.status_method")
     return BuilderConfig(
         url=url,
         name=fields["name"] or _host(url),
         dialect=dialect,
         auth_header_env=fields["auth_header_env"],
         sign_key_env=fields["sign_key_env"],
+        status_method=status,
+        status_batch=batch,
     )
 
 

@@ -20,6 +20,13 @@ booleans only; ``"bloxroute"`` answers only ``bsc_private_tx`` and
 ``blxr_submit_bundle`` with their object params (hex without 0x,
 ``mev_builders``), and only with its ``Authorization`` header. A request
 of the wrong shape is refused in words, as the real ones do.
+
+It answers the gateway's generic status form too (``status_method``,
+default ``eth_getTxStatus``; params ``[hash]``, alone or in a JSON-RPC
+batch): ``{"status": "included", "blockNumber": ...}`` for a hash put in
+``included`` (its own record, whatever the chain has yet), ``dropped``
+for one in ``dropped``, ``pending`` for any other it accepted, ``null``
+for one it never saw.
 """
 
 from __future__ import annotations
@@ -59,6 +66,9 @@ class MockBuilder:
         self.bundles: list[dict[str, Any]] = []  # the bundles accepted, as received
         self.received: list[tuple[str, Any]] = []
         self.taken: set[str] = set()  # hashes accepted (a resend answers the hash again)
+        self.status_method = "eth_getTxStatus"
+        self.included: dict[str, int] = {}  # its own record: hash -> the block that holds it
+        self.dropped: set[str] = set()
         self.down = False
         self.reject: str | None = None
         self.url = ""
@@ -89,6 +99,11 @@ class MockBuilder:
             call = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
             return _json({"jsonrpc": "2.0", "id": None, "error": _error(-32700, "parse error")})
+        if isinstance(call, list) and call and all(self._is_status(c) for c in call):
+            self.received.extend((self.status_method, c.get("params")) for c in call)
+            if self.down:
+                return web.Response(status=503, text="builder unavailable")
+            return _json([self._status_answer(c) for c in call])
         if not isinstance(call, dict):  # builders take one call a request
             self.received.append(("None", None))
             error = _error(-32600, "invalid request: one JSON-RPC call object expected")
@@ -102,6 +117,8 @@ class MockBuilder:
             return _json({"jsonrpc": "2.0", "id": cid, "error": _error(-32000, self.reject)})
         if self.auth and request.headers.get("Authorization") != self.auth:
             return web.Response(status=401, text="missing or wrong Authorization header")
+        if self._is_status(call):
+            return _json(self._status_answer(call))
         try:
             result = await self._answer(str(method), call.get("params"))
         except wallet.NodeError as exc:  # the chain refused it ("nonce too low"): its words
@@ -109,6 +126,23 @@ class MockBuilder:
         except (TxError, TypeError, ValueError, IndexError, KeyError) as exc:
             return _json({"jsonrpc": "2.0", "id": cid, "error": _error(-32000, str(exc))})
         return _json({"jsonrpc": "2.0", "id": cid, "result": result})
+
+    def _is_status(self, call: Any) -> bool:
+        return isinstance(call, dict) and call.get("method") == self.status_method
+
+    def _status_answer(self, call: dict[str, Any]) -> dict[str, Any]:
+        params = call.get("params")
+        tx_hash = params[0].lower() if isinstance(params, list) and params else None
+        result: dict[str, Any] | None = None
+        if not isinstance(tx_hash, str):
+            return {"jsonrpc": "2.0", "id": call.get("id"), "error": _error(-32602, "params")}
+        if tx_hash in self.included:
+            result = {"status": "included", "blockNumber": hex(self.included[tx_hash])}
+        elif tx_hash in self.dropped:
+            result = {"status": "dropped"}
+        elif tx_hash in self.taken:
+            result = {"status": "pending"}
+        return {"jsonrpc": "2.0", "id": call.get("id"), "result": result}
 
     async def _answer(self, method: str, params: Any) -> Any:
         if self.dialect == "bloxroute":

@@ -29,6 +29,7 @@ from gateway.plugin import PIPELINES, Parts
 from gateway.rpc.pipeline import Pipeline
 from gateway.telemetry.metrics import METRICS
 from gateway.tx.bucket import BUCKET_LUA, Buckets
+from gateway.tx.builderstatus import StatusAsker
 from gateway.tx.keymode import KeyModes
 from gateway.tx.methods import TxMethods
 from gateway.tx.routes import FanOut
@@ -56,15 +57,17 @@ def tracking_metrics(registry: CollectorRegistry) -> tuple[Counter, Histogram]:
     outcomes = Counter(
         "gateway_private_tx_total",
         "Private transactions followed until they landed, by the endpoint that accepted "
-        "them first and outcome (included, replaced: the same sender and nonce went in "
-        "with another, given_up: not in by maxBlockNumber or tx_track_blocks)",
+        "them first (or whose status API said it included them) and outcome (included, "
+        "replaced: the same sender and nonce went in with another, given_up: not in by "
+        "maxBlockNumber or tx_track_blocks, dropped: the builders' status APIs said "
+        "failed or dropped)",
         ["network", "builder", "outcome"],
         registry=registry,
     )
     inclusion = Histogram(
         "gateway_private_tx_inclusion_seconds",
         "Seconds from a private transaction's send to its receipt on the public nodes "
-        "(as often as tx_track_interval_s looks)",
+        "or a builder's status API saying included (as often as tx_track_interval_s looks)",
         ["network"],
         buckets=(0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120, 300),
         registry=registry,
@@ -111,7 +114,10 @@ async def _transactions(app: web.Application, pipelines: Sequence[Pipeline]) -> 
         tracker = None
         if private:
             redis = app[T.STORE].redis
-            tracker = Tracker(redis, cfg.redis.prefix, net, pipe.pool, txlog, outcomes, inclusion)
+            status = StatusAsker(session, net.builders, net.tx_timeout_s)
+            tracker = Tracker(
+                redis, cfg.redis.prefix, net, pipe.pool, txlog, outcomes, inclusion, status
+            )
             tasks.append(asyncio.create_task(tracker.run(), name=f"tx-track-{net.name}"))
         parts = (private, public, modes, limits, txlog, counter, fan, tracker)
         methods = TxMethods(pipe, *parts)

@@ -15,9 +15,16 @@ its sender's mined nonce):
 - no receipt past the bundle's ``maxBlockNumber``, or ``tx_track_blocks``
   blocks after it was sent: **given up**.
 
+Builders with a status method (``builderstatus``) are asked in the same
+round, beside the node's batch: an ``included`` from one is the inclusion,
+by that builder (in its block when it says which), even before the public
+receipt; ``failed`` / ``dropped`` from every status builder that knows the
+transaction (the one that accepted it first among them) is **dropped**.
+
 The outcome goes into the key's transaction log (the Transactions page:
 ``included in block N``), into ``gateway_private_tx_total{network,
-builder,outcome}`` (builder: the endpoint that accepted it first), and,
+builder,outcome}`` (builder: the endpoint that accepted it first, or the
+one whose status API said it included it), and,
 for an inclusion, the time from send to inclusion into
 ``gateway_private_tx_inclusion_seconds{network}``. Until then the key's
 ``eth_getTransactionByHash`` answers the transaction as pending
@@ -47,6 +54,7 @@ import orjson
 from gateway.config import NetworkConfig
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import cancelling
+from gateway.tx.builderstatus import Answers, StatusAsker
 from gateway.tx.codec import DecodedTx
 from gateway.tx.txlog import TxLog
 from gateway.upstream.pool import NodePool, UpstreamError
@@ -115,6 +123,7 @@ class Tracker:
         txlog: TxLog,
         outcomes: Any,  # gateway_private_tx_total
         inclusion: Any,  # gateway_private_tx_inclusion_seconds
+        status: StatusAsker | None = None,  # the builders' own status APIs, if any
     ) -> None:
         self._redis = redis
         self._prefix = prefix
@@ -123,6 +132,7 @@ class Tracker:
         self._txlog = txlog
         self._outcomes = outcomes
         self._inclusion = inclusion
+        self._status = status if status else None
         self._me = secrets.token_hex(8)
         self._followed: dict[str, Followed] = {}
         self._pending: dict[str, tuple[float, dict[str, Any]]] = {}  # khash -> (until, set)
@@ -200,14 +210,17 @@ class Tracker:
         for i, item in enumerate(items):
             calls.append(_call(2 * i + 1, "eth_getTransactionReceipt", [item.tx.hash]))
             calls.append(_call(2 * i + 2, "eth_getTransactionCount", [item.tx.sender, "latest"]))
-        answers = await self._ask(calls)
-        if answers is None:
-            return
-        head = _int(answers.get(0))
-        if head is None:
-            return
+        answers, said = await asyncio.gather(self._ask(calls), self._builders_say(items))
         done: list[tuple[Followed, str, int | None]] = []
+        for item in items:
+            word = self._builder_word(item, said)
+            if word is not None:
+                done.append((item, *word))
+        head = _int(answers.get(0)) if answers is not None else None
+        said_so = {d[0].tx.hash for d in done}
         for i, item in enumerate(items):
+            if answers is None or head is None or item.tx.hash in said_so:
+                continue
             if item.start_block < 0:
                 item.start_block = head
             receipt = answers.get(2 * i + 1)
@@ -225,6 +238,35 @@ class Tracker:
         for item, outcome, block in done:
             await self._settle(item, outcome, block)
         await self._renew()
+
+    async def _builders_say(self, items: list[Followed]) -> Answers:
+        if self._status is None:
+            return {}
+        try:
+            return await self._status.ask([item.tx.hash for item in items])
+        except Exception as exc:  # no builder's word this round
+            log.debug("builders' status not asked: %s", exc)
+            return {}
+
+    def _builder_word(self, item: Followed, said: Answers) -> tuple[str, int | None] | None:
+        """``("included", block)`` (the builder noted as the one that landed it) or
+        ``("dropped", None)`` from the builders' answers on ``item``, else None."""
+        if self._status is None or not said:
+            return None
+        words = {name: got[item.tx.hash] for name, got in said.items() if item.tx.hash in got}
+        for name, word in words.items():
+            if word is not None and word.status == "included":
+                item.builder = name
+                return "included", word.block
+        names = self._status.names
+        if item.builder not in names or set(words) != names:
+            return None  # the first acceptor cannot be asked, or a builder gave no answer
+        known = [w for w in words.values() if w is not None]
+        if words[item.builder] is not None and all(
+            w.status in ("failed", "dropped") for w in known
+        ):
+            return "dropped", None
+        return None
 
     def _limit(self, item: Followed) -> int:
         limit = item.start_block + self._net.tx_track_blocks
@@ -247,7 +289,8 @@ class Tracker:
 
     async def _settle(self, item: Followed, outcome: str, block: int | None) -> None:
         self._followed.pop(item.tx.hash, None)
-        words = {"included": f"included in block {block}", "replaced": "replaced"}
+        included = f"included in block {block}" if block is not None else "included"
+        words = {"included": included, "replaced": "replaced", "dropped": "dropped by the builders"}
         shown = words.get(outcome, f"given up after block {self._limit(item)}")
         self._txlog.add(
             item.khash, item.method, item.tx.hash, item.tx.sender, "private", [item.builder], shown

@@ -5,7 +5,9 @@ route, and the one that includes what it accepts forwards it to Hardhat
 (which mines it in its next block), as a builder's block would land. The
 gateway follows each accepted transaction until included, replaced or
 given up: the key's Transactions log and the metrics say which. Real
-signed transactions (eth-account) from accounts funded on the node.
+signed transactions (eth-account) from accounts funded on the node. A
+builder with a status method is asked too: its own record ("included",
+"dropped") settles a transaction before the chain has a receipt.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not hardhat_ready(), reason="npm install --prefix tests/js has not run"),
 ]
-SEEDS = range(600, 606)
+SEEDS = range(600, 610)
 
 
 @pytest.fixture
@@ -70,8 +72,16 @@ AppOf = Callable[..., Any]
 
 @pytest.fixture
 def app_of(make_config: MakeConfig, aiohttp_client: Callable[..., Any], node: str) -> AppOf:
-    async def make(*names: str, builders: dict[str, MockBuilder]) -> Client:
-        entries = [{"url": builders[n].url, "name": n} for n in names]
+    async def make(
+        *names: str, builders: dict[str, MockBuilder], status: dict[str, bool] | None = None
+    ) -> Client:
+        """The app with ``names`` as its builders; ``status``: name -> batched, for those
+        asked through their status method."""
+        entries: list[dict[str, Any]] = [{"url": builders[n].url, "name": n} for n in names]
+        for entry in entries:
+            if status is not None and entry["name"] in status:
+                entry["status_method"] = builders[entry["name"]].status_method
+                entry["status_batch"] = status[entry["name"]]
         cfg = make_config(
             {
                 "plans": {"free": {"rate": 10_000, "burst": 10_000, "private_tx": "on"}},
@@ -219,3 +229,113 @@ async def test_two_gateways_follow_one_transaction_once(
     assert counted(first, "lands", "included") + counted(second, "lands", "included") == 1
     shown = await outcomes(redis, prefix, api_key, tx_hash(raw))
     assert sum(o.startswith("included") for o in shown) == 1, shown
+
+
+@pytest.fixture
+async def other() -> AsyncIterator[MockBuilder]:
+    builder = await start_mock_builder(56)  # takes, and never includes on the chain
+    yield builder
+    await builder.close()
+
+
+async def test_included_by_a_builder_on_its_status_before_the_receipt(
+    app_of: AppOf,
+    builders: dict[str, MockBuilder],
+    other: MockBuilder,
+    node: str,
+    redis: Redis,
+    prefix: str,
+    api_key: str,
+) -> None:
+    both = {"holds": builders["holds"], "other": other}
+    client = await app_of("holds", "other", builders=both, status={"holds": True, "other": False})
+    raw = signed(sender_account(606))
+    _, answer, _ = await rpc(client, api_key, SEND, [raw])
+    assert answer["result"] == tx_hash(raw), answer
+    await eventually(lambda: tx_hash(raw) in other.taken, 15, "the other builder took it")
+    other.included[tx_hash(raw)] = 4321  # its own block; the chain has no receipt
+
+    async def included() -> bool:
+        shown = await outcomes(redis, prefix, api_key, tx_hash(raw))
+        return "included in block 4321" in shown
+
+    await eventually(included, 15, "the inclusion by the other builder")
+    assert await node_rpc(node, "eth_getTransactionReceipt", [tx_hash(raw)]) is None
+    assert counted(client, "other", "included") == 1
+    assert counted(client, "holds", "included") == 0
+    both_asked = {m for m in builders["holds"].methods() + other.methods()}
+    assert "eth_getTxStatus" in both_asked
+
+    # the receipt arriving later counts nothing again: a second transaction followed to
+    # its end after it shows the tracker's rounds went on
+    await node_rpc(node, "eth_sendRawTransaction", [raw])
+    assert await node_rpc(node, "eth_getTransactionReceipt", [tx_hash(raw)]) is not None
+    later = signed(sender_account(607))
+    await rpc(client, api_key, SEND, [later])
+    await eventually(lambda: tx_hash(later) in builders["holds"].taken, 15, "taken")
+    builders["holds"].included[tx_hash(later)] = 4322
+
+    async def later_included() -> bool:
+        return "included in block 4322" in await outcomes(redis, prefix, api_key, tx_hash(later))
+
+    await eventually(later_included, 15, "the second inclusion")
+    shown = await outcomes(redis, prefix, api_key, tx_hash(raw))
+    assert sum(o.startswith("included") for o in shown) == 1, shown
+    assert counted(client, "other", "included") + counted(client, "holds", "included") == 2
+
+
+async def test_dropped_by_every_builder_that_has_it(
+    app_of: AppOf,
+    builders: dict[str, MockBuilder],
+    other: MockBuilder,
+    redis: Redis,
+    prefix: str,
+    api_key: str,
+) -> None:
+    both = {"holds": builders["holds"], "other": other}
+    client = await app_of("holds", "other", builders=both, status={"holds": False, "other": True})
+    raw = signed(sender_account(608))
+    await rpc(client, api_key, SEND, [raw])
+    for builder in both.values():
+        await eventually(lambda b=builder: tx_hash(raw) in b.taken, 15, "both took it")
+    builders["holds"].dropped.add(tx_hash(raw))
+    # one builder still has it pending: not dropped, whatever the rounds
+    asked = len(other.methods())
+    await eventually(lambda: len(other.methods()) >= asked + 3, 15, "three rounds asked")
+    assert "dropped by the builders" not in await outcomes(redis, prefix, api_key, tx_hash(raw))
+    other.dropped.add(tx_hash(raw))
+
+    async def dropped() -> bool:
+        return "dropped by the builders" in await outcomes(redis, prefix, api_key, tx_hash(raw))
+
+    await eventually(dropped, 15, "the drop on the key's log")
+    assert counted(client, "holds", "dropped") + counted(client, "other", "dropped") == 1
+
+
+async def test_a_builder_status_that_errors_is_no_answer(
+    app_of: AppOf,
+    builders: dict[str, MockBuilder],
+    other: MockBuilder,
+    node: str,
+    redis: Redis,
+    prefix: str,
+    api_key: str,
+) -> None:
+    both = {"holds": builders["holds"], "other": other}
+    client = await app_of("holds", "other", builders=both, status={"holds": True, "other": True})
+    raw = signed(sender_account(609))
+    await rpc(client, api_key, SEND, [raw])
+    for builder in both.values():
+        await eventually(lambda b=builder: tx_hash(raw) in b.taken, 15, "both took it")
+    other.down = True  # answers HTTP 503: no answer, so holds' drop alone is not every one
+    builders["holds"].dropped.add(tx_hash(raw))
+    asked = len(other.methods())
+    await eventually(lambda: len(other.methods()) >= asked + 3, 15, "three rounds asked")
+    assert "dropped by the builders" not in await outcomes(redis, prefix, api_key, tx_hash(raw))
+    await node_rpc(node, "eth_sendRawTransaction", [raw])  # the public receipt still counts
+
+    async def included() -> bool:
+        shown = await outcomes(redis, prefix, api_key, tx_hash(raw))
+        return any(o.startswith("included in block") for o in shown)
+
+    await eventually(included, 15, "the inclusion by receipt")

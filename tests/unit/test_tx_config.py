@@ -21,6 +21,18 @@ def test_defaults() -> None:
     assert free.cost("eth_sendBundle") == 16
 
 
+def _status(fields: dict[str, Any]) -> dict[str, Any]:
+    return {"networks": {"bsc": {"private_tx": [{"url": "https://b", **fields}]}}}
+
+
+def test_a_builder_status_method() -> None:
+    entry = {"status_method": "eth_getTxStatus", "status_batch": True}
+    builder = config_from_dict(_status(entry)).network("bsc").builders[0]
+    assert (builder.status_method, builder.status_batch) == ("eth_getTxStatus", True)
+    plain = config_from_dict(_status({})).network("bsc").builders[0]
+    assert (plain.status_method, plain.status_batch) == ("", False)
+
+
 @pytest.mark.parametrize(
     ("raw", "path"),
     [
@@ -31,6 +43,13 @@ def test_defaults() -> None:
         ({"networks": {"bsc": {"tx_per_sender_burst": 0}}}, "networks.bsc.tx_per_sender_burst"),
         ({"networks": {"bsc": {"tx_timeout_s": 0}}}, "networks.bsc.tx_timeout_s"),
         ({"plans": {"free": {"rate": 1, "private_tx": "yes"}}}, "plans.free.private_tx"),
+        (_status({"status_method": "get status"}), "networks.bsc.private_tx[0].status_method"),
+        (_status({"status_method": 1}), "networks.bsc.private_tx[0].status_method"),
+        (_status({"status_batch": True}), "networks.bsc.private_tx[0].status_batch"),
+        (
+            _status({"status_method": "eth_getTxStatus", "status_batch": "yes"}),
+            "networks.bsc.private_tx[0].status_batch",
+        ),
         ({"plans": {"free": {"rate": 1, "bundle_burst": 0}}}, "plans.free.bundle_burst"),
     ],
 )
