@@ -73,9 +73,7 @@ class StatusAsker:
             *(self._one(v, hashes if v.builder.status_batch else one) for v in voices),
             return_exceptions=True,
         )
-        return {
-            v.builder.name: g for v, g in zip(voices, got, strict=True) if isinstance(g, dict)
-        }
+        return {v.builder.name: g for v, g in zip(voices, got, strict=True) if isinstance(g, dict)}
 
     async def _one(self, voice: Voice, hashes: Sequence[str]) -> dict[str, Status | None]:
         method = voice.builder.status_method
