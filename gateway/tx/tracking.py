@@ -204,7 +204,8 @@ class Tracker:
                     log.debug("private transactions not checked: %s", exc)
 
     async def check(self) -> None:
-        """One round: the head, each receipt and each sender's nonce, in one batch."""
+        """One round: the head, each receipt and each sender's nonce, in one batch, and
+        beside it the status builders' word on each (one request per builder)."""
         items = list(self._followed.values())
         calls: list[dict[str, Any]] = [_call(0, "eth_blockNumber", [])]
         for i, item in enumerate(items):
