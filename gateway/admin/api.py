@@ -33,7 +33,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway import typedefs as T
 from gateway.admin.calls import admin_source, answer, json_error
@@ -115,7 +115,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = json_error(404, str(exc))
     except StoreError as exc:
         response = json_error(400, str(exc))
-    except (RedisError, OSError) as exc:
+    except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
         log.error("admin call failed token=%s path=%s: Redis: %s", who.name, request.path, exc)
         response = json_error(
             503, "Redis is unavailable; the call may not have completed: try it again"

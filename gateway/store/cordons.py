@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.redis import keyspace as ks
 from gateway.redis.flushing import cancelling
@@ -80,7 +80,7 @@ class CordonBook:
         """Read the state and apply it; a Redis failure keeps the last state (logged once)."""
         try:
             state = await self.read()
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
             if not self._failing:
                 log.warning("cordons: cannot read Redis, keeping the last state: %s", exc)
                 self._failing = True
