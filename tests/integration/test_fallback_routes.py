@@ -21,7 +21,9 @@ async def test_an_unknown_path_answers_a_json_rpc_404(client: Client) -> None:
         body = orjson.loads(await resp.read())
         assert body["jsonrpc"] == "2.0" and body["id"] is None, body
         assert body["error"]["code"] == -32600
-        assert "/bsc" in body["error"]["data"] and "/opbnb" in body["error"]["data"]
+        reason = body["error"]["data"]["reason"]
+        assert "/bsc" in reason and "/opbnb" in reason
+        assert body["error"]["message"].endswith(reason)  # the reason in the message too
 
 
 async def test_routes_that_exist_keep_their_answers(client: Client) -> None:
