@@ -36,6 +36,10 @@ those transactions stay pending on the page until the entry's TTL. The
 work is one batch per interval per network, whatever the number followed
 (up to ``MAX_FOLLOWED`` per process; past it a transaction is not followed
 and says so in the log).
+
+It stays whole because one round reads the node's and the builders' answers
+together and settles each transaction once: split, both halves would need
+the round's whole state to keep an outcome from being counted twice.
 """
 
 from __future__ import annotations
