@@ -36,7 +36,7 @@ from aiohttp import web
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway import typedefs as T
-from gateway.admin.calls import admin_source, answer, json_error
+from gateway.admin.calls import admin_source, answer, json_error, route_of
 from gateway.admin.nodes import add_node_routes
 from gateway.admin.records import add_record_routes
 from gateway.admin.reload import add_reload_routes
@@ -97,7 +97,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     source = admin_source(request)
     tokens = source[T.CONFIG].admin.tokens
     who, status, why = check(
-        tokens, request.headers.get("Authorization"), request.method, request.path
+        tokens, request.headers.get("Authorization"), request.method, route_of(request)
     )
     if who is None:
         return json_error(401, why, hint="send Authorization: Bearer <admin token>")
@@ -116,12 +116,14 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     except StoreError as exc:
         response = json_error(400, str(exc))
     except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
-        log.error("admin call failed token=%s path=%s: Redis: %s", who.name, request.path, exc)
+        log.error(
+            "admin call failed token=%s route=%s: Redis: %s", who.name, route_of(request), exc
+        )
         response = json_error(
             503, "Redis is unavailable; the call may not have completed: try it again"
         )
     except Exception:
-        log.exception("admin call failed token=%s path=%s", who.name, request.path)
+        log.exception("admin call failed token=%s route=%s", who.name, route_of(request))
         response = json_error(500, "the admin call failed; the gateway's log says why")
     if writes:
         await _audit(source, request, who, response.status)
@@ -132,8 +134,8 @@ async def _audit(
     source: web.Application, request: web.Request, who: AdminToken, status: int
 ) -> None:
     did = request.get(T.ADMIN_AUDIT) or {
-        "action": f"{request.method} {request.path}",
-        "target": request.path,
+        "action": f"{request.method} {route_of(request)}",
+        "target": route_of(request),
         "detail": {},
     }
     item = entry(who.name, did["action"], did["target"], status, did["detail"])

@@ -23,6 +23,14 @@ def admin_source(request: web.Request) -> web.Application:
     return source
 
 
+def route_of(request: web.Request) -> str:
+    """The endpoint's pattern (``/admin/keys/{key_id}``) for logs and the audit log,
+    never the path as sent: a path is the caller's text and may hold a secret."""
+    route = request.match_info.route
+    resource = route.resource if route is not None else None
+    return resource.canonical if resource is not None else "?"
+
+
 def caller(request: web.Request) -> AdminToken:
     """The admin token that made this request (its name and role)."""
     return request[T.ADMIN_CALLER]

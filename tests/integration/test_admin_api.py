@@ -159,7 +159,12 @@ async def test_every_write_is_audited_by_token_name(
     assert status == 200
     got = [(e["who"], e["action"], e["target"], e["status"]) for e in body["entries"]]
     assert got[:3] == [
-        ("ops-read", "POST /admin/nodes/bsc/bsc-0/cordon", "/admin/nodes/bsc/bsc-0/cordon", 403),
+        (
+            "ops-read",
+            "POST /admin/nodes/{network}/{name}/cordon",
+            "/admin/nodes/{network}/{name}/cordon",
+            403,
+        ),
         ("ops-write", "uncordon", "bsc/bsc-0", 200),
         ("ops-write", "cordon", "bsc/bsc-0", 200),
     ]
@@ -236,3 +241,25 @@ async def test_redis_down_answers_503_and_the_listing_still_works(
         assert status == 200 and body["networks"][0]["nodes"][0]["cordoned"] is None
     finally:
         await s.close()
+
+
+async def test_a_key_in_an_admin_path_reaches_no_log_and_no_audit_entry(
+    stack: AdminStack, tokens: Tokens, api_key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator who pastes an API key where a key id goes: the answers are 404 and
+    403, and neither the log nor the audit log holds the key (they name the endpoint's
+    pattern, never the path as sent)."""
+    caplog.set_level(logging.INFO, "gateway")
+    status, _ = await stack.call("GET", f"/keys/{api_key}", tokens.read)
+    assert status == 404
+    status, _ = await stack.call("POST", f"/keys/{api_key}/rotate", tokens.read)
+    assert status == 403
+    status, _ = await stack.call("DELETE", f"/keys/{api_key}", tokens.write)
+    assert status == 404
+    status, _ = await stack.call("POST", f"/{api_key}", None)
+    assert status == 401
+    status, body = await stack.call("GET", "/audit?limit=10", tokens.read)
+    assert status == 200 and body["entries"], body
+    assert api_key not in str(body)
+    assert "/admin/keys/{key_id}/rotate" in str(body)
+    assert api_key not in caplog.text
