@@ -49,8 +49,9 @@ def test_head_rules_and_block_times_load_and_are_checked() -> None:
     assert (cfg.network("bsc").block_time_s, cfg.network("opbnb").block_time_s) == (0.45, 0.25)
     head = cfg.head
     assert (head.quorum, head.solo_lead, head.clock_skew_s, head.max_mismatches) == (0, 1, 2, 3)
-    cfg = config_from_dict({"head": {"solo_lead": 3}, "networks": {"bsc": {"block_time_s": 0}}})
-    assert cfg.head.solo_lead == 3 and cfg.network("bsc").block_time_s == 0.0
+    cfg = config_from_dict({"head": {"solo_lead": 3}, "networks": {"bsc": {"block_time_s": 3}}})
+    assert cfg.head.solo_lead == 3 and cfg.network("bsc").block_time_s == 3.0
+    assert cfg.head.stale_s == 0 and cfg.network("opbnb").block_time_s == 0.25  # others kept
     for raw, path in (
         ({"networks": {"bsc": {"block_time_s": -1}}}, "networks.bsc.block_time_s"),
         ({"networks": {"bsc": {"block_time_s": "fast"}}}, "networks.bsc.block_time_s"),
