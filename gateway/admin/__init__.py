@@ -8,6 +8,14 @@ plugin.
 """
 
 from gateway.admin.api import add_admin_routes, plug_admin
-from gateway.admin.calls import admin_source, audit, caller
+from gateway.admin.calls import admin_source, answer, audit, body_of, caller
 
-__all__ = ["add_admin_routes", "admin_source", "audit", "caller", "plug_admin"]
+__all__ = [
+    "add_admin_routes",
+    "admin_source",
+    "answer",
+    "audit",
+    "body_of",
+    "caller",
+    "plug_admin",
+]

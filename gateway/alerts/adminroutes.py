@@ -16,11 +16,10 @@ URL's secret part or a signing secret.
 
 from __future__ import annotations
 
-import orjson
 from aiohttp import web
 
 from gateway import typedefs as T
-from gateway.admin import admin_source, audit
+from gateway.admin import admin_source, answer, audit, body_of
 from gateway.alerts import api
 from gateway.config import AlertsConfig
 from gateway.store.accounts import Store, StoreError
@@ -42,37 +41,17 @@ def _parts(request: web.Request) -> tuple[Store, AlertsConfig, str]:
     return app[T.STORE], app[T.CONFIG].alerts, request.match_info["email"]
 
 
-async def _body(request: web.Request) -> dict[str, object]:
-    raw = await request.read()
-    try:
-        value = orjson.loads(raw) if raw.strip() else {}
-    except orjson.JSONDecodeError:
-        raise StoreError("the body is not JSON") from None
-    if not isinstance(value, dict):
-        raise StoreError("the body must be a JSON object")
-    return value
-
-
-def _json(value: object, status: int = 200) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(value),
-        status=status,
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
-    )
-
-
 async def webhooks(request: web.Request) -> web.Response:
     store, cfg, account = _parts(request)
-    return _json({"webhooks": await api.list_webhooks(store, cfg, account)})
+    return answer({"webhooks": await api.list_webhooks(store, cfg, account)})
 
 
 async def create_webhook(request: web.Request) -> web.Response:
     store, cfg, account = _parts(request)
-    body = await _body(request)
+    body = await body_of(request)
     made = await api.create_webhook(store, cfg, account, body.get("url"))  # type: ignore[arg-type]
     audit(request, "webhook.create", account, webhook=made["id"])
-    return _json(made, 201)
+    return answer(made, 201)
 
 
 async def delete_webhook(request: web.Request) -> web.Response:
@@ -80,7 +59,7 @@ async def delete_webhook(request: web.Request) -> web.Response:
     webhook_id = request.match_info["id"]
     done = await api.delete_webhook(store, account, webhook_id)
     audit(request, "webhook.delete", account, webhook=webhook_id)
-    return _json(done)
+    return answer(done)
 
 
 async def send_test(request: web.Request) -> web.Response:
@@ -88,17 +67,17 @@ async def send_test(request: web.Request) -> web.Response:
     webhook_id = request.match_info["id"]
     queued = await api.send_test(store, cfg, account, webhook_id)
     audit(request, "webhook.test", account, webhook=webhook_id)
-    return _json(queued, 202)
+    return answer(queued, 202)
 
 
 async def rules(request: web.Request) -> web.Response:
     store, _, account = _parts(request)
-    return _json({"alerts": await api.list_rules(store, account)})
+    return answer({"alerts": await api.list_rules(store, account)})
 
 
 async def create_rule(request: web.Request) -> web.Response:
     store, cfg, account = _parts(request)
-    body = await _body(request)
+    body = await body_of(request)
     rule = body.get("rule")
     if not isinstance(rule, str):
         raise StoreError(
@@ -108,7 +87,7 @@ async def create_rule(request: web.Request) -> web.Response:
         store, cfg, account, rule, body.get("threshold"), body.get("window_s")
     )
     audit(request, "alert.create", account, alert=made["id"], rule=made["rule"])
-    return _json(made, 201)
+    return answer(made, 201)
 
 
 async def delete_rule(request: web.Request) -> web.Response:
@@ -116,4 +95,4 @@ async def delete_rule(request: web.Request) -> web.Response:
     rule_id = request.match_info["id"]
     done = await api.delete_rule(store, account, rule_id)
     audit(request, "alert.delete", account, alert=rule_id)
-    return _json(done)
+    return answer(done)
