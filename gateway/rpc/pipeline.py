@@ -214,7 +214,8 @@ class Pipeline:
         per_call: list[str] | tuple[()] = ()
         if req.is_batch and sum(counts.values()) > 1:  # admitted call by call
             per_call = [c.method for c in req.calls if c.error is None]
-        return await self._decide(caller, khash, req, max(1, len(req.calls)), counts, per_call)
+        calls = max(1, len(req.calls))
+        return await self._decide(caller, khash, req, calls, counts, per_call, in_slot=True)
 
     async def admit_socket(self, caller: Caller) -> Decision | R.Answer:
         """A WebSocket upgrade's admission: the key check with no calls (0 units).
@@ -246,7 +247,11 @@ class Pipeline:
         n: int,
         counts: dict[str, int],
         per_call: list[str] | tuple[()],
+        *,
+        in_slot: bool = False,
     ) -> Decision | R.Answer:
+        """The limiter's decision, after a short wait where the bucket will soon hold it
+        (``in_slot``: the request holds an in-flight slot, given back while it waits)."""
         admit = self.limiter.admit(
             khash, n, counts, caller.origin, caller.ip_bits, per_call=per_call
         )
@@ -264,6 +269,7 @@ class Pipeline:
                     caller.origin,
                     caller.ip_bits,
                     per_call,
+                    self.slots if in_slot else None,
                 )
         except LimiterUnavailable:  # logged (rate-limited) by the Redis client itself
             if not self.redis_failed():

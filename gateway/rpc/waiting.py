@@ -63,12 +63,16 @@ class AdmissionWaits:
         origin: str,
         ip_bits: str,
         per_call: Sequence[str],
+        slot: asyncio.Semaphore | None = None,
     ) -> Decision:
         """After ``limiter.admit`` refused (some of) a request (``decision``), with the
         same arguments: while the bucket refuses calls it will soon hold, wait for them.
 
         The caller skips this for a request admitted whole (no refusal, no mask): the
-        hot path pays nothing for the waits.
+        hot path pays nothing for the waits. ``slot``: the in-flight slot the request
+        holds; it is given back for the wait and taken again after (a key's waiting
+        calls are capped by ``limits.max_waiting`` instead), so calls waiting for
+        their own bucket never keep another key's calls from starting.
         """
         if decision.calls:
             size = sum(1 for s in decision.calls if s in _WAIT_DIGITS)
@@ -84,6 +88,8 @@ class AdmissionWaits:
             size = self._max_waiting - held  # a batch: its first refused calls wait
         self._waiting[khash] = held + size
         observe = self._histogram.labels(network).observe
+        if slot is not None:
+            slot.release()
         try:
             if decision.calls:
                 return await self._batch(
@@ -108,6 +114,8 @@ class AdmissionWaits:
                 self._waiting[khash] = left
             else:
                 del self._waiting[khash]
+            if slot is not None:  # taken back even when cancelled: the caller releases it
+                await asyncio.shield(slot.acquire())
 
     @staticmethod
     async def _single(

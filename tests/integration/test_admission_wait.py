@@ -151,3 +151,34 @@ async def test_past_max_waiting_a_call_is_refused_at_once(
     refused = [t for status, a, t in answers if status == 429]
     assert len(refused) >= 4, answers
     assert min(refused) < 0.3
+
+
+@pytest.mark.parametrize("mode", ["lease", "exact"])
+async def test_waiting_calls_hold_no_in_flight_slot(
+    make_config: MakeConfig, aiohttp_client: Any, store: Store, account: str, mode: str
+) -> None:
+    """Eight calls of one key wait for its bucket (2/s) while the process has only
+    eight in-flight slots (``limits.max_in_flight``, the knob this is about): another
+    key's call is answered at once, not after the waits (it queued behind them
+    while waiting calls kept their slots)."""
+    cfg = make_config(
+        {
+            "admission": {"mode": mode},
+            "limits": {"max_in_flight": 8},
+            "plans": {"free": {"rate": 2, "burst": 2}},
+        }
+    )
+    client: Client = await aiohttp_client(TestServer(create_app(cfg)))
+    busy, _ = await store.create_key(account, name="busy")
+    other, _ = await store.create_key(account, name="other")
+    for i in range(2):  # the busy key's bucket, spent
+        assert (await timed_post(client, f"/bsc/{busy}", call(i)))[0] == 200
+    waiting = [asyncio.create_task(timed_post(client, f"/bsc/{busy}", call(i))) for i in range(8)]
+    await asyncio.sleep(0.1)  # all eight admitted to the pipeline and waiting
+    assert not any(t.done() for t in waiting)
+    status, answer, elapsed = await timed_post(client, f"/bsc/{other}", call(99))
+    assert status == 200 and "result" in answer, answer
+    assert elapsed < 0.3, elapsed  # the waits last about half a second and more
+    assert not all(t.done() for t in waiting)
+    results = await asyncio.gather(*waiting)
+    assert all(s in (200, 429) for s, _, _ in results)
