@@ -83,6 +83,41 @@ class Served:
         return self.log.read_text(errors="replace")
 
 
+class SteadyLoad:
+    """Four keep-alive clients (as dapps' clients keep their connections), each
+    sending ``body`` every 50 ms until the block ends: what was answered and lost."""
+
+    def __init__(self, url: str, body: bytes) -> None:
+        self.url, self.body = url, body
+        self.answered = 0
+        self.failed: list[str] = []
+        self._stop = False
+        self._clients: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> SteadyLoad:
+        self._clients = [asyncio.create_task(self._client()) for _ in range(4)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop = True
+        await asyncio.gather(*self._clients)
+
+    async def _client(self) -> None:
+        headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session:
+            while not self._stop:
+                try:
+                    async with session.post(self.url, data=self.body, headers=headers) as resp:
+                        await resp.read()
+                        if resp.status == 200:
+                            self.answered += 1
+                        else:
+                            self.failed.append(f"HTTP {resp.status}")
+                except aiohttp.ClientError as exc:
+                    self.failed.append(repr(exc))
+                await asyncio.sleep(0.05)
+
+
 @pytest.fixture
 async def extra_node() -> AsyncIterator[MockNode]:
     node = await start_mock_node(MockNodeOptions(chain_id=56, block_time_s=0))
@@ -261,40 +296,18 @@ async def test_reload_in_a_single_process_applies_it_in_place_under_load(
                 "hedge.floor_s",
                 "hedge.not_a_setting",
             ]
-            stop = False
-            answered = 0
-            failed: list[str] = []
-
-            async def steady() -> None:
-                nonlocal answered
-                url = f"http://{HOST}:{port}/bsc/{api_key}"
-                headers = {"Content-Type": "application/json"}
-                async with aiohttp.ClientSession() as mine:  # keep-alive, as a dapp's client
-                    while not stop:
-                        try:
-                            async with mine.post(url, data=READ, headers=headers) as resp:
-                                await resp.read()
-                                if resp.status == 200:
-                                    answered += 1
-                                else:
-                                    failed.append(f"HTTP {resp.status}")
-                        except aiohttp.ClientError as exc:
-                            failed.append(repr(exc))
-                        await asyncio.sleep(0.05)
-
-            clients = [asyncio.create_task(steady()) for _ in range(4)]
-            await asyncio.sleep(1.0)
-            before = extra_node.by_method["eth_getBalance"]
-            cfg.write_text(good.replace(mock_nodes["bsc"].url, extra_node.url))
-            status, body = await _admin(session, gw, "POST", "/reload", tokens.write)
-            assert status == 200 and body["ok"] is True and body["applied"] is True, body
-            assert "networks.bsc.upstreams" in body["changed"], body["changed"]
-            await eventually(
-                lambda: "draining the old app" in gw.output(), 20, "the new app to serve"
-            )
-            await asyncio.sleep(1.5)  # the old app's notice, then calls on the new one only
-            stop = True
-            await asyncio.gather(*clients)
+            async with SteadyLoad(f"http://{HOST}:{port}/bsc/{api_key}", READ) as load:
+                await asyncio.sleep(1.0)
+                before = extra_node.by_method["eth_getBalance"]
+                cfg.write_text(good.replace(mock_nodes["bsc"].url, extra_node.url))
+                status, body = await _admin(session, gw, "POST", "/reload", tokens.write)
+                assert status == 200 and body["ok"] is True and body["applied"] is True, body
+                assert "networks.bsc.upstreams" in body["changed"], body["changed"]
+                await eventually(
+                    lambda: "draining the old app" in gw.output(), 20, "the new app to serve"
+                )
+                await asyncio.sleep(1.5)  # the old app's notice, then calls on the new one only
+            answered, failed = load.answered, load.failed
             print(f"\nADMIN in-place reload under load: {answered} answered, {len(failed)} lost")
             assert answered > 50 and not failed, failed[:5]
             assert extra_node.by_method["eth_getBalance"] > before  # the new node list serves
@@ -317,40 +330,19 @@ async def test_a_reload_under_steady_load_loses_no_call(
             return status == 200
 
         await eventually(relayed, 20, "a worker to answer the admin API")
-        stop = False
-        answered = 0
-        failed: list[str] = []
-
-        async def steady() -> None:
-            nonlocal answered
-            headers = {"Content-Type": "application/json"}
-            async with aiohttp.ClientSession() as session:  # keep-alive, as a dapp's client
-                while not stop:
-                    url = f"http://{HOST}:{gw.port}/bsc/{api_key}"
-                    try:
-                        async with session.post(url, data=CALL, headers=headers) as resp:
-                            await resp.read()
-                            if resp.status == 200:
-                                answered += 1
-                            else:
-                                failed.append(f"HTTP {resp.status}")
-                    except aiohttp.ClientError as exc:
-                        failed.append(repr(exc))
-                    await asyncio.sleep(0.05)
-
-        clients = [asyncio.create_task(steady()) for _ in range(4)]
-        await asyncio.sleep(1.0)
-        old = _workers(gw.proc.pid)
-        cfg.write_text(cfg.read_text().replace("probe_interval_s = 0.5", "probe_interval_s = 0.4"))
-        status, body = await _admin(admin, gw, "POST", "/reload", tokens.write)
-        assert status == 200 and body["applied"] is True, body
-        await eventually(
-            lambda: len(_workers(gw.proc.pid) - old) == 2 and not _workers(gw.proc.pid) & old,
-            40,
-            "the new workers to replace the old ones",
-        )
-        await asyncio.sleep(1.0)
-        stop = True
-        await asyncio.gather(*clients)
+        async with SteadyLoad(f"http://{HOST}:{gw.port}/bsc/{api_key}", CALL) as load:
+            await asyncio.sleep(1.0)
+            old = _workers(gw.proc.pid)
+            text = cfg.read_text()
+            cfg.write_text(text.replace("probe_interval_s = 0.5", "probe_interval_s = 0.4"))
+            status, body = await _admin(admin, gw, "POST", "/reload", tokens.write)
+            assert status == 200 and body["applied"] is True, body
+            await eventually(
+                lambda: len(_workers(gw.proc.pid) - old) == 2 and not _workers(gw.proc.pid) & old,
+                40,
+                "the new workers to replace the old ones",
+            )
+            await asyncio.sleep(1.0)
+        answered, failed = load.answered, load.failed
     print(f"\nADMIN reload under load: {answered} calls answered, {len(failed)} lost {failed[:3]}")
     assert answered > 50 and not failed, failed[:5]
