@@ -238,6 +238,25 @@ async def other() -> AsyncIterator[MockBuilder]:
     await builder.close()
 
 
+async def _sent_to_both(
+    app_of: AppOf,
+    builders: dict[str, MockBuilder],
+    other: MockBuilder,
+    status: dict[str, bool],
+    api_key: str,
+    seed: int,
+) -> tuple[Client, str]:
+    """The app with builders ``holds`` and ``other`` (``status``: which speak the status
+    method), and one signed transaction both of them took."""
+    both = {"holds": builders["holds"], "other": other}
+    client = await app_of("holds", "other", builders=both, status=status)
+    raw = signed(sender_account(seed))
+    await rpc(client, api_key, SEND, [raw])
+    for builder in both.values():
+        await eventually(lambda b=builder: tx_hash(raw) in b.taken, 15, "both took it")
+    return client, raw
+
+
 async def test_included_by_a_builder_on_its_status_before_the_receipt(
     app_of: AppOf,
     builders: dict[str, MockBuilder],
@@ -292,12 +311,8 @@ async def test_dropped_by_every_builder_that_has_it(
     prefix: str,
     api_key: str,
 ) -> None:
-    both = {"holds": builders["holds"], "other": other}
-    client = await app_of("holds", "other", builders=both, status={"holds": False, "other": True})
-    raw = signed(sender_account(608))
-    await rpc(client, api_key, SEND, [raw])
-    for builder in both.values():
-        await eventually(lambda b=builder: tx_hash(raw) in b.taken, 15, "both took it")
+    status = {"holds": False, "other": True}
+    client, raw = await _sent_to_both(app_of, builders, other, status, api_key, 608)
     builders["holds"].dropped.add(tx_hash(raw))
     # one builder still has it pending: not dropped, whatever the rounds
     asked = len(other.methods())
@@ -321,12 +336,8 @@ async def test_a_builder_status_that_errors_is_no_answer(
     prefix: str,
     api_key: str,
 ) -> None:
-    both = {"holds": builders["holds"], "other": other}
-    client = await app_of("holds", "other", builders=both, status={"holds": True, "other": True})
-    raw = signed(sender_account(609))
-    await rpc(client, api_key, SEND, [raw])
-    for builder in both.values():
-        await eventually(lambda b=builder: tx_hash(raw) in b.taken, 15, "both took it")
+    status = {"holds": True, "other": True}
+    _, raw = await _sent_to_both(app_of, builders, other, status, api_key, 609)
     other.down = True  # answers HTTP 503: no answer, so holds' drop alone is not every one
     builders["holds"].dropped.add(tx_hash(raw))
     asked = len(other.methods())
