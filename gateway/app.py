@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -39,7 +38,7 @@ from gateway.ops.accesslog import AccessLogger
 from gateway.ops.logsetup import setup_logging, use_format
 from gateway.ops.metricsport import metrics_listener_ctx
 from gateway.ops.routes import setup_ops_routes
-from gateway.plugin import PIPELINES, Parts, Plugin
+from gateway.plugin import PIPELINES, Parts, Plugin, running
 from gateway.redis.clients import admin_connect, connect, pubsub_connect
 from gateway.redis.embedded import ensure_embedded
 from gateway.redis.mux import MuxRedis
@@ -125,18 +124,6 @@ def create_app(config: Config | None = None) -> web.Application:
     return app
 
 
-@contextlib.asynccontextmanager
-async def _running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
-    """A background task for the life of a cleanup context; cancelled (and awaited) on exit."""
-    task = asyncio.create_task(work, name=name)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def _redis_url_ctx(app: web.Application) -> AsyncIterator[None]:
     """Where Redis is: the configured URL, or the embedded server (started here)."""
     cfg = app[T.CONFIG]
@@ -199,7 +186,7 @@ async def _key_events_ctx(app: web.Application) -> AsyncIterator[None]:
         lambda: pubsub_connect(url), cfg.redis.prefix, cfg.redis.failure_log_interval_s
     )
     app[T.KEY_EVENTS] = events
-    async with _running(events.run(), "key-events"):
+    async with running(events.run(), "key-events"):
         yield
 
 
@@ -214,7 +201,7 @@ async def _usage_ctx(app: web.Application) -> AsyncIterator[None]:
         log_interval_s=cfg.redis.failure_log_interval_s,
     )
     app[T.USAGE] = sink
-    async with _running(sink.run(), "usage-flush"):
+    async with running(sink.run(), "usage-flush"):
         yield
 
 
@@ -242,7 +229,7 @@ async def _admission_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     app[T.KEY_EVENTS].add(limiter.invalidate)
     app[T.LIMITER] = limiter
-    async with _running(limiter.run(), "lease-give-back"):
+    async with running(limiter.run(), "lease-give-back"):
         yield
 
 
@@ -280,7 +267,7 @@ async def _pools_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _errors_ctx(app: web.Application) -> AsyncIterator[None]:
     counter = ErrorCounter(app[T.STORE])
     app[T.ERRORS] = counter
-    async with _running(counter.run(), "error-flush"):
+    async with running(counter.run(), "error-flush"):
         yield
 
 
@@ -299,7 +286,7 @@ async def _insight_ctx(app: web.Application) -> AsyncIterator[None]:
         max_keys=cfg.max_keys,
     )
     app[T.INSIGHT] = sink
-    async with _running(sink.run(), "insight-flush"):
+    async with running(sink.run(), "insight-flush"):
         yield
 
 

@@ -21,9 +21,11 @@ admin API, a transaction dialect's tracker) is one function and one line in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -49,3 +51,16 @@ class Plugin(Protocol):
     """An optional part of the gateway; see the module docstring for what it may do."""
 
     def __call__(self, app: web.Application, parts: Parts) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
+    """A background task for the life of a cleanup context; cancelled (and awaited) on
+    exit. For the app's own contexts and a plug-in's alike."""
+    task = asyncio.create_task(work, name=name)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

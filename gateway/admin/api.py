@@ -27,8 +27,6 @@ anything unexpected a 500 with no traceback.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -43,7 +41,7 @@ from gateway.admin.reload import add_reload_routes
 from gateway.admin.socket import worker_socket_ctx
 from gateway.config import AdminToken
 from gateway.ops.adminauth import READ_METHODS, check
-from gateway.plugin import Parts
+from gateway.plugin import Parts, running
 from gateway.redis.clients import pubsub_connect
 from gateway.store.accounts import NotFound, StoreError
 from gateway.store.audit import AuditLog, entry
@@ -196,10 +194,5 @@ async def _cordons_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     app[T.CORDONS] = book
     await book.refresh()
-    task = asyncio.create_task(book.run(), name="cordons")
-    try:
+    async with running(book.run(), "cordons"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

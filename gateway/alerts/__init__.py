@@ -11,8 +11,6 @@ admin API through ``add_admin_routes``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -22,7 +20,7 @@ from gateway.admin import add_admin_routes
 from gateway.alerts.adminroutes import add_alert_routes
 from gateway.alerts.delivery import Deliverer
 from gateway.alerts.evaluator import Evaluator
-from gateway.plugin import Parts
+from gateway.plugin import Parts, running
 
 
 def plug_alerts(app: web.Application, parts: Parts) -> None:
@@ -38,18 +36,11 @@ async def _alerts_ctx(app: web.Application) -> AsyncIterator[None]:
     redis = app[T.STORE].redis  # the Store's client: seconds, not the hot path's ms
     deliverer = Deliverer(redis, cfg.redis.prefix, cfg.alerts)
     evaluator = Evaluator(redis, cfg, fired=deliverer.wake)
-    tasks = [
-        asyncio.create_task(deliverer.run(), name="alerts-deliver"),
-        asyncio.create_task(evaluator.run(), name="alerts-evaluate"),
-    ]
-    try:
+    async with (
+        running(deliverer.run(), "alerts-deliver"),
+        running(evaluator.run(), "alerts-evaluate"),
+    ):
         yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 __all__ = ["plug_alerts"]
