@@ -9,8 +9,10 @@ wrote, in order, before it closed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import time
+import zlib
 from dataclasses import dataclass
 
 
@@ -145,3 +147,13 @@ async def aexchange(
     finally:
         writer.close()
     return split_responses(buf)[0], closed
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """About 1 MB of gzip that inflates to 1 GiB of zeros (made once per process)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1 << 20)
+    parts = [packer.compress(block) for _ in range(1024)]
+    parts.append(packer.flush())
+    return b"".join(parts)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,7 +22,7 @@ import pytest
 
 from tests.helpers.config import MakeConfig
 from tests.helpers.proxies import PROXIES, Proxy, until_passing
-from tests.helpers.rawhttp import aexchange, request
+from tests.helpers.rawhttp import aexchange, gzip_bomb, request
 from tests.helpers.served import served
 
 pytestmark = pytest.mark.slow  # a proxy process each
@@ -32,13 +31,8 @@ CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
 
 
 @pytest.fixture(scope="module")
-def bomb() -> Iterator[bytes]:
-    """About 1 MB of gzip that inflates to 1 GiB of zeros."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
-    block = bytes(1 << 20)
-    parts = [packer.compress(block) for _ in range(1024)]
-    parts.append(packer.flush())
-    yield b"".join(parts)
+def bomb() -> bytes:
+    return gzip_bomb()
 
 
 def _port(url: str) -> int:

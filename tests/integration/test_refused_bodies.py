@@ -4,27 +4,20 @@ the connection closes, and what the client still sends is never read or inflated
 from __future__ import annotations
 
 import time
-import zlib
-from collections.abc import Iterator
 
 import pytest
 
 from tests.helpers.config import MakeConfig
 from tests.helpers.doors import both_doors, door_make_config  # noqa: F401
-from tests.helpers.rawhttp import RawResponse, aexchange, request
+from tests.helpers.rawhttp import RawResponse, aexchange, gzip_bomb, request
 from tests.helpers.served import served
 
 CALL = b'{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}'
 
 
 @pytest.fixture(scope="module")
-def bomb() -> Iterator[bytes]:
-    """About 1 MB of gzip that inflates to 1 GiB of zeros."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
-    block = bytes(1 << 20)
-    parts = [packer.compress(block) for _ in range(1024)]
-    parts.append(packer.flush())
-    yield b"".join(parts)
+def bomb() -> bytes:
+    return gzip_bomb()
 
 
 def _only(responses: list[RawResponse]) -> RawResponse:
