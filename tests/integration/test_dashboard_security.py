@@ -337,18 +337,21 @@ async def test_log_in_asks_for_the_code_on_a_second_page(
 
     resp = await again.post("/dashboard/login/code", {"code": "123456"})
     assert resp.status == 401 and "not right" in parse(await resp.text()).testid("error")
-    resp = await again.post("/dashboard/login/code", {"code": code_after(secret, 1)})
+    used = code_after(secret, 1)
+    resp = await again.post("/dashboard/login/code", {"code": used})
     assert resp.status == 303 and resp.headers["Location"] == "/dashboard/usage"
     assert await logged_in(again)
     # The pending log-in is spent: the code page now sends back to the password.
     resp = await again.client.get("/dashboard/login/code", allow_redirects=False)
     assert resp.headers["Location"] == "/dashboard/keys"
 
-    # The same code again (a replay) is refused; a recovery code works once.
+    # The same code again (a replay) is refused; a recovery code works once. The
+    # replay sends the very string used above: computing it again could land in
+    # the next 30 s step and give a new, rightly accepted code.
     third = User(await aiohttp_client(client.server), user.email)
     assert (await third.login()).status == 303
     await third.get("/dashboard/login/code")
-    replay = await third.post("/dashboard/login/code", {"code": code_after(secret, 1)})
+    replay = await third.post("/dashboard/login/code", {"code": used})
     assert replay.status == 401
     resp = await third.post("/dashboard/login/code", {"code": codes[0].upper()})
     assert resp.status == 303 and await logged_in(third)

@@ -112,13 +112,17 @@ async def test_revoked_and_expired_keys_are_401(client: Client, store: Store, ac
 
 
 async def test_malformed_key_costs_no_redis_round_trip(client: Client, redis: Any) -> None:
+    """A malformed key is refused before Redis is asked. The app's background loops
+    (cordon watcher, alert evaluator, usage flushes) speak to the same Redis now and
+    then, so the count allows a few of theirs; a round trip per refusal would add at
+    least one command for each of the calls."""
+    calls = 200
     before = (await redis.info("stats"))["total_commands_processed"]
-    for _ in range(20):
+    for _ in range(calls):
         resp, _ = await post(client, "/bsc/not-a-key", CALL)
         assert resp.status == 401
     after = (await redis.info("stats"))["total_commands_processed"]
-    # only the INFO call itself (plus background error flushes, none here)
-    assert after - before <= 2
+    assert after - before < calls // 10, after - before
 
 
 # -- allowlists ---------------------------------------------------------------
