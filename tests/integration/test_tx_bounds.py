@@ -133,7 +133,9 @@ async def test_the_senders_of_one_bundle_are_one_redis_call(
 
     one_sender = await calls_for([signed(sender_account(340), nonce=n) for n in range(10)])
     ten_senders = await calls_for([signed(sender_account(341 + n)) for n in range(10)])
-    assert ten_senders == one_sender, (one_sender, ten_senders)
+    # One script call a sender would be nine more; one more is allowed for the
+    # limiter's own background give-back of an idle lease landing in a window.
+    assert ten_senders <= one_sender + 1, (one_sender, ten_senders)
 
 
 # -- every method that carries a raw transaction ---------------------------------------------
@@ -264,4 +266,7 @@ async def test_a_batch_of_lookups_by_hash_reads_the_pending_set_once(
         assert all(a["result"]["hash"] == tx_hash(raw) for a in answers), answers[:1]
         return await _hash_reads(redis) - before
 
-    assert await reads_for(50) == await reads_for(1)
+    # A read a lookup would be 49 more; one more is allowed for the cordon book's
+    # re-read (a hash read every 5 s in every app) landing in a window.
+    one, fifty = await reads_for(1), await reads_for(50)
+    assert fifty <= one + 1, (one, fifty)

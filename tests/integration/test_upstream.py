@@ -198,7 +198,9 @@ async def test_slow_node_times_out_then_fails_over(
     for _ in range(4):
         assert b"result" in await pool.forward(CALL)
     elapsed = time.monotonic() - started
-    assert elapsed < 0.2 * 2 + 0.3  # two of four calls hit the slow node first
+    # Two of four calls hit the slow node first and moved on after its 0.2 s attempt
+    # timeout; had any waited for its answer, that call alone would take 1.5 s.
+    assert elapsed < 1.2, elapsed
     assert metrics.upstream_results.labels("bsc", "bsc-0", "timeout")._value.get() == 2
 
 
