@@ -21,17 +21,16 @@ admin API, a transaction dialect's tracker) is one function and one line in
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
 from gateway.config import Config
 from gateway.rpc.localmethods import LocalMethods
 from gateway.rpc.pipeline import Pipeline
+from gateway.tasks import running as running  # a plug-in's background task
 
 # Every network's pipeline by name, set by the app's RPC cleanup context before
 # any plug-in's cleanup context runs.
@@ -51,16 +50,3 @@ class Plugin(Protocol):
     """An optional part of the gateway; see the module docstring for what it may do."""
 
     def __call__(self, app: web.Application, parts: Parts) -> None: ...
-
-
-@contextlib.asynccontextmanager
-async def running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
-    """A background task for the life of a cleanup context; cancelled (and awaited) on
-    exit. For the app's own contexts and a plug-in's alike."""
-    task = asyncio.create_task(work, name=name)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

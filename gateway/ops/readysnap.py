@@ -25,6 +25,7 @@ import orjson
 from aiohttp import web
 
 from gateway import typedefs as T
+from gateway.tasks import running
 from gateway.telemetry.metrics import multiprocess_dir
 
 INTERVAL_S: Final = 2.0
@@ -43,13 +44,10 @@ async def snapshots(app: web.Application, report: Report) -> AsyncIterator[None]
         yield  # a listener of its own serves the details (or nobody asks)
         return
     path = Path(folder) / f"readyz-{os.getpid()}.json"
-    task = asyncio.create_task(_write_forever(app, path, report), name="readyz-snapshot")
     try:
-        yield
+        async with running(_write_forever(app, path, report), "readyz-snapshot"):
+            yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         path.unlink(missing_ok=True)
 
 

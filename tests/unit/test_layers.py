@@ -24,7 +24,9 @@ TOP_LEVEL = {
     "typedefs": {"config", "limits", "redis", "store", "upstream"},
     # the plug-in seam: what a plug-in is handed (config, each network's local
     # methods and pipeline), never a plug-in itself
-    "plugin": {"config", "rpc"},
+    "plugin": {"config", "rpc", "tasks"},
+    # a background task for a cleanup context's life: below everything
+    "tasks": {"nothing"},
 }
 
 
