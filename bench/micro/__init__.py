@@ -13,7 +13,9 @@ docstring can be re-checked on any machine:
   (slow-client watchdog, connection cap) vs plain ``web.AppRunner``;
 * ``python -m bench.micro.admission``: CPU per call of the leased admission
   path's pieces (gateway/limits/leasing.py, gateway/store/usagesink.py,
-  ``ip_bits``), in-process, best of several runs.
+  ``ip_bits``), in-process, best of several runs;
+* ``python -m bench.micro.callpath``: not a speed but a shape, the gateway
+  packages one HTTP call crosses on its way from the door and back.
 
 Every module takes ``--json``.
 """

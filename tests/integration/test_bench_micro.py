@@ -113,3 +113,23 @@ def test_admission_modes_against_real_redis() -> None:
     assert exact["extra"]["Redis CPU µs/call"] > 0
     # a lease serves most calls without Redis: far less Redis CPU per call than exact
     assert leased["extra"]["Redis CPU µs/call"] < exact["extra"]["Redis CPU µs/call"] / 2
+
+
+@pytest.mark.slow
+def test_one_call_followed_from_the_door_seldom_climbs_back_into_rpc() -> None:
+    """One HTTP call through the shipped door, counted from ``RpcHttp.serve``: a cache hit
+    never calls back up into ``rpc`` from a package below it, a miss once (``intel``'s
+    coalescer running the read's node call as a task); at most 4 is the bar."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.micro.callpath", "--requests", "3", "--json"],
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r["shape"]: r for r in json.loads(out.stdout)["rows"]}
+    hit, miss = rows["cache hit"], rows["cache miss"]
+    assert hit["climbs_into_rpc"] == 0 and miss["climbs_into_rpc"] <= 1, (hit, miss)
+    # the count followed the real path: the door came down into rpc, the hit was answered
+    # from intel's cache without a node, the miss went down to the node's pool
+    assert hit["edges"]["server -> rpc"] >= 1 and hit["edges"]["rpc -> intel"] >= 1
+    assert "rpc -> upstream" not in hit["edges"] and miss["edges"]["rpc -> upstream"] >= 1
+    assert 0 < hit["gateway_calls"] < miss["gateway_calls"]
