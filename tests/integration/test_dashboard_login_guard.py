@@ -92,6 +92,20 @@ async def test_rpc_stays_fast_while_log_ins_hash(
     await try_login(client, token, new_email(), "warm up password")
     assert (await client.post(f"/bsc/{api_key}", json=call)).status == 200
 
+    async def calls_while(busy: Callable[[], bool]) -> list[float]:
+        latencies: list[float] = []
+        while busy():
+            start = time.perf_counter()
+            resp = await client.post(f"/bsc/{api_key}", json=call)
+            await resp.read()
+            latencies.append(time.perf_counter() - start)
+            assert resp.status == 200
+            await asyncio.sleep(0.01)
+        return latencies
+
+    # The same calls with no log-in first: what this machine gives at this moment.
+    until = time.perf_counter() + 1.0
+    alone = await calls_while(lambda: time.perf_counter() < until)
     logins = asyncio.gather(
         *(try_login(client, token, new_email(), "some password") for _ in range(19))
     )
@@ -100,29 +114,32 @@ async def test_rpc_stays_fast_while_log_ins_hash(
     # loop, so their sending is not the server's stall); then measure while
     # argon2 runs.
     await asyncio.sleep(0.3)
-    latencies: list[float] = []
-    while not logins.done():
-        start = time.perf_counter()
-        resp = await client.post(f"/bsc/{api_key}", json=call)
-        await resp.read()
-        latencies.append(time.perf_counter() - start)
-        assert resp.status == 200
-        await asyncio.sleep(0.01)
+    during = await calls_while(lambda: not logins.done())
     statuses = await logins
     took = time.perf_counter() - began
     assert statuses == [401] * 19  # every one was really checked (argon2 ran)
-    worst = max(latencies)
-    median = sorted(latencies)[len(latencies) // 2]
-    print(
-        f"\neth_blockNumber during 19 log-ins ({took:.2f} s): {len(latencies)} calls, "
-        f"median {median * 1000:.1f} ms, worst {worst * 1000:.1f} ms"
+
+    def median(xs: list[float]) -> float:
+        return sorted(xs)[len(xs) // 2]
+
+    def p95(xs: list[float]) -> float:
+        return sorted(xs)[int(len(xs) * 0.95)]
+
+    seen = (
+        f"eth_blockNumber alone: {len(alone)} calls, median {median(alone) * 1000:.1f} ms, "
+        f"p95 {p95(alone) * 1000:.1f} ms; during 19 log-ins ({took:.2f} s): {len(during)} "
+        f"calls, median {median(during) * 1000:.1f} ms, p95 {p95(during) * 1000:.1f} ms, "
+        f"worst {max(during) * 1000:.1f} ms"
     )
-    # The machine these tests run on is shared and often loaded (load 10 on 2
-    # cores): single calls can wait for a core whatever the gateway does, so
-    # the bar is the 95th percentile, with a cap on the worst. Argon2 on the
-    # event loop (the old code) made the median 466 ms and the worst 6.5 s.
-    p95 = sorted(latencies)[int(len(latencies) * 0.95)]
-    assert len(latencies) >= 5 and p95 < 0.1 and worst < 0.5
+    print("\n" + seen)
+    # Argon2 on the event loop (the old code) made the median 466 ms and the
+    # worst 6.5 s. The machine these tests run on is shared and often loaded
+    # (another suite, stress-ng on every core): a single call can wait for a
+    # core whatever the gateway does, so the bar is the median and the 95th
+    # percentile, each against the same calls measured just before, alone.
+    assert len(during) >= 5, seen
+    assert median(during) < max(0.05, 4 * median(alone)), seen
+    assert p95(during) < max(0.1, 4 * p95(alone)), seen
 
 
 @pytest.mark.slow
