@@ -5,6 +5,12 @@ on the request path a slow answer is as bad as none, so every client here
 gets millisecond socket timeouts, no retries, and a blocking pool (the
 default asyncio pool raises ``MaxConnectionsError`` past its size, which
 under load became HTTP 500s).
+
+Every connection these clients make turns a write on a connection closed
+under it into redis-py's ``ConnectionError`` (``_closing_safe``): redis-py
+lets the transport's ``AttributeError`` / ``TypeError`` through, which is
+not a ``RedisError``, so it passed every "Redis is unavailable" path and
+answered HTTP 500.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import AbstractConnection
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
@@ -24,6 +32,37 @@ from redis.retry import Retry
 from gateway.config import RedisConfig
 
 RedisClient = Redis | RedisCluster
+_Conn = TypeVar("_Conn", bound=AbstractConnection)
+_SAFE: dict[type[Any], type[Any]] = {}  # redis-py connection class -> its closing-safe subclass
+
+
+def _closing_safe(base: type[_Conn]) -> type[_Conn]:
+    """``base`` whose writes raise ``ConnectionError`` when the connection is closed under them.
+
+    A Redis Cluster client that sees a node fail disconnects that node's
+    connections, some of them in use by other calls; a call whose write was
+    already scheduled then finds the stream writer gone and raises
+    ``AttributeError: 'NoneType' object has no attribute 'writelines'`` (or,
+    on newer Pythons, a ``TypeError`` from the transport). Seen in the
+    hung-primary failover test under load: 500s where every failed call must
+    be a 503. redis-py's own fix normalises these the same way.
+    """
+    if base in _SAFE.values():
+        return base
+    safe = _SAFE.get(base)
+    if safe is None:
+
+        async def send_packed_command(self: Any, command: Any, check_health: bool = True) -> None:
+            try:
+                await base.send_packed_command(self, command, check_health)
+            except (AttributeError, TypeError) as exc:  # only the transport, closed under us
+                await self.disconnect(nowait=True)
+                raise RedisConnectionError(f"connection closed while writing ({exc})") from exc
+
+        safe = _SAFE[base] = type(
+            f"ClosingSafe{base.__name__}", (base,), {"send_packed_command": send_packed_command}
+        )
+    return safe
 
 
 class _Gates:
@@ -108,6 +147,11 @@ class GatedRedisCluster(RedisCluster):
         for node in [*nodes.values(), *self.nodes_manager.startup_nodes.values()]:
             if type(node) is ClusterNode:
                 node.__class__ = self._node_class
+            node.connection_class = _closing_safe(node.connection_class)
+            # a connection redis-py opened before the node was adopted (topology
+            # discovery): the same object, with the closing-safe write
+            for conn in node._connections:
+                conn.__class__ = _closing_safe(type(conn))
         self._adopted = len(nodes)
 
     async def initialize(self, *args: Any, **kwargs: Any) -> GatedRedisCluster:
@@ -153,6 +197,7 @@ def connect(cfg: RedisConfig, url: str) -> RedisClient:
         health_check_interval=0,
         maint_notifications_config=MaintNotificationsConfig(enabled=False),
     )
+    pool.connection_class = _closing_safe(pool.connection_class)  # before any connection
     return Redis.from_pool(pool)
 
 
@@ -168,7 +213,10 @@ def admin_connect(cfg: RedisConfig, url: str) -> RedisClient:
             reinitialize_steps=0,
             gate_timeout_s=5,
         )
-    return Redis.from_url(url, decode_responses=True, socket_timeout=5, socket_connect_timeout=5)
+    client = Redis.from_url(url, decode_responses=True, socket_timeout=5, socket_connect_timeout=5)
+    pool = client.connection_pool
+    pool.connection_class = _closing_safe(pool.connection_class)  # before any connection
+    return client
 
 
 def pubsub_connect(url: str) -> Redis:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway import typedefs as T
 from gateway.app import create_app
@@ -34,6 +35,7 @@ from tests.helpers import cluster_fixtures as _cf
 from tests.helpers.cluster import RedisCluster as ClusterProcesses
 from tests.helpers.config import Client, MakeConfig
 from tests.helpers.lease import settle, until_status
+from tests.helpers.writerace import closed_under_the_write
 
 # The core tests, run again here against the cluster (pytest collects them
 # from this module's namespace, with this module's fixtures).
@@ -203,6 +205,29 @@ async def test_redirected_calls_and_pipelines_wait_at_the_node_that_serves_them(
         assert results == [1] * 30 + [[1, 2]] * 10
         # the gate's places, no more (the pool could hold 2 * per_node)
         assert len(served._connections) <= 2, len(served._connections)
+    finally:
+        await client.aclose()
+
+
+async def test_a_write_closed_under_it_on_a_cluster_node_is_a_connection_error(
+    config: Config, redis_url: str
+) -> None:
+    """The race that answered 500 in the hung-primary failover: a node's connection is
+    disconnected (as redis-py does to a failed node's connections) while a call's write
+    is scheduled on it. It must be redis-py's ConnectionError, which every Redis
+    failure path answers with 503 (tests/integration/test_redis_write_race.py)."""
+    client = connect(config.redis, redis_url)
+    assert isinstance(client, GatedRedisCluster)
+    try:
+        await client.initialize()
+        node: Any = next(iter(client.nodes_manager.nodes_cache.values()))
+        conn = node.acquire_connection()
+        try:
+            raised = await closed_under_the_write(conn)
+        finally:
+            node.release(conn)
+        assert isinstance(raised, RedisConnectionError), repr(raised)
+        assert await client.ping()
     finally:
         await client.aclose()
 
