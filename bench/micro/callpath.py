@@ -52,10 +52,9 @@ from aiohttp import web
 
 from bench.loadgen import _new_loop
 from bench.micro.common import pin_self, private_redis
-from bench.micro.pipeline import FINAL, HEAD
+from bench.micro.pipeline import FINAL, HEAD, bench_config
 from gateway import typedefs as T
 from gateway.app import create_app
-from gateway.config import config_from_dict
 from gateway.demo.chainnode import Chain, start_chain_node
 from gateway.rpc.http import RpcHttp
 from gateway.server.listener import GatewayRunner
@@ -155,18 +154,8 @@ async def measure(requests: int) -> dict[str, list[Tally]]:
     async with private_redis(plan, "callpath") as redis_port:
         node = await start_chain_node(Chain(chain_id=56, start=HEAD, finality_depth=3))
         other = await start_chain_node(Chain(chain_id=204, start=HEAD))
-        cfg = config_from_dict(
-            {
-                "redis": {"url": f"redis://127.0.0.1:{redis_port}/0", "prefix": "callpath"},
-                "plans": {"free": {"rate": 1e9, "burst": 10**12}},
-                "networks": {
-                    "bsc": {"upstreams": [node.url], "block_time_s": 0},
-                    "opbnb": {"upstreams": [other.url], "block_time_s": 0},
-                },
-                "upstream": {"probe_interval_s": 60},
-                "server": {"access_log": False, "metrics_listen": ""},
-            }
-        )
+        server = {"access_log": False, "metrics_listen": ""}
+        cfg = bench_config(redis_port, "callpath", node.url, other.url, server=server)
         app = create_app(cfg)
         runner = GatewayRunner(app)
         await runner.setup()

@@ -44,7 +44,7 @@ from bench.stack import CpuPlan
 from gateway import typedefs as T
 from gateway.alerts import api as alerts_api
 from gateway.app import HANDLERS, create_app
-from gateway.config import config_from_dict
+from gateway.config import Config, config_from_dict
 from gateway.demo.chainnode import Chain, start_chain_node
 from gateway.limits.limiter import ip_bits
 from gateway.rpc.auth import key_hash
@@ -63,6 +63,25 @@ CALLS: dict[str, list[tuple[str, list[Any]]]] = {
         ("eth_getBlockByNumber", [hex(HEAD - 11), False]),
     ],
 }
+
+
+def bench_config(
+    redis_port: int, prefix: str, bsc_url: str, opbnb_url: str, **tables: dict[str, Any]
+) -> Config:
+    """The micro-benchmarks' app: a limit no call reaches, no block clock, no probe during
+    the run; ``tables`` are added (tracing, alerts, server)."""
+    return config_from_dict(
+        {
+            "redis": {"url": f"redis://127.0.0.1:{redis_port}/0", "prefix": prefix},
+            "plans": {"free": {"rate": 1e9, "burst": 10**12}},
+            "networks": {
+                "bsc": {"upstreams": [bsc_url], "block_time_s": 0},
+                "opbnb": {"upstreams": [opbnb_url], "block_time_s": 0},
+            },
+            "upstream": {"probe_interval_s": 60},
+            **tables,
+        }
+    )
 
 
 def _body(name: str) -> bytes:
@@ -104,18 +123,13 @@ async def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
         chain = Chain(chain_id=56, start=HEAD, finality_depth=3, safe_depth=1)
         node = await start_chain_node(chain)
         other = await start_chain_node(Chain(chain_id=204, start=HEAD))  # opbnb, unused
-        cfg = config_from_dict(
-            {
-                "redis": {"url": f"redis://127.0.0.1:{port}/0", "prefix": "bench"},
-                "plans": {"free": {"rate": 1e9, "burst": 10**12}},
-                "networks": {
-                    "bsc": {"upstreams": [node.url], "block_time_s": 0},
-                    "opbnb": {"upstreams": [other.url], "block_time_s": 0},
-                },
-                "upstream": {"probe_interval_s": 60},
-                "tracing": {"otlp_endpoint": otlp, "sample_ratio": args.tracing or 1.0},
-                "alerts": {"enabled": args.alerts == "on"},
-            }
+        cfg = bench_config(
+            port,
+            "bench",
+            node.url,
+            other.url,
+            tracing={"otlp_endpoint": otlp, "sample_ratio": args.tracing or 1.0},
+            alerts={"enabled": args.alerts == "on"},
         )
         app = create_app(cfg)
         runner = web.AppRunner(app, handle_signals=False)
