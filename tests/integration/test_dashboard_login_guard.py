@@ -136,10 +136,11 @@ async def test_rpc_stays_fast_while_log_ins_hash(
     # worst 6.5 s. The machine these tests run on is shared and often loaded
     # (another suite, stress-ng on every core): a single call can wait for a
     # core whatever the gateway does, so the bar is the median and the 95th
-    # percentile, each against the same calls measured just before, alone.
+    # percentile and the worst, each against the same calls measured just before, alone.
     assert len(during) >= 5, seen
     assert median(during) < max(0.05, 4 * median(alone)), seen
     assert p95(during) < max(0.1, 4 * p95(alone)), seen
+    assert max(during) < max(0.5, 4 * max(alone)), seen
 
 
 @pytest.mark.slow
