@@ -186,11 +186,15 @@ async def test_slow_node_times_out_then_fails_over(make_config: MakeConfig, api_
         # over; on a loaded machine hedges of ordinary calls (over the 50 ms floor)
         # spent the shared 20 % budget and a few calls got 504 (test_intel_app
         # covers the budget itself).
-        # Attempts of 0.5 s (the fault default): the healthy node answers in
-        # milliseconds, yet on a loaded CI box this one event loop (gateway, nodes
-        # and clients) stalled for 378 ms once; with 0.25 s attempts that took the
-        # healthy node out as well and six calls got 504 (a stall, not failover).
-        cfg = _fault_cfg(make_config, [n.url for n in nodes], retry_budget=1.0)
+        # Attempts of 1 s (the slow node takes 5 s, so it still times out): the
+        # healthy node answers in milliseconds, yet on a loaded 2-core box this
+        # one event loop (gateway, nodes and clients) stalled for 378 ms once and
+        # 734 ms another time; with 0.25 s and then 0.5 s attempts that timed the
+        # healthy node's attempt out as well and a few calls got 504 (a stall of
+        # the test's own process, not failover).
+        cfg = _fault_cfg(
+            make_config, [n.url for n in nodes], retry_budget=1.0, attempt_timeout_s=1.0
+        )
         attempt_s = cfg.upstream.attempt_timeout_s
         async with served(cfg) as srv:
 
