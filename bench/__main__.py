@@ -29,7 +29,7 @@ except ModuleNotFoundError as _missing:
 from bench.redact import redact_report, redact_text, secrets_of
 from bench.report import render_markdown, write_outputs
 from bench.scenarios import SCENARIOS
-from bench.units import duration_arg, fraction_arg, positive_arg, spread_arg
+from bench.units import count_arg, duration_arg, fraction_arg, positive_arg, spread_arg
 
 _EPILOG = """examples:
   python -m bench steady --rate 2000 --duration 10s
@@ -248,6 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     mx = parsers["mix"]
     mx.add_argument("--keys", type=int, default=20, help="keys sending the mix")
     mx.add_argument("--seed", type=int, default=13, help="seed of the mix's order and params")
+    mx.add_argument(
+        "--rounds",
+        type=count_arg,
+        default=2,
+        help="gateway and proxy phases interleaved, A B A B (each --duration long)",
+    )
     mx.add_argument(
         "--cache-max-bytes",
         type=int,

@@ -17,9 +17,17 @@ import os
 from dataclasses import dataclass, field
 
 from bench.stack import ManagedProcess, Stack, process_tree
-from bench.verdicts import parse_info_cpu
+from bench.verdicts import parse_commandstats, parse_info_cpu
 
-__all__ = ["PartsSnapshot", "cpu_busy", "pid_cpu_seconds", "redis_info_cpu", "snapshot"]
+__all__ = [
+    "PartsSnapshot",
+    "cpu_busy",
+    "pid_cpu_seconds",
+    "redis_commandstats",
+    "redis_info",
+    "redis_info_cpu",
+    "snapshot",
+]
 
 
 @dataclass(frozen=True)
@@ -57,25 +65,37 @@ def cpu_busy() -> dict[int, tuple[int, int]]:
     return out
 
 
-async def redis_info_cpu(port: int, host: str = "127.0.0.1") -> float | None:
-    """Redis's own used_cpu_sys + used_cpu_user (s), or None if it does not answer."""
+async def redis_info(port: int, section: str, host: str = "127.0.0.1") -> str | None:
+    """Redis's ``INFO <section>`` text, or None if it does not answer."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
     except (OSError, TimeoutError):
         return None
     try:
-        writer.write(b"INFO cpu\r\n")
+        writer.write(f"INFO {section}\r\n".encode())
         header = await asyncio.wait_for(reader.readline(), 2.0)
         if not header.startswith(b"$"):
             return None
         body = await asyncio.wait_for(reader.readexactly(int(header[1:]) + 2), 2.0)
-        return parse_info_cpu(body.decode(errors="replace"))
+        return body.decode(errors="replace")
     except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
         return None
     finally:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+async def redis_info_cpu(port: int, host: str = "127.0.0.1") -> float | None:
+    """Redis's own used_cpu_sys + used_cpu_user (s), or None if it does not answer."""
+    text = await redis_info(port, "cpu", host)
+    return None if text is None else parse_info_cpu(text)
+
+
+async def redis_commandstats(port: int, host: str = "127.0.0.1") -> dict[str, tuple[int, int]]:
+    """Per command run so far: (calls, usec) from ``INFO commandstats``; {} if no answer."""
+    text = await redis_info(port, "commandstats", host)
+    return {} if text is None else parse_commandstats(text)
 
 
 def _named(stack: Stack) -> list[tuple[str, ManagedProcess]]:

@@ -63,4 +63,22 @@ def positive_arg(text: str) -> float:
     return value
 
 
-__all__ = ["duration_arg", "fraction_arg", "parse_duration", "positive_arg", "spread_arg"]
+def count_arg(text: str) -> int:
+    """An argparse ``type=`` for a whole number of at least 1 (rounds, repeats)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+__all__ = [
+    "count_arg",
+    "duration_arg",
+    "fraction_arg",
+    "parse_duration",
+    "positive_arg",
+    "spread_arg",
+]

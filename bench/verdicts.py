@@ -7,6 +7,7 @@ figure a scenario prints is computed here from plain numbers.
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -156,6 +157,35 @@ def parse_info_cpu(text: str) -> float | None:
             except ValueError:
                 return None
     return values["used_cpu_sys"] + values["used_cpu_user"] if len(values) == 2 else None
+
+
+def parse_commandstats(text: str) -> dict[str, tuple[int, int]]:
+    """Per command: (calls, usec) from Redis ``INFO commandstats``.
+
+    A command a script runs is counted both under its own name and inside the
+    script's ``evalsha`` time, so the rows overlap; they are a split, not a sum.
+    """
+    out: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.strip().partition(":")
+        if not sep or not name.startswith("cmdstat_"):
+            continue
+        fields = dict(f.split("=", 1) for f in rest.split(",") if "=" in f)
+        with contextlib.suppress(KeyError, ValueError):
+            out[name.removeprefix("cmdstat_")] = (int(fields["calls"]), int(fields["usec"]))
+    return out
+
+
+def commands_delta(
+    before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """(calls, usec) of each command run between two ``parse_commandstats`` readings."""
+    out: dict[str, tuple[int, int]] = {}
+    for cmd, (calls, usec) in after.items():
+        calls0, usec0 = before.get(cmd, (0, 0))
+        if calls > calls0:
+            out[cmd] = (calls - calls0, usec - usec0)
+    return out
 
 
 def counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:

@@ -14,10 +14,13 @@ so old state goes to the archive node alone and each wide range is split
 into three chunks. The report gives node calls per client call by node.
 
 The gateway and the bare pass-through proxy (bench/baseline_proxy.py, no key
-check, no cache) get the same bodies in the same run, one after the other,
-closed loop. The gateway's ``/metrics`` (on its own port) give the node calls
-(upstream attempts), cache hits and misses by method, and coalesced calls;
-``/proc`` gives the gateway's peak RSS. Receipts are not in the mix: the
+check, no cache) get the same bodies in the same run, closed loop, in
+interleaved phases (``--rounds``, A B A B by default) so that the machine's
+drift falls on both. The gateway's ``/metrics`` (on its own port) give the
+node calls (upstream attempts), cache hits and misses by method, and
+coalesced calls; Redis's ``INFO commandstats`` around each gateway phase
+gives Redis's time per admitted call by command (scripts, usage and insight
+sums, call logs); ``/proc`` gives the gateway's peak RSS. Receipts are not in the mix: the
 stack's mock node does not serve them.
 """
 
@@ -39,6 +42,7 @@ from bench import report as rpt
 from bench import verdicts as v
 from bench.client import build_request
 from bench.loadgen import LoadResult, LoadSpec
+from bench.partcpu import redis_commandstats
 from bench.scenarios.common import (
     Env,
     base_report,
@@ -48,6 +52,7 @@ from bench.scenarios.common import (
     log,
     prefix_of,
     run_with_events,
+    total_or_none,
 )
 from bench.stack import BENCH_PLAN, Stack, StackOptions, free_port, process_tree
 from bench.workload import Endpoint
@@ -204,6 +209,24 @@ def staleness_figures(
     return out
 
 
+def redis_split(commands: dict[str, tuple[int, int]], admitted: int) -> dict[str, str]:
+    """Redis's time per admitted call by command (``INFO commandstats``), largest first.
+
+    ``evalsha`` is the scripts (admission and its lease refills, the shared
+    cache's writes); ``hincrby`` the usage and insight sums flushed in the
+    background; ``xadd`` the per-key call logs. A command a script runs is
+    also inside the script's time, so the rows overlap.
+    """
+    if not admitted or not commands:
+        return {"Redis time by command": "unknown (no admitted calls or no INFO commandstats)"}
+    out: dict[str, str] = {}
+    for cmd, (calls, usec) in sorted(commands.items(), key=lambda kv: -kv[1][1]):
+        out[f"Redis {cmd} per admitted call"] = (
+            f"{usec / admitted:.2f} µs ({calls / admitted:.3f} calls)"
+        )
+    return out
+
+
 def node_latency(args: argparse.Namespace) -> tuple[float, float]:
     """The mock nodes' (latency, uniform jitter) in ms: ``--node-delay`` or the plain options.
 
@@ -252,66 +275,90 @@ async def mix(args: argparse.Namespace) -> dict[str, Any]:
         stack = env.stack
         assert stack is not None and stack.gateway is not None and stack.proxy is not None
         keys = [k for k, _ in await env.keys(args.keys, BENCH_PLAN)]
-        results: dict[str, LoadResult] = {}
-        cpu: dict[str, float | None] = {}
-        counts: dict[str, int] = {}
+        results: dict[str, list[LoadResult]] = {"gateway": [], "proxy": []}
+        cpu: dict[str, list[float | None]] = {"gateway": [], "proxy": []}
         lags: dict[str, dict[int, int]] = {}
-        for name, url, use_keys in (
+        scrapes: list[tuple[list[Any], list[Any]]] = []  # gateway metrics around each phase
+        commands: dict[str, tuple[int, int]] = {}  # Redis (calls, usec) in the gateway phases
+        phases: tuple[tuple[str, str, list[str]], ...] = (
             ("gateway", env.gateway_url, keys),
             ("proxy", stack.proxy.url, []),
-        ):
-            endpoint = Endpoint.from_url(url, prefix_of(args))
-            requests, key_of, by_method = build_mix(endpoint, use_keys, args.seed)
-            if name == "gateway":
-                counts = by_method
-                before = await scrape(metrics_url)
-            spec = LoadSpec(
-                host=endpoint.host,
-                port=endpoint.port,
-                requests=requests,
-                keys_of=key_of,
-                duration_s=args.duration,
-                rate=0.0,
-                connections=max(args.connections, args.procs),
-                processes=args.procs,
-                timeout_s=args.timeout,
-                cpus=stack.cpus.others,
-            )
-            sampler = None
-            if name == "gateway":
-                node_urls = [n.url for n in stack.nodes.get(args.network, [])]
-                gw_url = f"{env.gateway_url}{prefix_of(args)}/{keys[0]}"
-                sampler = asyncio.create_task(staleness(gw_url, node_urls))
-            proc = stack.gateway if name == "gateway" else stack.proxy
-            cpu_before = cpu_of(proc)
-            res, _ = await run_with_events(
-                spec, [], progress=not args.quiet, label=name, stack=stack
-            )
-            cpu[name] = delta(cpu_of(proc), cpu_before)
-            if sampler is not None:
-                sampler.cancel()
-                lags = await sampler
-            results[name] = res
-            log(f"{name}: {res.completed / res.duration_s:,.0f} req/s, kinds {dict(res.kinds)}")
-            if name == "gateway":
-                await asyncio.sleep(2.5)  # intel metrics are synced once per probe (1 s)
-                after = await scrape(metrics_url)
-                rss = peak_rss_mib(stack.gateway.pid)
+        )
+        built = {
+            name: build_mix(Endpoint.from_url(url, prefix_of(args)), use_keys, args.seed)
+            for name, url, use_keys in phases
+        }
+        counts = built["gateway"][2]
+        for r in range(args.rounds):  # interleaved: A B A B, so the machine's drift cancels
+            for name, url, _ in phases:
+                endpoint = Endpoint.from_url(url, prefix_of(args))
+                requests, key_of, _ = built[name]
+                spec = LoadSpec(
+                    host=endpoint.host,
+                    port=endpoint.port,
+                    requests=requests,
+                    keys_of=key_of,
+                    duration_s=args.duration,
+                    rate=0.0,
+                    connections=max(args.connections, args.procs),
+                    processes=args.procs,
+                    timeout_s=args.timeout,
+                    cpus=stack.cpus.others,
+                )
+                sampler = None
+                if name == "gateway":
+                    before = await scrape(metrics_url)
+                    stats_before = await redis_commandstats(stack.redis_port)
+                    node_urls = [n.url for n in stack.nodes.get(args.network, [])]
+                    gw_url = f"{env.gateway_url}{prefix_of(args)}/{keys[0]}"
+                    sampler = asyncio.create_task(staleness(gw_url, node_urls))
+                proc = stack.gateway if name == "gateway" else stack.proxy
+                cpu_before = cpu_of(proc)
+                label = f"{name} {r + 1}/{args.rounds}" if args.rounds > 1 else name
+                res, _ = await run_with_events(
+                    spec, [], progress=not args.quiet, label=label, stack=stack
+                )
+                cpu[name].append(delta(cpu_of(proc), cpu_before))
+                results[name].append(res)
+                log(
+                    f"{label}: {res.completed / res.duration_s:,.0f} req/s, kinds {dict(res.kinds)}"
+                )
+                if sampler is not None:
+                    sampler.cancel()
+                    for label_, seen in (await sampler).items():
+                        into = lags.setdefault(label_, {})
+                        for lag, n in seen.items():
+                            into[lag] = into.get(lag, 0) + n
+                    ran = v.commands_delta(stats_before, await redis_commandstats(stack.redis_port))
+                    for cmd, (ran_calls, ran_usec) in ran.items():
+                        calls0, usec0 = commands.get(cmd, (0, 0))
+                        commands[cmd] = (calls0 + ran_calls, usec0 + ran_usec)
+                    await asyncio.sleep(2.5)  # intel metrics are synced once per probe (1 s)
+                    scrapes.append((before, await scrape(metrics_url)))
+        after = scrapes[-1][1]
+        rss = peak_rss_mib(stack.gateway.pid)
         report = base_report("mix", MIX, args, env)
-        for name, res in results.items():
-            report["targets"][name] = rpt.summarize([res], server_cpu_s=cpu[name])
+        for name, runs in results.items():
+            report["targets"][name] = rpt.summarize(runs, server_cpu_s=total_or_none(cpu[name]))
         report["ratios"]["gateway/proxy"] = v.side_by_side_ratios(
             report["targets"]["gateway"], report["targets"]["proxy"]
         )
 
         def grew(name: str, **labels: str) -> float:
-            return total(after, name, **labels) - total(before, name, **labels)
+            return sum(total(a, name, **labels) - total(b, name, **labels) for b, a in scrapes)
 
-        client_calls = results["gateway"].completed
+        client_calls = sum(res.completed for res in results["gateway"])
         node_calls = grew("gateway_upstream_results_total")
         coalesced = grew("gateway_coalesced_calls_total")
         per_call = node_calls / client_calls if client_calls else float("nan")
         figures = report["figures"]
+        if args.rounds > 1:
+            for name in results:
+                tp = report["targets"][name]["round_throughput_rps"]
+                figures[f"{name} throughput spread over rounds (min/max)"] = (
+                    f"{min(tp):,.0f} / {max(tp):,.0f} req/s"
+                )
+        figures.update(redis_split(commands, report["targets"]["gateway"].get("admitted", 0)))
         figures["client calls answered (gateway)"] = f"{client_calls:,}"
         figures["node calls (upstream attempts)"] = f"{node_calls:,.0f}"
         most = args.max_node_calls

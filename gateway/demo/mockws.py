@@ -35,6 +35,7 @@ from aiohttp import WSMsgType, web
 from eth_hash.auto import keccak
 
 from gateway.demo import wallet
+from gateway.demo.blockclock import BlockClock
 from gateway.demo.blockviews import (
     BSC_CHAINS,
     FINALITY_METHODS,
@@ -63,11 +64,6 @@ _PROPAGATION_S = 0.25  # a sent transaction reaches the next block's proposer in
 def _h(*parts: object) -> str:
     """A 32-byte hash standing for what ``parts`` name, Keccak as the chain's own hashes."""
     return "0x" + keccak(":".join(map(str, parts)).encode()).hex()
-
-
-# Stretches of the block clock kept after stalls; a block older than all of them
-# but the first is stamped as if no slot before it had been skipped.
-_CLOCK_STRETCHES = 256
 
 
 class Chain:
@@ -100,9 +96,7 @@ class Chain:
         self._forks: dict[int, int] = {}
         self._timer: asyncio.Task[None] | None = None
         self._next_due = 0.0  # time.monotonic() the timer's next block is due
-        # The clock blocks are stamped by: (first block, its time.time()) per stretch;
-        # one stretch from start(), one more after each stall whose slots were skipped.
-        self._clock: list[tuple[int, float]] = []
+        self._clock: BlockClock | None = None  # the blocks' stamps, from start()
 
     def block_hash(self, number: int) -> str:
         return _h(self.chain_id, number, self._forks.get(number, 0))
@@ -112,13 +106,9 @@ class Chain:
             return None
         hashes = self.ledger.hashes_in(number)
         block = canned_block(number, self.block_hash(number), self.block_hash(number - 1), hashes)
-        if self._clock:  # on a clock: when it was due (the same on every call)
-            block["timestamp"] = hex(int(self._made_at(number)))
+        if self._clock is not None:  # on a clock: when it was due (the same on every call)
+            block["timestamp"] = hex(int(self._clock.made_at(number)))
         return block
-
-    def _made_at(self, number: int) -> float:
-        first, at = next((s for s in reversed(self._clock) if s[0] <= number), self._clock[0])
-        return at + (number - first) * self.block_time_s
 
     def logs(self, number: int, *, removed: bool = False) -> list[dict[str, Any]]:
         fork = self._forks.get(number, 0)
@@ -200,27 +190,16 @@ class Chain:
 
     def start(self) -> None:
         if self.block_time_s > 0 and self._timer is None:
-            self._clock = [(self.head, time.time())]
-            self._timer = asyncio.create_task(self._tick(), name="mock-chain-blocks")
+            self._clock = clock = BlockClock(self.head, time.time(), self.block_time_s)
+            self._timer = asyncio.create_task(self._tick(clock), name="mock-chain-blocks")
 
-    async def _tick(self) -> None:
+    async def _tick(self, clock: BlockClock) -> None:
         due = time.monotonic()
-        bt = self.block_time_s
         while True:  # a steady rate: sleep to the next due time, not a fixed gap
-            due += bt
+            due += self.block_time_s
             self._next_due = due
             await asyncio.sleep(max(0.0, due - time.monotonic()))
-            # Woken over half a block late (the process stalled): the slots slept
-            # through are skipped and one block is mined, stamped at the newest
-            # slot. This chain shares its process with what it feeds (tests, the
-            # demo); a real chain would not hand over a stall's blocks in one
-            # burst, each a round trip for the gateway to confirm.
-            late = time.monotonic() - due
-            if late > bt / 2 and (skipped := int(late // bt)):
-                due += skipped * bt
-                nxt = self.head + 1
-                self._clock.append((nxt, self._made_at(nxt) + skipped * bt))
-                del self._clock[1:-_CLOCK_STRETCHES]  # bounded: the first and newest kept
+            due = clock.settle(due, self.head + 1)  # a stall's slots skipped, not mined late
             self.mine()
 
     async def stop(self) -> None:

@@ -28,6 +28,7 @@ def test_spread_reads_mean_and_spread() -> None:
 def test_mix_flags_default_to_the_issue_targets() -> None:
     args = build_parser().parse_args(["mix"])
     assert args.min_vs_proxy == 2.0 and args.max_node_calls == 0.05
+    assert args.rounds == 2
     assert node_latency(args) == (0.0, 0.0)
     args = build_parser().parse_args(
         ["mix", "--node-delay", "20ms+-10ms", "--min-vs-proxy", "1.5", "--max-node-calls", "0.1"]
@@ -36,6 +37,8 @@ def test_mix_flags_default_to_the_issue_targets() -> None:
     assert args.min_vs_proxy == 1.5 and args.max_node_calls == 0.1
     with pytest.raises(SystemExit):
         build_parser().parse_args(["mix", "--max-node-calls", "0"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["mix", "--rounds", "0"])
 
 
 @pytest.mark.slow
@@ -60,3 +63,6 @@ def test_mix_runs_with_latency_and_judges_by_the_flags() -> None:
     assert gw["server_cpu_us_per_req"] > 0
     assert figures["gateway CPU per answered call"].endswith(" µs")
     assert report["targets"]["proxy"]["server_cpu_us_per_req"] > 0
+    # A B A B by default, and Redis's time split by command over the gateway's phases
+    assert gw["rounds"] == 2 and report["targets"]["proxy"]["rounds"] == 2
+    assert figures["Redis evalsha per admitted call"].endswith(" calls)")

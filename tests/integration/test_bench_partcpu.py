@@ -144,3 +144,34 @@ async def test_redis_info_cpu_from_a_real_redis(tmp_path: Path) -> None:
     from bench.stack import free_port
 
     assert await partcpu.redis_info_cpu(free_port()) is None  # nothing listening
+
+
+def test_commandstats_are_parsed_and_subtracted() -> None:
+    text = (
+        "# Commandstats\r\n"
+        "cmdstat_evalsha:calls=10,usec=250,usec_per_call=25.00,rejected_calls=0,failed_calls=0\r\n"
+        "cmdstat_hincrby:calls=4,usec=8,usec_per_call=2.00\r\n"
+        "cmdstat_broken:calls=x,usec=1\r\n"
+        "not_a_stat:1\r\n"
+    )
+    before = v.parse_commandstats(text)
+    assert before == {"evalsha": (10, 250), "hincrby": (4, 8)}
+    after = {"evalsha": (25, 700), "hincrby": (4, 8), "xadd": (3, 9)}
+    assert v.commands_delta(before, after) == {"evalsha": (15, 450), "xadd": (3, 9)}
+
+
+async def test_redis_commandstats_count_what_a_real_redis_ran(tmp_path: Path) -> None:
+    server = RedisProcess(tmp_path, persist=False, tcp=True)
+    server.start()
+    try:
+        before = await partcpu.redis_commandstats(server.port)
+        for _ in range(3):
+            assert await partcpu.redis_info(server.port, "server") is not None
+        after = await partcpu.redis_commandstats(server.port)
+    finally:
+        server.stop()
+    ran = v.commands_delta(before, after)
+    assert ran["info"][0] == 4  # three INFO server, one INFO commandstats between
+    from bench.stack import free_port
+
+    assert await partcpu.redis_commandstats(free_port()) == {}
