@@ -25,6 +25,7 @@ class NodeRecord:
         "claims",
         "finalized",
         "hash",
+        "lead",
         "number",
         "safe",
         "stamp",
@@ -38,6 +39,7 @@ class NodeRecord:
         self.hash: str | None = None
         self.at = 0.0  # when it was confirmed
         self.stamp: int | None = None  # its confirmed head's block timestamp
+        self.lead: float | None = None  # that stamp less the wall clock when it was confirmed
         # Hashes it confirmed (and their parents), by number: what agreement reads.
         self.chain: dict[int, str] = {}
         self.safe = -1

@@ -21,10 +21,12 @@ network is *split*: the head stays at the agreed block (``split`` says so,
 Only a lie proven takes a node out (``on_eject``): headers its own answers
 keep contradicting (``max_mismatches`` in a row), or a block stamped more
 than ``clock_skew_s`` in the future of the clock, of every other node's
-newest block, and of what its own last block explains (a chain stamps each
-block at least a second after its parent, so a dev chain mining a burst,
-``hardhat_mine`` or a block per transaction, runs a second a block ahead of
-the clock and is right; a lone node has nobody to be ahead of). A stamp
+newest block, and of what its own last block explains: a chain stamps each
+block at least a second after its parent, so a dev chain mining a burst
+(``hardhat_mine``, a block per transaction) runs a second a block ahead of
+the clock and is right, and Hardhat keeps that lead on every later block,
+so a block may lead the clock by its last block's lead plus a second a
+block (a lone node has nobody to be ahead of). A stamp
 ahead of the clock counts as the clock for currency, so no stamp makes an
 honest node look behind. Speed, lead and lag take no node out. Whenever a node leaves, the head is
 recomputed from the nodes still in service; ``served`` keeps the
@@ -216,6 +218,7 @@ class HeadTracker:
             return
         if number != seen.number or stamp is not None:
             seen.stamp = stamp  # unknown stays unknown rather than borrowing an older one
+            seen.lead = None if stamp is None else stamp - self._wall()
         seen.number, seen.hash, seen.at = number, digest, self._clock()
         seen.safe = min(seen.safe, number)  # a node that went back takes its marks back
         seen.finalized = min(seen.finalized, number)
@@ -223,20 +226,23 @@ class HeadTracker:
     def _in_future(self, node: str, number: int, stamp: int) -> bool:
         """Whether block ``number`` stamped ``stamp`` is a lie: more than the clock
         skew ahead of the clock, of every other node's newest block (one node's
-        future, not the whole chain's), and of the node's own last block plus a
-        second a block (a chain stamps a block at least a second after its
-        parent: a burst runs that far ahead of the clock and is right). With no
-        earlier block of its own to measure by, nothing is proven."""
+        future, not the whole chain's), and of the clock by more than the node's
+        own last block was plus a second a block. A chain stamps a block at least
+        a second after its parent, so a burst runs that far ahead of the clock and
+        is right; Hardhat then keeps the lead, stamping a block made seconds later
+        as far ahead, so it is the lead that is bounded, not the stamps' gap. With
+        no earlier block of its own to measure by, nothing is proven."""
         skew = self.rules.clock_skew_s
-        if stamp <= self._wall() + skew:
+        now = self._wall()
+        if stamp <= now + skew:
             return False
         others = [s.stamp for n, s in self._live.items() if n != node and s.stamp is not None]
         if not others or stamp <= max(others) + skew:
             return False
         own = self._live[node]
-        if own.stamp is None or own.number < 0 or number <= own.number:
+        if own.lead is None or own.number < 0 or number <= own.number:
             return False
-        return stamp > own.stamp + (number - own.number) + skew
+        return stamp - now > own.lead + (number - own.number) + skew
 
     def block_number(self) -> int:
         """What ``eth_blockNumber`` answers now: the head, never below an earlier answer."""

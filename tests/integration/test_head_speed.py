@@ -4,12 +4,15 @@ One Hardhat node (chain 56) in front of a gateway at its shipped defaults
 (BSC's 0.45 s block time): ``hardhat_mine`` of 50 blocks at once, then a
 transaction per block (automine). Every call through the gateway must be
 answered and the node must never leave rotation, because a node catching up
-runs far faster than the block time and is right.
+runs far faster than the block time and is right. And two Hardhat nodes, one
+of which mined a burst and so stamps every later block seconds ahead of the
+clock and of the other node: still no lie.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +21,7 @@ import pytest
 
 from tests.helpers import hardhat as hh
 from tests.helpers.config import MakeConfig
-from tests.helpers.evmstack import rpc
+from tests.helpers.evmstack import hardhat_node, rpc
 from tests.helpers.procs import stop
 from tests.helpers.served import served
 
@@ -100,3 +103,46 @@ async def test_a_burst_of_blocks_and_automine_never_take_the_node_out(
         assert not out_seen, "the node left rotation while mining fast"
         assert not failures, failures[:3]
         assert seen >= top, (seen, top)
+
+
+async def test_a_dev_node_that_keeps_its_burst_lead_stays_in_rotation(
+    make_config: MakeConfig, api_key: str
+) -> None:
+    """Hardhat stamps a burst a second a block ahead of the clock and then keeps that
+    lead: a block mined seconds later is stamped as far ahead. Beside a node that
+    mined nothing, that node is ahead of the clock and of the other node by more
+    than ``head.clock_skew_s``, yet no block of it jumps ahead: it stays in."""
+    from gateway.typedefs import POOLS
+
+    if (reason := hh.missing()) is not None:
+        pytest.skip(reason)
+    async with hardhat_node(56) as calm, hardhat_node(56) as busy:
+        cfg = make_config(
+            {
+                "server": {"metrics_listen": ""},
+                "networks": {
+                    "bsc": {
+                        "upstreams": [{"url": calm, "name": "calm"}, {"url": busy, "name": "busy"}]
+                    }
+                },
+            }
+        )
+        async with served(cfg) as gw:
+            nodes = gw.app[POOLS]["bsc"].nodes
+            for _ in range(200):
+                if all(n.in_service() for n in nodes):
+                    break
+                await asyncio.sleep(0.05)
+            for _ in range(6):  # the burst: six blocks at once, each a second later
+                await rpc(busy, "evm_mine", [])
+            leads: list[float] = []
+            for _ in range(3):  # then a block every 4 s, the lead kept
+                await asyncio.sleep(4.0)
+                await rpc(busy, "evm_mine", [])
+                block = await rpc(busy, "eth_getBlockByNumber", ["latest", False])
+                leads.append(int(block["timestamp"], 16) - time.time())
+                await asyncio.sleep(0.5)  # the gateway sees it (probe or newHeads)
+                assert all(n.in_service() for n in nodes), [n.inconsistent for n in nodes]
+            head = gw.app[POOLS]["bsc"].intel.heads.node_head("busy")
+    assert min(leads) > cfg.head.clock_skew_s, leads  # ahead of the clock all along
+    assert head is not None and head >= 9  # all nine blocks confirmed

@@ -7,6 +7,7 @@ builder received is read from its own counters, never from the gateway.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -132,6 +133,12 @@ async def test_no_node_in_service_is_502(
 ) -> None:
     client = await make_app()
     pool = client.app[T.POOLS]["bsc"]
+    # Down first, and a moment for a probe in flight to land: flipped at once,
+    # such a probe's answer set a node healthy again under the call (a 200 in a
+    # full run); from here every probe fails, as no call reaches a node.
+    for mock in nodes:
+        mock.down = True
+    await asyncio.sleep(0.2)
     for node in pool.nodes:
         node.healthy = False
     status, answer, _ = await rpc(client, api_key, SEND, [signed(sender_account(7))])

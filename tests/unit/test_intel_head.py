@@ -233,6 +233,26 @@ def test_a_burst_a_second_a_block_ahead_of_the_clock_and_the_others_is_no_lie() 
     assert out and "future" in out[0] and t.node_head("b") is None
 
 
+def test_a_dev_chain_keeps_its_lead_on_the_clock_and_that_is_no_lie() -> None:
+    """Hardhat, after a burst, stamps every later block as far ahead of the clock:
+    a block made 8 s after a burst of six is still ~4 s ahead (measured on the
+    pinned Hardhat: leads 3.71, 3.68, 3.65 s at 0, 4 and 8 s after the burst).
+    The stamps' gap then exceeds a second a block, the lead does not; a block
+    whose lead jumps past a second a block is still a lie."""
+    wall = [1_000.0]
+    t = HeadTracker(["a", "b"], clock=Clock(), wall=lambda: wall[0])
+    out: list[str] = []
+    t.on_eject = lambda node, why: out.append(why)
+    t.observe("a", HeadReport(4, "0xa4", stamp=1_000))
+    t.observe("b", HeadReport(6, "0xb6", stamp=1_004))  # b's burst: 4 s ahead
+    wall[0] += 8.0  # no block for 8 s, then two blocks, still 4 s ahead
+    t.observe("b", HeadReport(7, "0xb7", stamp=1_012, parent="0xb6"))
+    t.observe("b", HeadReport(8, "0xb8", stamp=1_012 + 1, parent="0xb7"))
+    assert not out and t.node_head("b") is not None
+    t.observe("b", HeadReport(9, "0xb9", stamp=1_008 + 30, parent="0xb8"))  # 30 s in one block
+    assert out and "future" in out[0] and t.node_head("b") is None
+
+
 def test_a_stamp_ahead_of_the_clock_makes_no_honest_node_look_behind() -> None:
     """A node whose first block is stamped a minute ahead (nothing of its own to
     measure it by) is not taken out, and its stamp reads as the clock: the
