@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import random
 import re
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -188,7 +189,7 @@ async def staleness(gateway_url: str, node_urls: list[str]) -> dict[str, dict[in
 
 
 def staleness_figures(
-    lags: dict[str, dict[int, int]], block_time_s: float, after: list[Any]
+    lags: Mapping[str, Mapping[int, int]], block_time_s: float, after: list[Any]
 ) -> dict[str, str]:
     """The staleness distribution and the head's promise (>= 95 % within 1 block, none > 2)."""
     out: dict[str, str] = {}
@@ -277,21 +278,20 @@ async def mix(args: argparse.Namespace) -> dict[str, Any]:
         keys = [k for k, _ in await env.keys(args.keys, BENCH_PLAN)]
         results: dict[str, list[LoadResult]] = {"gateway": [], "proxy": []}
         cpu: dict[str, list[float | None]] = {"gateway": [], "proxy": []}
-        lags: dict[str, dict[int, int]] = {}
+        lags: dict[str, collections.Counter[int]] = {}
         scrapes: list[tuple[list[Any], list[Any]]] = []  # gateway metrics around each phase
         commands: dict[str, tuple[int, int]] = {}  # Redis (calls, usec) in the gateway phases
-        phases: tuple[tuple[str, str, list[str]], ...] = (
-            ("gateway", env.gateway_url, keys),
-            ("proxy", stack.proxy.url, []),
-        )
+        endpoints = {
+            "gateway": Endpoint.from_url(env.gateway_url, prefix_of(args)),
+            "proxy": Endpoint.from_url(stack.proxy.url, prefix_of(args)),
+        }
         built = {
-            name: build_mix(Endpoint.from_url(url, prefix_of(args)), use_keys, args.seed)
-            for name, url, use_keys in phases
+            name: build_mix(endpoint, keys if name == "gateway" else [], args.seed)
+            for name, endpoint in endpoints.items()
         }
         counts = built["gateway"][2]
         for r in range(args.rounds):  # interleaved: A B A B, so the machine's drift cancels
-            for name, url, _ in phases:
-                endpoint = Endpoint.from_url(url, prefix_of(args))
+            for name, endpoint in endpoints.items():
                 requests, key_of, _ = built[name]
                 spec = LoadSpec(
                     host=endpoint.host,
@@ -326,15 +326,15 @@ async def mix(args: argparse.Namespace) -> dict[str, Any]:
                 if sampler is not None:
                     sampler.cancel()
                     for label_, seen in (await sampler).items():
-                        into = lags.setdefault(label_, {})
-                        for lag, n in seen.items():
-                            into[lag] = into.get(lag, 0) + n
-                    ran = v.commands_delta(stats_before, await redis_commandstats(stack.redis_port))
-                    for cmd, (ran_calls, ran_usec) in ran.items():
-                        calls0, usec0 = commands.get(cmd, (0, 0))
-                        commands[cmd] = (calls0 + ran_calls, usec0 + ran_usec)
-                    await asyncio.sleep(2.5)  # intel metrics are synced once per probe (1 s)
+                        lags.setdefault(label_, collections.Counter()).update(seen)
+                    # intel metrics are synced once per probe (1 s); the phase's usage
+                    # and insight sums are flushed to Redis in this wait too
+                    await asyncio.sleep(2.5)
                     scrapes.append((before, await scrape(metrics_url)))
+                    stats = await redis_commandstats(stack.redis_port)
+                    for cmd, (ran, usec) in v.commands_delta(stats_before, stats).items():
+                        calls0, usec0 = commands.get(cmd, (0, 0))
+                        commands[cmd] = (calls0 + ran, usec0 + usec)
         after = scrapes[-1][1]
         rss = peak_rss_mib(stack.gateway.pid)
         report = base_report("mix", MIX, args, env)

@@ -196,7 +196,7 @@ class Chain:
     async def _tick(self, clock: BlockClock) -> None:
         due = time.monotonic()
         while True:  # a steady rate: sleep to the next due time, not a fixed gap
-            due += self.block_time_s
+            due += clock.block_time_s
             self._next_due = due
             await asyncio.sleep(max(0.0, due - time.monotonic()))
             due = clock.settle(due, self.head + 1)  # a stall's slots skipped, not mined late
